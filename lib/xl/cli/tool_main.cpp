@@ -1,0 +1,92 @@
+#include "xl/cli/tool_main.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <torch/torch.h>
+
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/log.h"
+
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+namespace xl::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+
+void die_on_signal(int sig) {
+  io::remove_registered_temps();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void flag_signal(int sig) {
+  if (g_signal.exchange(sig) != 0) die_on_signal(sig);  // a second signal stops at once
+}
+
+// OpenMP (LibTorch) and OpenBLAS each keep busy-waiting worker threads; on a 2-core machine they
+// steal each other's cores. Both read their settings only when they load, so the process sets
+// them and re-executes itself once.
+void prepare_torch_environment(char** argv) {
+  if (std::getenv("XL_RUNTIME_READY")) return;
+  setenv("XL_RUNTIME_READY", "1", 1);
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  execv("/proc/self/exe", argv);  // returns only on failure: carry on untuned
+}
+
+}  // namespace
+
+void set_threads(int n) {
+  torch::set_num_threads(n);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
+}
+
+int pending_signal() { return g_signal.load(); }
+
+void catch_stop_signals() {
+  std::signal(SIGINT, flag_signal);
+  std::signal(SIGTERM, flag_signal);
+}
+
+int run_tool(const std::string& name, int argc, char** argv, Runtime runtime,
+             const std::function<int(int, char**)>& body) {
+  log::set_tool_name(name);
+  std::signal(SIGINT, die_on_signal);
+  std::signal(SIGTERM, die_on_signal);
+  std::signal(SIGHUP, die_on_signal);
+  if (runtime == Runtime::kTorch) {
+    prepare_torch_environment(argv);
+    // Large tensors are allocated and freed every step: keep them in the heap instead of
+    // mapping and unmapping (and zeroing) pages each time.
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 512 * 1024 * 1024);
+  }
+  try {
+    return body(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of memory\n", name.c_str());
+    return kExitSoftware;
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    msg = msg.substr(0, msg.find('\n'));
+    std::fprintf(stderr, "%s: internal error: %s\n", name.c_str(), msg.c_str());
+    return kExitSoftware;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", name.c_str(), e.what());
+    return kExitSoftware;
+  }
+}
+
+}  // namespace xl::cli

@@ -1,0 +1,25 @@
+// Every tool's main(): sets up the process, runs the body, and turns any failure into one line
+// on stderr and a sysexits status (never a stack trace or an abort).
+#pragma once
+#include <functional>
+#include <string>
+
+namespace xl::cli {
+
+enum class Runtime {
+  kPlain,  // no tensor work
+  kTorch,  // LibTorch compute: thread pools set up so they do not spin against each other
+};
+
+int run_tool(const std::string& name, int argc, char** argv, Runtime runtime,
+             const std::function<int(int, char**)>& body);
+
+// Applies --threads to LibTorch (intra-op) and OpenBLAS.
+void set_threads(int n);
+
+// SIGINT/SIGTERM received (training tools save and exit 128+N); 0 when none.
+int pending_signal();
+// Installs the flag-setting handlers (otherwise a signal removes temp outputs and kills).
+void catch_stop_signals();
+
+}  // namespace xl::cli

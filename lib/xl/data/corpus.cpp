@@ -1,0 +1,162 @@
+#include "xl/data/corpus.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "xl/cli/options.h"
+#include "xl/text/tokenizer.h"
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/log.h"
+#include "xl/util/sha256.h"
+
+namespace xl::data {
+
+std::vector<int64_t> split_lengths(const std::string& spec, int64_t total) {
+  std::vector<std::string> parts;
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) parts.push_back(part);
+  XL_CHECK(!parts.empty(), kExitUsage, "--split: empty split spec");
+  bool fractions = true;
+  std::vector<double> values;
+  for (const auto& p : parts) {
+    size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(p, &pos);
+    } catch (...) {
+      XL_FAIL(kExitUsage, "--split: not a number: '" << p << "'");
+    }
+    XL_CHECK(v >= 0, kExitUsage, "--split: negative part '" << p << "'");
+    if (pos != p.size() || v > 1 || p.find('.') == std::string::npos) fractions = false;
+    values.push_back(v);
+  }
+  std::vector<int64_t> lengths;
+  if (fractions) {
+    double sum = 0;
+    for (double v : values) sum += v;
+    XL_CHECK(std::fabs(sum - 1.0) < 1e-6, kExitUsage, "--split: fractions add up to " << sum << ", not 1");
+    int64_t used = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      int64_t n = i + 1 == values.size() ? total - used : static_cast<int64_t>(std::llround(values[i] * total));
+      n = std::min(n, total - used);
+      lengths.push_back(n);
+      used += n;
+    }
+    return lengths;
+  }
+  int64_t used = 0;
+  for (const auto& p : parts) {
+    int64_t n = static_cast<int64_t>(cli::parse_count(p, "--split"));
+    lengths.push_back(n);
+    used += n;
+  }
+  XL_CHECK(used <= total, kExitUsage, "--split: sizes add up to " << used << " tokens but the input has only " << total);
+  if (used < total) XL_WARN("--split: the last " << (total - used) << " tokens of the input are not used");
+  return lengths;
+}
+
+namespace {
+
+const char* kSplitNames[] = {"train", "valid", "test"};
+
+// Re-indexes ids of a provisional vocab into a vocab built from the training counts only, so that
+// pieces seen only in valid/test become <unk> as they would for a user of a trained model.
+text::Vocab restrict_to_train(const text::Vocab& full, std::vector<h5::TokenSplit>* splits,
+                              const text::VocabOptions& opts) {
+  std::vector<int64_t> train_counts(full.size(), 0);
+  for (const auto& s : *splits)
+    if (s.name == "train")
+      for (int32_t id : s.ids) ++train_counts[static_cast<size_t>(id)];
+  std::unordered_map<std::string, int64_t> counts;
+  for (size_t id = static_cast<size_t>(full.specials()); id < full.size(); ++id)
+    counts.emplace(full.piece(static_cast<int32_t>(id)), train_counts[id]);
+  int64_t eos = full.eos_id() >= 0 ? train_counts[static_cast<size_t>(full.eos_id())] : 0;
+  int64_t unk = full.unk_id() >= 0 ? train_counts[static_cast<size_t>(full.unk_id())] : 0;
+  text::Vocab vocab = text::vocab_from_counts(opts, std::move(counts), eos, unk);
+  std::vector<int32_t> remap(full.size());
+  for (size_t id = 0; id < full.size(); ++id) {
+    int32_t to = vocab.find(full.piece(static_cast<int32_t>(id)));
+    remap[id] = to >= 0 ? to : vocab.unk_id();
+  }
+  for (auto& s : *splits) {
+    int64_t unknown = 0;
+    for (auto& id : s.ids) {
+      int32_t to = remap[static_cast<size_t>(id)];
+      if (to == vocab.unk_id() && id != full.unk_id()) ++unknown;
+      id = to;
+    }
+    s.source.unknown += unknown;
+  }
+  return vocab;
+}
+
+}  // namespace
+
+Corpus tokenize_corpus(const CorpusRequest& req) {
+  Corpus corpus;
+  const bool build = !req.vocab.has_value();
+  std::vector<std::string> texts;
+  std::vector<std::string_view> views;
+  auto read = [&](const std::string& path) {
+    texts.push_back(io::read_text(path));
+    XL_INFO("read " << io::display_name(path) << ": " << texts.back().size() << " bytes");
+  };
+  if (!req.whole_input.empty()) read(req.whole_input);
+  for (const auto& in : req.inputs) read(in.path);
+  for (const auto& t : texts) views.emplace_back(t);
+
+  // Without a vocab, tokenize with one that holds every piece, then keep what train supports.
+  text::VocabOptions provisional = req.build;
+  provisional.min_count = 1;
+  provisional.max_size = 0;
+  provisional.allow_invalid_utf8 = req.allow_invalid_utf8;
+  corpus.vocab = build ? text::build_vocab(views, provisional, "input") : *req.vocab;
+  text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8);
+
+  auto encode = [&](std::string_view text, const std::string& path, h5::TokenSplit* split) {
+    text::EncodeStats stats;
+    tokenizer.encode(text, io::display_name(path), &split->ids, &stats);
+    split->source.unknown = stats.unknown;
+  };
+  if (!req.whole_input.empty()) {
+    const std::string& text = texts[0];
+    corpus.source_sha256 = sha256_hex(text);
+    corpus.source_bytes = static_cast<int64_t>(text.size());
+    h5::TokenSplit all;
+    encode(text, req.whole_input, &all);
+    auto lengths = split_lengths(req.split_spec, static_cast<int64_t>(all.ids.size()));
+    XL_CHECK(lengths.size() <= 3, kExitUsage, "--split: at most three parts (train, valid, test)");
+    int64_t offset = 0;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      h5::TokenSplit s;
+      s.name = kSplitNames[i];
+      s.ids.assign(all.ids.begin() + offset, all.ids.begin() + offset + lengths[i]);
+      s.source = {io::display_name(req.whole_input), corpus.source_sha256, corpus.source_bytes, 0};
+      offset += lengths[i];
+      corpus.splits.push_back(std::move(s));
+    }
+    // Unknown counts per split are only known for a given vocab; recount them from the ids.
+    if (!build && corpus.vocab.unk_id() >= 0)
+      for (auto& s : corpus.splits)
+        s.source.unknown = std::count(s.ids.begin(), s.ids.end(), corpus.vocab.unk_id());
+  } else {
+    for (size_t i = 0; i < req.inputs.size(); ++i) {
+      h5::TokenSplit s;
+      s.name = req.inputs[i].split;
+      encode(texts[i], req.inputs[i].path, &s);
+      s.source.name = io::display_name(req.inputs[i].path);
+      s.source.sha256 = sha256_hex(texts[i]);
+      s.source.bytes = static_cast<int64_t>(texts[i].size());
+      corpus.splits.push_back(std::move(s));
+    }
+  }
+  if (build && corpus.vocab.type() != text::VocabType::kByte) {
+    text::VocabOptions final_opts = req.build;
+    corpus.vocab = restrict_to_train(corpus.vocab, &corpus.splits, final_opts);
+  }
+  return corpus;
+}
+
+}  // namespace xl::data

@@ -1,0 +1,40 @@
+// Turning text inputs into the splits of a tokens file: one input cut by a split spec, or one
+// input per split; with a given vocab, or one built from the training text only.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xl/h5/tokens_file.h"
+#include "xl/text/vocab.h"
+
+namespace xl::data {
+
+// Lengths of consecutive splits of `total` tokens from "0.9,0.05,0.05" (fractions; the last split
+// takes the rounding remainder) or "90M,5M,5M" (counts with K/M/G suffixes). Fails with 64.
+std::vector<int64_t> split_lengths(const std::string& spec, int64_t total);
+
+struct CorpusInput {
+  std::string split;  // train, valid, test
+  std::string path;   // file or "-"
+};
+
+struct CorpusRequest {
+  std::vector<CorpusInput> inputs;           // several: one per split
+  std::string whole_input;                   // or one input ...
+  std::string split_spec;                    // ... cut by this spec into train, valid, test
+  std::optional<text::Vocab> vocab;          // given vocab, or:
+  text::VocabOptions build;                  // how to build one from the train split
+  bool allow_invalid_utf8 = false;
+};
+
+struct Corpus {
+  text::Vocab vocab;
+  std::vector<h5::TokenSplit> splits;
+  std::string source_sha256;  // whole input only
+  int64_t source_bytes = 0;
+};
+
+Corpus tokenize_corpus(const CorpusRequest& request);
+
+}  // namespace xl::data

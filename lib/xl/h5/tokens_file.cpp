@@ -1,0 +1,155 @@
+#include "xl/h5/tokens_file.h"
+
+#include <ctime>
+
+#include "xl/util/error.h"
+
+namespace xl::h5 {
+namespace {
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+constexpr hsize_t kChunk = 1 << 18;  // 2^18 tokens: chunk I/O stays under HDF5's 1 MiB cache
+
+}  // namespace
+
+void write_vocab(hid_t loc, const std::string& group, const text::Vocab& vocab) {
+  Handle g = create_group(loc, group);
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> offsets{0};
+  for (const auto& p : vocab.pieces()) {
+    bytes.insert(bytes.end(), p.begin(), p.end());
+    offsets.push_back(static_cast<int64_t>(bytes.size()));
+  }
+  write_dataset(g, "piece_bytes", bytes, {bytes.size()}, Type::kU8);
+  write_dataset(g, "piece_offsets", offsets, {offsets.size()}, Type::kI64);
+  write_dataset(g, "counts", vocab.counts(), {vocab.size()}, Type::kI64);
+  write_attr(g, "type", text::to_string(vocab.type()));
+  write_attr(g, "size", static_cast<int64_t>(vocab.size()));
+  write_attr(g, "specials", static_cast<int64_t>(vocab.specials()));
+  write_attr(g, "sha256", vocab.sha256());
+}
+
+text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& file) {
+  Handle g = open_group(loc, group, file);
+  auto bytes = read_dataset<uint8_t>(g, "piece_bytes", file);
+  auto offsets = read_dataset<int64_t>(g, "piece_offsets", file);
+  auto counts = read_dataset<int64_t>(g, "counts", file);
+  auto type = read_attr_string(g, "type");
+  auto specials = read_attr_int(g, "specials");
+  if (!type || !specials || offsets.empty() || counts.size() + 1 != offsets.size())
+    fail(file, kExitDataErr, "malformed embedded vocab in " + group);
+  std::vector<std::string> pieces;
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    if (offsets[i] < 0 || offsets[i + 1] < offsets[i] || offsets[i + 1] > static_cast<int64_t>(bytes.size()))
+      fail(file, kExitDataErr, "malformed embedded vocab in " + group);
+    pieces.emplace_back(reinterpret_cast<const char*>(bytes.data()) + offsets[i],
+                        static_cast<size_t>(offsets[i + 1] - offsets[i]));
+  }
+  text::Vocab vocab(text::parse_vocab_type(*type), std::move(pieces), std::move(counts),
+                    static_cast<int>(*specials));
+  auto sha = read_attr_string(g, "sha256");
+  if (sha && *sha != vocab.sha256()) fail(file, kExitDataErr, "embedded vocab does not match its sha256");
+  return vocab;
+}
+
+void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenSplit>& splits,
+                  const TokensMeta& meta) {
+  hid_t root = file.id();
+  write_attr(root, "xl_format", std::string(kTokensFormat));
+  write_attr(root, "xl_format_version", kTokensFormatVersion);
+  write_attr(root, "created_by", meta.created_by);
+  write_attr(root, "command_line", meta.command_line);
+  write_attr(root, "created_utc", utc_now());
+  write_attr(root, "vocab_sha256", vocab.sha256());
+  write_attr(root, "vocab_size", static_cast<int64_t>(vocab.size()));
+  write_attr(root, "vocab_type", text::to_string(vocab.type()));
+  if (!meta.source_sha256.empty()) {
+    write_attr(root, "source_sha256", meta.source_sha256);
+    write_attr(root, "source_bytes", meta.source_bytes);
+  }
+  write_vocab(root, "vocab", vocab);
+  const Type stored = vocab.size() <= 65535 ? Type::kU16 : Type::kI32;
+  Handle group = create_group(root, "splits");
+  for (const auto& s : splits) {
+    DatasetOptions opts;
+    opts.chunk = {kChunk};
+    opts.extendible = true;
+    opts.compress = meta.compress;
+    write_dataset(group, s.name, s.ids, {s.ids.size()}, stored, opts);
+    Handle ds(H5Dopen2(group, s.name.c_str(), H5P_DEFAULT));
+    write_attr(ds, "source", s.source.name);
+    write_attr(ds, "source_sha256", s.source.sha256);
+    write_attr(ds, "source_bytes", s.source.bytes);
+    write_attr(ds, "unknown", s.source.unknown);
+  }
+  file.flush();
+}
+
+TokensFile TokensFile::open(const std::string& path) {
+  TokensFile t;
+  t.file_ = File::open(path, "an xl tokens file");
+  const std::string& name = t.file_.name();
+  auto format = read_attr_string(t.file_, "xl_format");
+  if (!format) fail(name, kExitDataErr, "not an xl tokens file (no xl_format attribute)");
+  if (*format != kTokensFormat)
+    fail(name, kExitDataErr, "is an '" + *format + "' file, not an xl tokens file");
+  auto version = read_attr_int(t.file_, "xl_format_version");
+  if (!version || *version > kTokensFormatVersion)
+    fail(name, kExitDataErr, "tokens format version " + std::to_string(version.value_or(-1)) +
+                                 " is newer than this program reads (" + std::to_string(kTokensFormatVersion) + ")");
+  t.vocab_ = read_vocab(t.file_, "vocab", name);
+  return t;
+}
+
+std::vector<std::string> TokensFile::split_names() const {
+  std::vector<std::string> names;
+  for (const char* s : {"train", "valid", "test"})
+    if (has_split(s)) names.push_back(s);
+  for (const auto& s : list(file_, "splits"))
+    if (std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
+  return names;
+}
+
+bool TokensFile::has_split(const std::string& split) const { return exists(file_, "splits/" + split); }
+
+int64_t TokensFile::split_length(const std::string& split) const {
+  auto dims = dataset_dims(file_, "splits/" + split, file_.name());
+  return dims.empty() ? 0 : static_cast<int64_t>(dims[0]);
+}
+
+std::vector<int32_t> TokensFile::read_split(const std::string& split) const {
+  if (!has_split(split)) {
+    std::string avail;
+    for (const auto& s : split_names()) avail += (avail.empty() ? "" : ", ") + s;
+    fail(file_.name(), kExitDataErr, "no split '" + split + "' (it has: " + (avail.empty() ? "none" : avail) + ")");
+  }
+  auto ids = read_dataset<int32_t>(file_, "splits/" + split, file_.name());
+  const int32_t v = static_cast<int32_t>(vocab_.size());
+  for (int32_t id : ids)
+    if (id < 0 || id >= v)
+      fail(file_.name(), kExitDataErr, "split '" + split + "' holds id " + std::to_string(id) +
+                                           " outside its vocab of " + std::to_string(v));
+  return ids;
+}
+
+std::string TokensFile::attr(const std::string& key) const { return read_attr_string(file_, key).value_or(""); }
+int64_t TokensFile::attr_int(const std::string& key) const { return read_attr_int(file_, key).value_or(-1); }
+
+SplitSource TokensFile::split_source(const std::string& split) const {
+  SplitSource s;
+  Handle ds(H5Dopen2(file_, ("splits/" + split).c_str(), H5P_DEFAULT));
+  if (!ds.valid()) return s;
+  s.name = read_attr_string(ds, "source").value_or("");
+  s.sha256 = read_attr_string(ds, "source_sha256").value_or("");
+  s.bytes = read_attr_int(ds, "source_bytes").value_or(0);
+  s.unknown = read_attr_int(ds, "unknown").value_or(0);
+  return s;
+}
+
+}  // namespace xl::h5

@@ -1,0 +1,87 @@
+#include "xl/text/tokenizer.h"
+
+#include "xl/text/segmenter.h"
+#include "xl/text/utf8.h"
+#include "xl/util/error.h"
+
+namespace xl::text {
+
+Tokenizer::Tokenizer(const Vocab& vocab, bool allow_invalid_utf8)
+    : vocab_(vocab), allow_invalid_(allow_invalid_utf8) {
+  if (vocab.type() == VocabType::kChar) {
+    char_table_.assign(0x110000, -1);
+    for (size_t id = static_cast<size_t>(vocab.specials()); id < vocab.size(); ++id) {
+      uint32_t cp;
+      const std::string& p = vocab.piece(static_cast<int32_t>(id));
+      if (!p.empty() && utf8_decode(p, 0, &cp) == static_cast<int>(p.size())) char_table_[cp] = static_cast<int32_t>(id);
+    }
+  }
+}
+
+void Tokenizer::encode(std::string_view text, const std::string& source_name, std::vector<int32_t>* out,
+                       EncodeStats* stats) const {
+  const size_t start = out->size();
+  if (vocab_.type() == VocabType::kByte) {
+    XL_CHECK(vocab_.size() == 256 && vocab_.specials() == 0, kExitDataErr,
+             "byte vocab must have exactly 256 entries and no specials");
+    out->resize(start + text.size());
+    int32_t* dst = out->data() + start;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(text.data());
+    for (size_t i = 0; i < text.size(); ++i) dst[i] = src[i];
+    stats->tokens += static_cast<int64_t>(text.size());
+    return;
+  }
+  const int32_t unk = vocab_.unk_id();
+  auto unknown = [&](std::string_view piece) {
+    XL_CHECK(unk >= 0, kExitDataErr, source_name << ": '" << std::string(piece) << "' is not in the vocab, which has no <unk>");
+    ++stats->unknown;
+    return unk;
+  };
+  out->reserve(start + text.size() / (vocab_.type() == VocabType::kWord ? 5 : 1));
+  Segmenter seg(vocab_.type(), text, allow_invalid_, source_name);
+  std::string_view piece;
+  Segmenter::Kind kind;
+  while (seg.next(&piece, &kind)) {
+    int32_t id;
+    if (kind == Segmenter::Kind::kEos) {
+      id = vocab_.eos_id() >= 0 ? vocab_.eos_id() : unknown("<eos>");
+    } else if (kind == Segmenter::Kind::kInvalid) {
+      id = unknown(piece);
+    } else if (vocab_.type() == VocabType::kChar) {
+      uint32_t cp;
+      utf8_decode(piece, 0, &cp);
+      id = char_table_[cp];
+      if (id < 0) id = unknown(piece);
+    } else {
+      id = vocab_.find(piece);
+      if (id < 0) id = unknown(piece);
+    }
+    out->push_back(id);
+  }
+  stats->tokens += static_cast<int64_t>(out->size() - start);
+}
+
+std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
+  std::string out;
+  const bool word = vocab_.type() == VocabType::kWord;
+  out.reserve(word ? n * 6 : n);
+  bool line_start = true;
+  for (size_t i = 0; i < n; ++i) {
+    int32_t id = ids[i];
+    XL_CHECK(id >= 0 && static_cast<size_t>(id) < vocab_.size(), kExitDataErr,
+             "token id " << id << " is out of range for a vocab of " << vocab_.size());
+    if (word) {
+      if (id == vocab_.eos_id()) {
+        out.push_back('\n');
+        line_start = true;
+        continue;
+      }
+      if (!line_start) out.push_back(' ');
+      line_start = false;
+    }
+    out += vocab_.piece(id);
+  }
+  return out;
+}
+
+}  // namespace xl::text

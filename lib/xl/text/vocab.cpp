@@ -1,0 +1,198 @@
+#include "xl/text/vocab.h"
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "xl/text/escape.h"
+#include "xl/text/segmenter.h"
+#include "xl/util/error.h"
+#include "xl/util/sha256.h"
+
+namespace xl::text {
+
+std::string to_string(VocabType type) {
+  switch (type) {
+    case VocabType::kByte: return "byte";
+    case VocabType::kChar: return "char";
+    case VocabType::kWord: return "word";
+  }
+  return "?";
+}
+
+VocabType parse_vocab_type(const std::string& name) {
+  if (name == "byte") return VocabType::kByte;
+  if (name == "char") return VocabType::kChar;
+  if (name == "word") return VocabType::kWord;
+  XL_FAIL(kExitUsage, "unknown vocab mode '" << name << "' (use byte, char or word)");
+}
+
+Vocab::Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_t> counts, int specials)
+    : type_(type), pieces_(std::move(pieces)), counts_(std::move(counts)), specials_(specials) {
+  counts_.resize(pieces_.size(), 0);
+  build_index();
+}
+
+void Vocab::build_index() {
+  index_.clear();
+  index_.reserve(pieces_.size() * 2);
+  for (size_t i = 0; i < pieces_.size(); ++i) index_.emplace(pieces_[i], static_cast<int32_t>(i));
+  unk_id_ = eos_id_ = -1;
+  for (int i = 0; i < specials_ && i < static_cast<int>(pieces_.size()); ++i) {
+    if (pieces_[static_cast<size_t>(i)] == kUnk) unk_id_ = i;
+    if (pieces_[static_cast<size_t>(i)] == kEos) eos_id_ = i;
+  }
+}
+
+int32_t Vocab::find(std::string_view piece) const {
+  auto it = index_.find(piece);
+  return it == index_.end() ? -1 : it->second;
+}
+
+std::string Vocab::sha256() const {
+  Sha256 h;
+  std::string head = "xl-vocab 1\n" + to_string(type_) + "\n" + std::to_string(specials_) + "\n";
+  h.update(head);
+  for (const auto& p : pieces_) {
+    uint64_t n = p.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    h.update(len, 8);
+    h.update(p);
+  }
+  return h.hex();
+}
+
+std::string Vocab::to_tsv() const {
+  std::ostringstream os;
+  os << "#xl-vocab 1 type=" << to_string(type_) << " size=" << pieces_.size() << " specials=" << specials_
+     << "\n";
+  for (size_t i = 0; i < pieces_.size(); ++i) os << i << '\t' << escape_piece(pieces_[i]) << '\t' << counts_[i] << '\n';
+  return os.str();
+}
+
+Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
+  std::istringstream in(text);
+  std::string line;
+  XL_CHECK(std::getline(in, line) && line.rfind("#xl-vocab ", 0) == 0, kExitDataErr,
+           file << ": not an xl vocab (expected a '#xl-vocab 1 ...' header line)");
+  std::istringstream head(line.substr(10));
+  std::string version, field;
+  head >> version;
+  XL_CHECK(version == "1", kExitDataErr, file << ": unsupported vocab format version " << version);
+  std::string type_name;
+  long long size = -1, specials = 0;
+  while (head >> field) {
+    auto eq = field.find('=');
+    std::string key = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
+    try {
+      if (key == "type") type_name = value;
+      else if (key == "size") size = std::stoll(value);
+      else if (key == "specials") specials = std::stoll(value);
+    } catch (...) {
+      XL_FAIL(kExitDataErr, file << ":1: bad header field '" << field << "'");
+    }
+  }
+  VocabType type;
+  try {
+    type = parse_vocab_type(type_name);
+  } catch (const Error&) {
+    XL_FAIL(kExitDataErr, file << ":1: unknown vocab type '" << type_name << "'");
+  }
+  std::vector<std::string> pieces;
+  std::vector<int64_t> counts;
+  int lineno = 1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    auto t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    XL_CHECK(t2 != std::string::npos, kExitDataErr, file << ":" << lineno << ": expected id<TAB>piece<TAB>count");
+    std::string piece;
+    long long id = -1, count = -1;
+    try {
+      id = std::stoll(line.substr(0, t1));
+      count = std::stoll(line.substr(t2 + 1));
+    } catch (...) {
+    }
+    XL_CHECK(id == static_cast<long long>(pieces.size()), kExitDataErr,
+             file << ":" << lineno << ": expected id " << pieces.size());
+    XL_CHECK(count >= 0, kExitDataErr, file << ":" << lineno << ": bad count");
+    XL_CHECK(unescape_piece(std::string_view(line).substr(t1 + 1, t2 - t1 - 1), &piece), kExitDataErr,
+             file << ":" << lineno << ": bad escape in piece");
+    pieces.push_back(piece);
+    counts.push_back(count);
+  }
+  XL_CHECK(size < 0 || size == static_cast<long long>(pieces.size()), kExitDataErr,
+           file << ": header says size=" << size << " but " << pieces.size() << " entries follow");
+  XL_CHECK(!pieces.empty(), kExitDataErr, file << ": empty vocab");
+  Vocab v(type, std::move(pieces), std::move(counts), static_cast<int>(specials));
+  XL_CHECK(v.index_.size() == v.pieces_.size(), kExitDataErr, file << ": duplicate pieces");
+  return v;
+}
+
+Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
+                  const std::string& source_name) {
+  if (opts.type == VocabType::kByte) {
+    std::array<int64_t, 256> counts{};
+    for (auto t : texts)
+      for (unsigned char c : t) ++counts[c];
+    std::vector<std::string> pieces;
+    for (int b = 0; b < 256; ++b) pieces.emplace_back(1, static_cast<char>(b));
+    return Vocab(VocabType::kByte, std::move(pieces), std::vector<int64_t>(counts.begin(), counts.end()), 0);
+  }
+  // Char and word: count pieces, then order them.
+  std::unordered_map<std::string, int64_t> counts;
+  int64_t unk = 0, eos = 0;
+  for (auto t : texts) {
+    Segmenter seg(opts.type, t, opts.allow_invalid_utf8, source_name);
+    std::string_view piece;
+    Segmenter::Kind kind;
+    while (seg.next(&piece, &kind)) {
+      if (kind == Segmenter::Kind::kEos) ++eos;
+      else if (kind == Segmenter::Kind::kInvalid) ++unk;
+      else ++counts[std::string(piece)];
+    }
+  }
+  return vocab_from_counts(opts, std::move(counts), eos, unk);
+}
+
+Vocab vocab_from_counts(const VocabOptions& opts, std::unordered_map<std::string, int64_t> counts,
+                        int64_t eos, int64_t unk) {
+  XL_CHECK(opts.type != VocabType::kByte, kExitSoftware, "byte vocabs are fixed");
+  std::vector<std::string> pieces;
+  std::vector<int64_t> piece_counts;
+  int specials = 0;
+  if (opts.type == VocabType::kWord) {
+    pieces.push_back(kEos);
+    piece_counts.push_back(eos);
+    ++specials;
+  }
+  // A literal "<unk>" in the text (as in WikiText) is the unknown token itself.
+  auto lit = counts.find(kUnk);
+  if (lit != counts.end()) {
+    unk += lit->second;
+    counts.erase(lit);
+  }
+  if (opts.type == VocabType::kWord) counts.erase(kEos);
+  pieces.push_back(kUnk);
+  piece_counts.push_back(unk);
+  ++specials;
+  std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  for (auto& [piece, count] : sorted) {
+    if (count == 0) continue;
+    bool keep = count >= opts.min_count &&
+                (opts.max_size <= 0 || static_cast<int64_t>(pieces.size()) < opts.max_size);
+    if (keep) {
+      pieces.push_back(piece);
+      piece_counts.push_back(count);
+    } else {
+      piece_counts[static_cast<size_t>(specials - 1)] += count;  // folded into <unk>
+    }
+  }
+  return Vocab(opts.type, std::move(pieces), std::move(piece_counts), specials);
+}
+
+}  // namespace xl::text

@@ -1,0 +1,67 @@
+// Vocabularies: byte (fixed 256 ids), char (Unicode code points) and word (whitespace tokens),
+// their TSV form (man 5 xl-vocab) and their SHA-256 identity.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace xl::text {
+
+enum class VocabType { kByte, kChar, kWord };
+std::string to_string(VocabType type);
+VocabType parse_vocab_type(const std::string& name);  // throws 64
+
+inline constexpr const char* kUnk = "<unk>";
+inline constexpr const char* kEos = "<eos>";
+
+class Vocab {
+ public:
+  Vocab() = default;
+  Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_t> counts, int specials);
+
+  VocabType type() const { return type_; }
+  size_t size() const { return pieces_.size(); }
+  int specials() const { return specials_; }
+  const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+  const std::vector<std::string>& pieces() const { return pieces_; }
+  const std::vector<int64_t>& counts() const { return counts_; }
+  // -1 when the piece is not in the vocab.
+  int32_t find(std::string_view piece) const;
+  int32_t unk_id() const { return unk_id_; }
+  int32_t eos_id() const { return eos_id_; }
+
+  // Identity over type and pieces (not counts): equal hashes mean interchangeable ids.
+  std::string sha256() const;
+  std::string to_tsv() const;
+  // `file` names the source in errors (65 with the line number).
+  static Vocab from_tsv(const std::string& text, const std::string& file);
+
+ private:
+  VocabType type_ = VocabType::kByte;
+  std::vector<std::string> pieces_;
+  std::vector<int64_t> counts_;
+  int specials_ = 0;
+  int32_t unk_id_ = -1, eos_id_ = -1;
+  std::unordered_map<std::string_view, int32_t> index_;  // views into pieces_
+  void build_index();
+};
+
+struct VocabOptions {
+  VocabType type = VocabType::kByte;
+  int64_t min_count = 1;       // char/word: rarer pieces become <unk>
+  int64_t max_size = 0;        // word: keep at most this many entries (0: all)
+  bool allow_invalid_utf8 = false;  // char: count invalid bytes as <unk> instead of failing
+};
+
+// Counts pieces over the texts and orders them: specials first, then by falling count, ties by
+// byte order of the piece, so identical input gives an identical vocab.
+Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
+                  const std::string& source_name);
+
+// Orders counted pieces into a char or word vocab (what build_vocab does after counting).
+Vocab vocab_from_counts(const VocabOptions& opts, std::unordered_map<std::string, int64_t> counts,
+                        int64_t eos, int64_t unk);
+
+}  // namespace xl::text

@@ -1,0 +1,165 @@
+#include "xl/util/io.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+
+#include <boost/iostreams/copy.hpp>
+#include <boost/iostreams/device/back_inserter.hpp>
+#include <boost/iostreams/filter/bzip2.hpp>
+#include <boost/iostreams/filter/gzip.hpp>
+#include <boost/iostreams/filtering_stream.hpp>
+
+#include "xl/util/error.h"
+
+namespace xl::io {
+
+std::string display_name(const std::string& path) { return is_stdio(path) ? "<stdin>" : path; }
+
+std::string read_raw(const std::string& path) {
+  if (is_stdio(path)) {
+    std::ios::sync_with_stdio(false);
+    std::string data;
+    std::array<char, 1 << 16> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), stdin)) > 0) data.append(buf.data(), n);
+    XL_CHECK(!std::ferror(stdin), kExitIoErr, "<stdin>: read error: " << std::strerror(errno));
+    return data;
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) XL_FAIL(kExitNoInput, path << ": " << std::strerror(errno));
+  XL_CHECK(!S_ISDIR(st.st_mode), kExitNoInput, path << ": is a directory");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  XL_CHECK(f, kExitNoInput, path << ": " << std::strerror(errno));
+  std::string data;
+  if (S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
+  std::array<char, 1 << 16> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) data.append(buf.data(), n);
+  bool failed = std::ferror(f);
+  std::fclose(f);
+  XL_CHECK(!failed, kExitIoErr, path << ": read error");
+  return data;
+}
+
+std::string read_text(const std::string& path) {
+  std::string raw = read_raw(path);
+  namespace bio = boost::iostreams;
+  bool gz = raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f &&
+            static_cast<unsigned char>(raw[1]) == 0x8b;
+  bool bz = raw.size() >= 3 && raw.compare(0, 3, "BZh") == 0;
+  if (!gz && !bz) return raw;
+  std::string out;
+  try {
+    bio::filtering_istream in;
+    if (gz) in.push(bio::gzip_decompressor());
+    else in.push(bio::bzip2_decompressor());
+    in.push(bio::array_source(raw.data(), raw.size()));
+    bio::copy(in, bio::back_inserter(out));
+  } catch (const std::exception& e) {
+    XL_FAIL(kExitDataErr, display_name(path) << ": corrupt " << (gz ? "gzip" : "bzip2")
+                                             << " data (" << e.what() << ")");
+  }
+  return out;
+}
+
+AtomicOutput::AtomicOutput(std::string path, bool force, bool binary) : path_(std::move(path)) {
+  if (to_stdout()) {
+    XL_CHECK(!(binary && ::isatty(1)), kExitUsage,
+             "refusing to write binary output to a terminal; use -o FILE or redirect stdout");
+    return;
+  }
+  struct stat st;
+  if (::stat(path_.c_str(), &st) == 0) {
+    XL_CHECK(force, kExitCantCreat, path_ << ": already exists (use -f to overwrite)");
+    XL_CHECK(!S_ISDIR(st.st_mode), kExitCantCreat, path_ << ": is a directory");
+  }
+  temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+  // Prove now that the directory is writable, before any long computation.
+  std::FILE* f = std::fopen(temp_path_.c_str(), "wb");
+  XL_CHECK(f, kExitCantCreat, "cannot create " << path_ << ": " << std::strerror(errno));
+  std::fclose(f);
+  register_temp(temp_path_);
+}
+
+AtomicOutput::~AtomicOutput() {
+  if (!committed_ && !temp_path_.empty()) {
+    file_.reset();
+    std::remove(temp_path_.c_str());
+    unregister_temp(temp_path_);
+  }
+}
+
+std::ostream& AtomicOutput::stream() {
+  if (to_stdout()) return std::cout;
+  if (!file_) {
+    file_ = std::make_unique<std::ofstream>(temp_path_, std::ios::binary | std::ios::trunc);
+    XL_CHECK(*file_, kExitCantCreat, "cannot create " << path_ << ": " << std::strerror(errno));
+  }
+  return *file_;
+}
+
+void AtomicOutput::commit() {
+  if (to_stdout()) {
+    std::cout.flush();
+    XL_CHECK(std::cout.good() && std::fflush(stdout) == 0, kExitIoErr, "<stdout>: write error");
+    committed_ = true;
+    return;
+  }
+  if (file_) {
+    file_->flush();
+    XL_CHECK(file_->good(), kExitIoErr, path_ << ": write error (disk full?)");
+    file_->close();
+  }
+  XL_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, kExitCantCreat,
+           "cannot rename " << temp_path_ << " to " << path_ << ": " << std::strerror(errno));
+  unregister_temp(temp_path_);
+  committed_ = true;
+}
+
+void write_stdout(const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(1, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    XL_CHECK(n > 0, kExitIoErr, "<stdout>: write error: " << std::strerror(errno));
+    off += static_cast<size_t>(n);
+  }
+}
+
+namespace {
+constexpr int kMaxTemps = 32;
+char g_temps[kMaxTemps][4096];
+std::mutex g_temps_mutex;
+}  // namespace
+
+void register_temp(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_temps_mutex);
+  if (path.size() >= sizeof(g_temps[0])) return;
+  for (auto& slot : g_temps)
+    if (slot[0] == 0) {
+      std::memcpy(slot, path.c_str(), path.size() + 1);
+      return;
+    }
+}
+
+void unregister_temp(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_temps_mutex);
+  for (auto& slot : g_temps)
+    if (path == slot) slot[0] = 0;
+}
+
+void remove_registered_temps() {
+  for (auto& slot : g_temps)
+    if (slot[0] != 0) ::unlink(slot);
+}
+
+}  // namespace xl::io

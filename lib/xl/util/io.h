@@ -1,0 +1,51 @@
+// Inputs ("-" is stdin; gzip and bzip2 detected by magic bytes) and atomic outputs ("-" is stdout).
+#pragma once
+#include <fstream>
+#include <memory>
+#include <string>
+
+namespace xl::io {
+
+inline bool is_stdio(const std::string& path) { return path == "-"; }
+// A name for messages: "<stdin>" for "-".
+std::string display_name(const std::string& path);
+
+// Reads the whole input as it is stored.
+std::string read_raw(const std::string& path);
+// Reads the whole input, decompressing gzip or bzip2 when its first bytes say so.
+std::string read_text(const std::string& path);
+
+// An output written to PATH.tmp.PID and renamed onto PATH by commit(), so a reader never sees a
+// half-written file and a killed process leaves nothing behind. "-" writes to stdout.
+class AtomicOutput {
+ public:
+  // Refuses an existing PATH without `force` (73) and binary output to a terminal (64).
+  AtomicOutput(std::string path, bool force, bool binary);
+  ~AtomicOutput();
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+
+  bool to_stdout() const { return is_stdio(path_); }
+  const std::string& path() const { return path_; }
+  // Where a library that opens files by name (HDF5) writes; empty for stdout.
+  const std::string& temp_path() const { return temp_path_; }
+  // A stream on the temp file or on stdout.
+  std::ostream& stream();
+  // Flushes and renames; for stdout flushes and checks for write errors.
+  void commit();
+
+ private:
+  std::string path_, temp_path_;
+  std::unique_ptr<std::ofstream> file_;
+  bool committed_ = false;
+};
+
+// Writes bytes to stdout, failing with 74 on a write error.
+void write_stdout(const std::string& bytes);
+
+// Temp files registered here are removed if the process dies from SIGINT/SIGTERM/SIGHUP.
+void register_temp(const std::string& path);
+void unregister_temp(const std::string& path);
+void remove_registered_temps();  // async-signal-safe
+
+}  // namespace xl::io

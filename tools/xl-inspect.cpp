@@ -1,0 +1,28 @@
+// xl-inspect: a readable (or JSON) summary of any xl HDF5 file.
+#include <iostream>
+
+#include "xl/cli/options.h"
+#include "xl/cli/tool_main.h"
+#include "xl/h5/inspect.h"
+
+int main(int argc, char** argv) {
+  return xl::cli::run_tool("xl-inspect", argc, argv, xl::cli::Runtime::kPlain, [](int argc, char** argv) {
+    xl::cli::Options cli({"xl-inspect", "Summarize an xl HDF5 file: tokens file or checkpoint.", "[OPTIONS] [FILE]",
+                          "Prints the format and version, provenance attributes, and the file's contents:\n"
+                          "splits and their lengths, vocab type/size/hash and source hash for tokens files;\n"
+                          "model configuration, step and parameters for checkpoints. FILE may be - (a pipe).",
+                          "  xl-tokenize --mode byte corpus.txt | xl-inspect -\n"
+                          "  xl-inspect --json model.h5 | jq .attributes.step"});
+    cli.add("Inspect")
+        ("file", xl::cli::po::value<std::string>()->default_value("-"), "the HDF5 file (- is stdin)")
+        ("json", xl::cli::po::bool_switch(), "print one JSON object instead of text");
+    cli.positional("file", 1);
+    if (!cli.parse(argc, argv)) return 0;
+    auto file = xl::h5::File::open(cli.get<std::string>("file"), "an xl HDF5 file");
+    auto description = xl::h5::describe(file);
+    if (cli.get<bool>("json")) std::cout << description.dump() << "\n";
+    else std::cout << xl::h5::describe_text(description);
+    std::cout.flush();
+    return 0;
+  });
+}

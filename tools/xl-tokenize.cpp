@@ -1,0 +1,95 @@
+// xl-tokenize: text -> tokens HDF5 (train/valid/test splits, vocab embedded), and back with --decode.
+#include "xl/cli/options.h"
+#include "xl/cli/tool_main.h"
+#include "xl/data/corpus.h"
+#include "xl/h5/tokens_file.h"
+#include "xl/text/tokenizer.h"
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/log.h"
+
+namespace po = xl::cli::po;
+
+namespace {
+
+int decode(const xl::cli::Options& cli, const std::string& input) {
+  auto tokens = xl::h5::TokensFile::open(input);
+  std::string which = cli.get<std::string>("decode");
+  std::vector<std::string> splits = which == "all" ? tokens.split_names() : std::vector<std::string>{which};
+  xl::text::Tokenizer tokenizer(tokens.vocab());
+  xl::io::AtomicOutput out(cli.output(), cli.force(), false);
+  for (const auto& s : splits) out.stream() << tokenizer.decode(tokens.read_split(s));
+  out.commit();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return xl::cli::run_tool("xl-tokenize", argc, argv, xl::cli::Runtime::kPlain, [](int argc, char** argv) {
+    xl::cli::Options cli({"xl-tokenize", "Turn text into an xl tokens file (HDF5), or decode one.", "[OPTIONS] [INPUT]",
+                          "Tokenizes one INPUT cut into train/valid/test by --split, or separate --train/--valid/\n"
+                          "--test inputs. Inputs are files or - (stdin), plain, gzip or bzip2. The vocab comes from\n"
+                          "--vocab, or is built from the train split with --mode. The output (an HDF5 file, also\n"
+                          "through a pipe) embeds the vocab. Pieces missing from the vocab become <unk> and are\n"
+                          "counted. --decode turns a split of a tokens file back into text.",
+                          "  xl-tokenize --vocab v.tsv --split 90M,5M,5M enwik8 -o enwik8.h5\n"
+                          "  xl-tokenize --mode byte --split 0.9,0.05,0.05 corpus.txt.gz | xl-inspect -\n"
+                          "  xl-tokenize --mode word --train wiki.train.tokens --valid wiki.valid.tokens -o wt.h5\n"
+                          "  xl-tokenize --decode all enwik8.h5 > enwik8.txt"});
+    cli.add("Tokenize")
+        ("input", po::value<std::string>()->default_value("-"), "input text (or tokens file with --decode)")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab")
+        ("mode,m", po::value<std::string>(), "without --vocab: build a byte, char or word vocab from the train split")
+        ("min-count", po::value<int64_t>()->default_value(1), "with --mode: rarer pieces become <unk>")
+        ("max-size", po::value<int64_t>()->default_value(0), "with --mode: at most this many entries (0: all)")
+        ("split", po::value<std::string>()->default_value("0.9,0.05,0.05"),
+         "cut INPUT into train,valid,test: fractions (0.9,0.05,0.05) or token counts (90M,5M,5M)")
+        ("train", po::value<std::string>(), "train text (instead of INPUT)")
+        ("valid", po::value<std::string>(), "valid text")
+        ("test", po::value<std::string>(), "test text")
+        ("allow-invalid-utf8", po::bool_switch(), "char/word: map invalid UTF-8 bytes to <unk> instead of failing")
+        ("compress", po::bool_switch(), "store splits with shuffle+deflate")
+        ("decode", po::value<std::string>(), "write split NAME (or all) of the tokens file INPUT as text");
+    cli.positional("input", 1);
+    cli.add_output(true, "the tokens file (text with --decode)");
+    if (!cli.parse(argc, argv)) return 0;
+
+    const std::string input = cli.get<std::string>("input");
+    if (cli.has("decode")) return decode(cli, input);
+
+    xl::data::CorpusRequest req;
+    for (const char* s : {"train", "valid", "test"})
+      if (cli.has(s)) req.inputs.push_back({s, cli.get<std::string>(s)});
+    if (req.inputs.empty()) {
+      req.whole_input = input;
+      req.split_spec = cli.get<std::string>("split");
+    } else {
+      XL_CHECK(!cli.given("input") || input == "-", xl::kExitUsage, "give either INPUT or --train/--valid/--test, not both");
+    }
+    XL_CHECK(cli.has("vocab") != cli.has("mode"), xl::kExitUsage, "give exactly one of --vocab FILE or --mode byte|char|word");
+    if (cli.has("vocab")) {
+      std::string path = cli.get<std::string>("vocab");
+      req.vocab = xl::text::Vocab::from_tsv(xl::io::read_text(path), path);
+    } else {
+      req.build.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
+      req.build.min_count = cli.get<int64_t>("min-count");
+      req.build.max_size = cli.get<int64_t>("max-size");
+    }
+    req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
+    xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
+    auto corpus = xl::data::tokenize_corpus(req);
+
+    xl::h5::TokensMeta meta;
+    meta.created_by = std::string("xl-tokenize ") + XL_VERSION;
+    meta.command_line = xl::cli::command_line(argc, argv);
+    meta.source_sha256 = corpus.source_sha256;
+    meta.source_bytes = corpus.source_bytes;
+    meta.compress = cli.get<bool>("compress");
+    xl::h5::write_tokens(out.file(), corpus.vocab, corpus.splits, meta);
+    out.commit();
+    for (const auto& s : corpus.splits)
+      XL_INFO(s.name << ": " << s.ids.size() << " tokens" << (s.source.unknown ? ", " + std::to_string(s.source.unknown) + " mapped to <unk>" : ""));
+    return 0;
+  });
+}
