@@ -1,0 +1,47 @@
+// The xl checkpoint (man 5 xl-checkpoint): one HDF5 file with the model and training configs,
+// every parameter by dotted name, optimizer state, generator states, the data cursor, the current
+// memories, the head mask and analysis results. Written to a temp file and renamed; `complete=1`
+// is the last thing written, so a reader can tell a finished file from an interrupted one.
+#pragma once
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xl/text/vocab.h"
+
+namespace xl::h5 {
+
+inline constexpr const char* kCheckpointFormat = "xl-checkpoint";
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+// Ordered (name, tensor) pairs; names are dotted ("layers.0.attn.qkv.weight").
+using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
+
+struct Checkpoint {
+  std::string phase;            // phase1, phase2, pruned, imported
+  nlohmann::json model_config;  // ModelConfig as JSON
+  nlohmann::json train_config;  // training settings (null when not trained by xl)
+  nlohmann::json state;         // small training state: step, tokens_seen, data cursor, schedule, best...
+  text::Vocab vocab;            // embedded; its sha256 identifies compatible token files
+  TensorList model;             // /model/<name>: parameters and buffers
+  TensorList optimizer;         // /optimizer/<name>: moments, step counts
+  TensorList rng;               // /rng/<name>: generator states (uint8)
+  TensorList memory;            // /memory/<name>: current memories and their ages
+  TensorList analysis;          // /analysis/<name>: head_mask [L,H], head_importance, ...
+};
+
+// Writes atomically (PATH.tmp.PID then rename). Refuses an existing PATH without `force` (73).
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt, bool force);
+
+// Loads a checkpoint ("-" reads stdin). Fails with 65 and one line naming the file for: not an
+// HDF5 file, another xl format, a newer format version, a missing `complete` flag, a corrupt or
+// truncated file, or (when `expected_vocab_sha256` is not empty) a vocab mismatch.
+Checkpoint load_checkpoint(const std::string& path, const std::string& expected_vocab_sha256 = "");
+
+// Looks a tensor up by name in a list; undefined tensor when absent.
+torch::Tensor find_tensor(const TensorList& list, const std::string& name);
+
+}  // namespace xl::h5
