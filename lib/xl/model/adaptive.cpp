@@ -1,0 +1,168 @@
+#include "xl/model/adaptive.h"
+
+#include <cmath>
+
+namespace xl::model {
+namespace {
+
+std::vector<int64_t> ends_of(const ModelConfig& cfg) {
+  std::vector<int64_t> ends{0};
+  ends.insert(ends.end(), cfg.cutoffs.begin(), cfg.cutoffs.end());
+  ends.push_back(cfg.n_token);
+  return ends;
+}
+
+int64_t width(const ModelConfig& cfg, size_t cluster) {
+  int64_t d = cfg.embed_dim();
+  for (size_t k = 0; k < cluster; ++k) d /= cfg.div_val;
+  return d;
+}
+
+}  // namespace
+
+AdaptiveEmbeddingImpl::AdaptiveEmbeddingImpl(const ModelConfig& cfg)
+    : cutoff_ends(ends_of(cfg)), div_val(cfg.div_val), d_embed(cfg.embed_dim()), d_proj(cfg.d_model) {
+  emb_layers = register_module("emb_layers", torch::nn::ModuleList());
+  emb_projs = register_module("emb_projs", IndexedParams());
+  const size_t clusters = div_val == 1 ? 1 : cutoff_ends.size() - 1;
+  for (size_t i = 0; i < clusters; ++i) {
+    int64_t rows = div_val == 1 ? cfg.n_token : cutoff_ends[i + 1] - cutoff_ends[i];
+    int64_t d = div_val == 1 ? d_embed : width(cfg, i);
+    auto emb = torch::nn::Embedding(rows, d);
+    emb_layers->push_back(emb);
+    embeddings.push_back(emb);
+    torch::Tensor proj;
+    if (div_val != 1 || d_proj != d_embed) {
+      proj = torch::zeros({d_proj, d});
+      emb_projs->set(static_cast<int64_t>(i), proj);
+    }
+    projections.push_back(proj);
+  }
+}
+
+torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
+  const double scale = std::sqrt(static_cast<double>(d_proj));
+  if (div_val == 1) {
+    torch::Tensor e = embeddings[0](input);
+    if (projections[0].defined()) e = torch::linear(e, projections[0]);
+    return e * scale;
+  }
+  auto flat = input.reshape({-1});
+  auto dtype = embeddings[0]->weight.options();
+  torch::Tensor out = torch::zeros({flat.size(0), d_proj}, dtype);
+  for (size_t i = 0; i < embeddings.size(); ++i) {
+    auto in_cluster = (flat >= cutoff_ends[i]) & (flat < cutoff_ends[i + 1]);
+    auto idx = in_cluster.nonzero().squeeze(1);
+    if (idx.numel() == 0) continue;
+    auto e = torch::linear(embeddings[i](flat.index_select(0, idx) - cutoff_ends[i]), projections[i]);
+    out = out.index_copy(0, idx, e);
+  }
+  auto sizes = input.sizes().vec();
+  sizes.push_back(d_proj);
+  return out.view(sizes) * scale;
+}
+
+AdaptiveLogSoftmaxImpl::AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveEmbedding& embedding)
+    : cutoff_ends(ends_of(cfg)), div_val(cfg.div_val) {
+  n_clusters = static_cast<int64_t>(cutoff_ends.size()) - 2;
+  shortlist = cutoff_ends[1];
+  out_layers = register_module("out_layers", torch::nn::ModuleList());
+  out_projs = register_module("out_projs", IndexedParams());
+  const int64_t d_proj = cfg.d_model, d_embed = cfg.embed_dim();
+  if (n_clusters > 0) {
+    cluster_weight = register_parameter("cluster_weight", torch::zeros({n_clusters, d_embed}));
+    cluster_bias = register_parameter("cluster_bias", torch::zeros({n_clusters}));
+  }
+  const size_t clusters = cutoff_ends.size() - 1;
+  auto tie_proj = [&](size_t i) { return i < cfg.tie_projs.size() ? cfg.tie_projs[i] : false; };
+  for (size_t i = 0; i < clusters; ++i) {
+    // div_val 1: one output layer over the whole vocab, sliced per cluster; else one per cluster.
+    int64_t d = div_val == 1 ? d_embed : width(cfg, i);
+    torch::Tensor proj;
+    if (div_val == 1) {
+      if (d_proj != d_embed) {
+        proj = tie_proj(i) ? embedding->projections[0] : torch::zeros({d_proj, d_embed});
+        if (!tie_proj(i)) out_projs->set(static_cast<int64_t>(i), proj);
+      }
+    } else {
+      proj = tie_proj(i) ? embedding->projections[i] : torch::zeros({d_proj, d});
+      if (!tie_proj(i)) out_projs->set(static_cast<int64_t>(i), proj);
+    }
+    projections.push_back(proj);
+    if (div_val == 1 && i > 0) continue;
+    int64_t rows = div_val == 1 ? cfg.n_token : cutoff_ends[i + 1] - cutoff_ends[i];
+    auto layer = OutputLayer();
+    layer->bias = layer->register_parameter("bias", torch::zeros({rows}));
+    if (cfg.tie_weight) layer->weight = embedding->embeddings[i]->weight;
+    else layer->weight = layer->register_parameter("weight", torch::zeros({rows, d}));
+    out_layers->push_back(layer);
+    layers.push_back(layer);
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::cluster_params(int64_t i) const {
+  torch::Tensor w, b;
+  if (div_val == 1) {
+    int64_t l = cutoff_ends[i], r = cutoff_ends[i + 1];
+    w = layers[0]->weight.slice(0, l, r);
+    b = layers[0]->bias.slice(0, l, r);
+  } else {
+    w = layers[i]->weight;
+    b = layers[i]->bias;
+  }
+  if (i == 0 && n_clusters > 0) {
+    w = torch::cat({w, cluster_weight}, 0);
+    b = torch::cat({b, cluster_bias}, 0);
+  }
+  return {w, b};
+}
+
+torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                             const torch::Tensor& bias, const torch::Tensor& proj) const {
+  torch::Tensor h = proj.defined() ? torch::matmul(hidden, proj) : hidden;  // [N, d_proj] -> [N, d_i]
+  return torch::linear(h, weight, bias);
+}
+
+torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {
+  if (n_clusters == 0) {
+    auto [w, b] = cluster_params(0);
+    auto lp = torch::log_softmax(logits(hidden, w, b, projections[0]), -1);
+    return -lp.gather(1, target.unsqueeze(1)).squeeze(1);
+  }
+  auto [hw, hb] = cluster_params(0);
+  auto head_lp = torch::log_softmax(logits(hidden, hw, hb, projections[0]), -1);
+  torch::Tensor nll = torch::zeros({hidden.size(0)}, hidden.options());
+  for (int64_t i = 0; i <= n_clusters; ++i) {
+    int64_t l = cutoff_ends[i], r = cutoff_ends[i + 1];
+    auto idx = ((target >= l) & (target < r)).nonzero().squeeze(1);
+    if (idx.numel() == 0) continue;
+    auto tgt = target.index_select(0, idx) - l;
+    auto head_i = head_lp.index_select(0, idx);
+    torch::Tensor lp;
+    if (i == 0) {
+      lp = head_i.gather(1, tgt.unsqueeze(1)).squeeze(1);
+    } else {
+      auto [w, b] = cluster_params(i);
+      auto tail = torch::log_softmax(logits(hidden.index_select(0, idx), w, b, projections[i]), -1);
+      // Cluster i's probability is the i-th head column from the end.
+      lp = head_i.select(1, head_i.size(1) - i) + tail.gather(1, tgt.unsqueeze(1)).squeeze(1);
+    }
+    nll = nll.index_copy(0, idx, -lp);
+  }
+  return nll;
+}
+
+torch::Tensor AdaptiveLogSoftmaxImpl::log_probs(const torch::Tensor& hidden) {
+  auto [hw, hb] = cluster_params(0);
+  auto head_lp = torch::log_softmax(logits(hidden, hw, hb, projections[0]), -1);
+  if (n_clusters == 0) return head_lp;
+  std::vector<torch::Tensor> parts{head_lp.slice(1, 0, shortlist)};
+  for (int64_t i = 1; i <= n_clusters; ++i) {
+    auto [w, b] = cluster_params(i);
+    auto tail = torch::log_softmax(logits(hidden, w, b, projections[i]), -1);
+    parts.push_back(tail + head_lp.select(1, head_lp.size(1) - i).unsqueeze(1));
+  }
+  return torch::cat(parts, 1);
+}
+
+}  // namespace xl::model

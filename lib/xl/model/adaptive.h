@@ -1,0 +1,65 @@
+// Adaptive input embedding and projected adaptive log-softmax (Baevski & Auli; Grave et al.), with
+// the tying options of the PyTorch Transformer-XL. With no cutoffs and div_val 1 they reduce to a
+// plain embedding and a softmax tied to it (the char-level model).
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "xl/model/config.h"
+
+namespace xl::model {
+
+// A module whose parameters are named "0", "1", ...; an index may be absent (tied or not needed).
+class IndexedParamsImpl : public torch::nn::Module {
+ public:
+  void set(int64_t index, const torch::Tensor& value) { register_parameter(std::to_string(index), value); }
+};
+TORCH_MODULE(IndexedParams);
+
+class AdaptiveEmbeddingImpl : public torch::nn::Module {
+ public:
+  explicit AdaptiveEmbeddingImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& input);  // [B, T] -> [B, T, d_model], scaled by sqrt(d_model)
+
+  std::vector<int64_t> cutoff_ends;  // 0, cutoffs..., n_token
+  int64_t div_val, d_embed, d_proj;
+  torch::nn::ModuleList emb_layers{nullptr};  // Embedding per cluster
+  IndexedParams emb_projs{nullptr};           // [d_proj, d_i] per cluster, when needed
+  std::vector<torch::Tensor> projections;     // per cluster (undefined: none)
+  std::vector<torch::nn::Embedding> embeddings;
+};
+TORCH_MODULE(AdaptiveEmbedding);
+
+class OutputLayerImpl : public torch::nn::Module {
+ public:
+  torch::Tensor weight, bias;  // weight registered only when not tied to the embedding
+};
+TORCH_MODULE(OutputLayer);
+
+class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
+ public:
+  AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveEmbedding& embedding);
+  // hidden [N, d_model], target [N] -> negative log-likelihood [N] in input order.
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& target);
+  // Full log-distribution over the vocab, [N, n_token] (for sampling).
+  torch::Tensor log_probs(const torch::Tensor& hidden);
+
+  std::vector<int64_t> cutoff_ends;
+  int64_t div_val, n_clusters, shortlist;
+  torch::nn::ModuleList out_layers{nullptr};
+  IndexedParams out_projs{nullptr};
+  std::vector<torch::Tensor> projections;  // per cluster (undefined: none)
+  std::vector<OutputLayer> layers;
+  torch::Tensor cluster_weight, cluster_bias;
+
+ private:
+  // Weight and bias of cluster i's output rows (head includes the cluster rows at its end).
+  std::pair<torch::Tensor, torch::Tensor> cluster_params(int64_t i) const;
+  torch::Tensor logits(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
+                       const torch::Tensor& proj) const;
+};
+TORCH_MODULE(AdaptiveLogSoftmax);
+
+}  // namespace xl::model

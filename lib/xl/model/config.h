@@ -1,0 +1,51 @@
+// Every architectural hyper-parameter of a Transformer-XL, with JSON round trip and validation.
+// Segment and memory lengths are not here: they belong to a run (training or evaluation), and one
+// model can be evaluated with any memory length.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xl::model {
+
+struct ModelConfig {
+  int64_t n_token = 256;    // vocab size
+  int64_t n_layer = 4;
+  int64_t d_model = 128;
+  int64_t n_head = 4;       // heads per layer (before pruning)
+  int64_t d_head = 32;
+  int64_t d_inner = 512;    // feed-forward width
+  int64_t d_embed = 0;      // embedding width; 0 means d_model
+  double dropout = 0.1;     // embeddings, pos-emb, attention output, feed-forward
+  double dropatt = 0.0;     // attention probabilities
+  bool pre_lnorm = false;   // layer norm before each sublayer instead of after
+  bool untie_r = false;     // u, v biases per layer instead of shared by all layers
+  int64_t clamp_len = 0;    // distances above this use this distance's embedding; 0: off
+  bool same_length = false; // every query sees the same number of keys (mem_len)
+  // Adaptive input and softmax (word level); empty cutoffs: a plain tied softmax (char level).
+  std::vector<int64_t> cutoffs;
+  int64_t div_val = 1;
+  bool tie_weight = true;           // output weights shared with the input embedding
+  std::vector<bool> tie_projs;      // per cluster: output projection shared with the input one
+  double init_std = 0.02;           // N(0, init_std) for weights
+  double proj_init_std = 0.01;      // N(0, proj_init_std) for adaptive projections
+  // After structural pruning layers may keep different numbers of heads; empty: n_head each.
+  std::vector<int64_t> heads_per_layer;
+
+  int64_t embed_dim() const { return d_embed > 0 ? d_embed : d_model; }
+  int64_t heads_in_layer(int64_t layer) const {
+    return heads_per_layer.empty() ? n_head : heads_per_layer[static_cast<size_t>(layer)];
+  }
+  // u, v are per layer whenever layers differ in head count.
+  bool per_layer_biases() const { return untie_r || !heads_per_layer.empty(); }
+
+  nlohmann::json to_json() const;
+  // Unknown keys and bad values fail with 78 (config) naming `source`.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
+  // Fails with 78 and one line naming the offending key.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace xl::model

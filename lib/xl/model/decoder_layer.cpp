@@ -1,0 +1,29 @@
+#include "xl/model/decoder_layer.h"
+
+namespace xl::model {
+
+PositionwiseFFImpl::PositionwiseFFImpl(int64_t d_model, int64_t d_inner, double dropout, bool pre_ln)
+    : pre_lnorm(pre_ln) {
+  CoreNet = register_module("CoreNet", torch::nn::Sequential(
+      torch::nn::Linear(d_model, d_inner), torch::nn::ReLU(), torch::nn::Dropout(dropout),
+      torch::nn::Linear(d_inner, d_model), torch::nn::Dropout(dropout)));
+  layer_norm = register_module("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
+}
+
+torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
+  if (pre_lnorm) return x + CoreNet->forward(layer_norm(x));
+  return layer_norm(x + CoreNet->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases) {
+  dec_attn = register_module("dec_attn", RelMultiHeadAttn(cfg, n_head, own_biases));
+  pos_ff = register_module("pos_ff", PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
+                                        const torch::Tensor& u, const torch::Tensor& v,
+                                        const std::vector<int64_t>& perm, const torch::Tensor& head_mask) {
+  return pos_ff(dec_attn(w, mem, pass, u, v, perm, head_mask));
+}
+
+}  // namespace xl::model

@@ -1,0 +1,121 @@
+#include "xl/model/rel_attention.h"
+
+#include <cmath>
+
+#include "xl/model/rel_softmax.h"
+
+namespace xl::model {
+
+torch::Tensor AttentionPass::positional(int64_t d_max, int64_t count, const torch::TensorOptions& opts) {
+  auto key = std::make_pair(d_max, count);
+  auto it = pos_emb.find(key);
+  if (it != pos_emb.end()) return it->second;
+  torch::Tensor table = sinusoid->descending(d_max, count, clamp_len, opts);
+  if (training && dropout > 0) table = torch::dropout(table, dropout, true);
+  pos_emb.emplace(key, table);
+  return table;
+}
+
+torch::Tensor AttentionPass::mask(int64_t t, int64_t m, const torch::Device& device) {
+  const int64_t k = t + m;
+  auto key = std::make_tuple(t, m, same_length ? mem_len : -1, static_cast<int64_t>(device.type()));
+  if (mask_cache) {
+    auto it = mask_cache->find(key);
+    if (it != mask_cache->end()) return it->second;
+  }
+  auto i = torch::arange(t, torch::kLong).unsqueeze(1);
+  auto j = torch::arange(k, torch::kLong).unsqueeze(0);
+  auto back = m + i - j;  // how many keys back from the query's own position
+  torch::Tensor masked = back < 0;
+  if (same_length) masked = masked | (back >= mem_len);
+  masked = masked.to(device);
+  if (mask_cache) {
+    if (mask_cache->size() > 64) mask_cache->clear();
+    mask_cache->emplace(key, masked);
+  }
+  return masked;
+}
+
+RelMultiHeadAttnImpl::RelMultiHeadAttnImpl(const ModelConfig& cfg, int64_t heads, bool own_biases)
+    : n_head(heads), d_head(cfg.d_head), d_model(cfg.d_model), pre_lnorm(cfg.pre_lnorm), dropout(cfg.dropout) {
+  qkv_net = register_module("qkv_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, 3 * heads * d_head).bias(false)));
+  r_net = register_module("r_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, heads * d_head).bias(false)));
+  o_net = register_module("o_net", torch::nn::Linear(torch::nn::LinearOptions(heads * d_head, d_model).bias(false)));
+  layer_norm = register_module("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
+  if (own_biases) {
+    r_w_bias = register_parameter("r_w_bias", torch::zeros({heads, d_head}));
+    r_r_bias = register_parameter("r_r_bias", torch::zeros({heads, d_head}));
+  }
+}
+
+std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, int64_t position, int64_t t) {
+  std::vector<KeyBlock> blocks;
+  int64_t col = 0;
+  const auto& runs = mem.runs;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const MemoryRun& run = runs[r];
+    bool adjacent = r + 1 == runs.size() && run.start + run.length == position;
+    if (adjacent) {
+      // Memory that ends where the segment starts: one table, exactly Transformer-XL's.
+      int64_t len = run.length + t;
+      blocks.push_back({col, len, len - 1, len});
+      return blocks;
+    }
+    // An older run (a layer that was skipped keeps its memory): distances grow by the gap.
+    int64_t off = position - run.start;
+    blocks.push_back({col, run.length, off + t - 1, t + run.length - 1});
+    col += run.length;
+  }
+  blocks.push_back({col, t, t - 1, t});
+  return blocks;
+}
+
+torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
+                                            const torch::Tensor& u, const torch::Tensor& v,
+                                            const std::vector<int64_t>& perm, const torch::Tensor& head_mask) {
+  const int64_t b = w.size(0), t = w.size(1), m = mem.length(), k = m + t, h = n_head, dh = d_head;
+  torch::Tensor attn_out;
+  if (h == 0) {
+    attn_out = torch::zeros_like(w);
+  } else {
+    torch::Tensor cat = m > 0 ? torch::cat({mem.hidden, w}, 1) : w;
+    torch::Tensor x_kv = pre_lnorm ? layer_norm(cat) : cat;
+    torch::Tensor x_q = pre_lnorm ? x_kv.slice(1, m) : w;
+    const torch::Tensor& weight = qkv_net->weight;
+    torch::Tensor w_q = weight.narrow(0, 0, h * dh);
+    torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
+    torch::Tensor w_r = r_net->weight;
+    if (!perm.empty()) {
+      // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay.
+      auto idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
+      w_kv = w_kv.view({2, h, dh, d_model}).index_select(1, idx).reshape({2 * h * dh, d_model});
+      w_r = w_r.view({h, dh, d_model}).index_select(0, idx).reshape({h * dh, d_model});
+    }
+    // Heads first ([H, B, T, dh]): the positional term then is one batched GEMM over heads.
+    torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh}).permute({2, 0, 1, 3});
+    torch::Tensor kv = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh}).permute({2, 3, 0, 1, 4}).contiguous();
+    torch::Tensor key = kv[0].view({h * b, k, dh});
+    torch::Tensor value = kv[1].view({h * b, k, dh});
+    torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
+    torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h, b * t, dh});
+    torch::Tensor ac = torch::bmm(q_u, key.transpose(1, 2));
+
+    auto blocks = key_blocks(mem, pass.position, t);
+    std::vector<torch::Tensor> bds;
+    for (const auto& blk : blocks) {
+      torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
+      torch::Tensor r_k = torch::linear(pos, w_r).view({blk.table, h, dh}).permute({1, 2, 0});
+      bds.push_back(torch::bmm(q_v, r_k).view({h * b, t, blk.table}));
+    }
+    torch::Tensor probs = relative_attention_probs(ac, bds, blocks, pass.mask(t, m, w.device()), 1.0 / std::sqrt(double(dh)));
+    if (pass.training && pass.dropatt > 0) probs = torch::dropout(probs, pass.dropatt, true);
+    torch::Tensor vec = torch::bmm(probs, value).view({h, b, t, dh});
+    if (head_mask.defined()) vec = vec * head_mask.view({h, 1, 1, 1});
+    vec = vec.permute({1, 2, 0, 3}).reshape({b, t, h * dh});
+    attn_out = o_net(vec);
+    if (pass.training && dropout > 0) attn_out = torch::dropout(attn_out, dropout, true);
+  }
+  return pre_lnorm ? w + attn_out : layer_norm(w + attn_out);
+}
+
+}  // namespace xl::model

@@ -1,0 +1,59 @@
+// Transformer-XL relative multi-head attention over [memory; segment], with Skip-Retain aware
+// distances (memory runs of any age), stochastic cross-head attention (a head permutation of keys,
+// values and positional keys) and a head mask applied to head outputs before the output projection.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "xl/model/config.h"
+#include "xl/model/memory.h"
+#include "xl/model/positional.h"
+#include "xl/model/rel_softmax.h"
+
+namespace xl::model {
+
+// What every layer of one forward pass shares.
+struct AttentionPass {
+  int64_t position = 0;    // stream position of the segment's first token
+  int64_t mem_len = 0;     // memory length in force (same_length sees this many keys)
+  bool same_length = false;
+  int64_t clamp_len = 0;
+  double dropout = 0;      // on positional embeddings (once per pass, as in Transformer-XL)
+  double dropatt = 0;
+  bool training = false;
+  SinusoidTable* sinusoid = nullptr;
+  std::map<std::pair<int64_t, int64_t>, torch::Tensor> pos_emb;  // (d_max, count) -> dropped table
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, torch::Tensor>* mask_cache = nullptr;
+
+  torch::Tensor positional(int64_t d_max, int64_t count, const torch::TensorOptions& opts);
+  // [T, K] bool, true where query i may not see key j; undefined when nothing is masked.
+  torch::Tensor mask(int64_t t, int64_t m, const torch::Device& device);
+};
+
+class RelMultiHeadAttnImpl : public torch::nn::Module {
+ public:
+  RelMultiHeadAttnImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases);
+
+  // w: [B, T, D]; returns the sublayer's output (residual and layer norm included).
+  // u, v: [H, d_head] (the layer's own when it owns them). perm: SCH permutation (empty: none).
+  // head_mask: [H] or undefined.
+  torch::Tensor forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
+                        const torch::Tensor& u, const torch::Tensor& v, const std::vector<int64_t>& perm,
+                        const torch::Tensor& head_mask);
+
+  // Blocks of keys sharing one distance table, for a memory of `mem` at `position` and T queries.
+  static std::vector<KeyBlock> key_blocks(const LayerMemory& mem, int64_t position, int64_t t);
+
+  int64_t n_head, d_head, d_model;
+  bool pre_lnorm;
+  double dropout;
+  torch::nn::Linear qkv_net{nullptr}, r_net{nullptr}, o_net{nullptr};
+  torch::nn::LayerNorm layer_norm{nullptr};
+  torch::Tensor r_w_bias, r_r_bias;  // registered only when the layer owns its biases
+};
+TORCH_MODULE(RelMultiHeadAttn);
+
+}  // namespace xl::model

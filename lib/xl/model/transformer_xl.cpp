@@ -1,0 +1,121 @@
+#include "xl/model/transformer_xl.h"
+
+#include "xl/util/error.h"
+
+namespace xl::model {
+
+TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg) : config(cfg), sinusoid_(cfg.d_model) {
+  cfg.validate("model config");
+  word_emb = register_module("word_emb", AdaptiveEmbedding(cfg));
+  if (!cfg.per_layer_biases()) {
+    r_w_bias = register_parameter("r_w_bias", torch::zeros({cfg.n_head, cfg.d_head}));
+    r_r_bias = register_parameter("r_r_bias", torch::zeros({cfg.n_head, cfg.d_head}));
+  }
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    auto layer = DecoderLayer(cfg, cfg.heads_in_layer(l), cfg.per_layer_biases());
+    layers->push_back(layer);
+    layer_list.push_back(layer);
+  }
+  crit = register_module("crit", AdaptiveLogSoftmax(cfg, word_emb));
+  register_module("pos_emb", PositionalEmbedding(sinusoid_.inv_freq()));
+  reset_parameters(1);
+}
+
+std::vector<int64_t> TransformerXLImpl::heads_per_layer() const {
+  std::vector<int64_t> h;
+  for (int64_t l = 0; l < config.n_layer; ++l) h.push_back(config.heads_in_layer(l));
+  return h;
+}
+
+std::pair<torch::Tensor, torch::Tensor> TransformerXLImpl::biases(int64_t l) const {
+  const auto& attn = layer_list[static_cast<size_t>(l)]->dec_attn;
+  if (config.per_layer_biases()) return {attn->r_w_bias, attn->r_r_bias};
+  return {r_w_bias, r_r_bias};
+}
+
+void TransformerXLImpl::reset_parameters(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto normal = [&](torch::Tensor& t, double mean, double std) {
+    auto v = torch::empty(t.sizes(), torch::kFloat64).normal_(mean, std, gen);
+    t.copy_(v);
+  };
+  for (auto& item : named_parameters(true)) {
+    const std::string& name = item.key();
+    torch::Tensor p = item.value();
+    auto ends_with = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (name.find("layer_norm.weight") != std::string::npos) normal(p, 1.0, config.init_std);
+    else if (ends_with("bias") && name.find("r_w_bias") == std::string::npos && name.find("r_r_bias") == std::string::npos)
+      p.zero_();
+    else if (name.find("emb_projs") != std::string::npos || name.find("out_projs") != std::string::npos)
+      normal(p, 0.0, config.proj_init_std);
+    else normal(p, 0.0, config.init_std);
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> TransformerXLImpl::named_tensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : named_parameters(true)) out.emplace_back(p.key(), p.value());
+  for (const auto& b : named_buffers(true)) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+int64_t TransformerXLImpl::parameter_count(bool non_embedding_only) const {
+  int64_t n = 0;
+  for (const auto& p : named_parameters(true)) {
+    if (non_embedding_only && (p.key().rfind("word_emb.", 0) == 0 || p.key().rfind("crit.", 0) == 0)) continue;
+    n += p.value().numel();
+  }
+  return n;
+}
+
+torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memory, const ForwardOptions& opts) {
+  const int64_t b = input.size(0), t = input.size(1);
+  XL_CHECK(static_cast<int64_t>(memory.layers.size()) == config.n_layer, kExitSoftware,
+           "memory has " << memory.layers.size() << " layers, the model " << config.n_layer);
+  int64_t mem_b = memory.batch_size();
+  XL_CHECK(mem_b == 0 || mem_b == b, kExitSoftware, "memory batch " << mem_b << " does not match input batch " << b);
+  const bool train = is_training();
+
+  AttentionPass pass;
+  pass.position = memory.position;
+  pass.mem_len = opts.mem_len;
+  pass.same_length = config.same_length;
+  pass.clamp_len = config.clamp_len;
+  pass.dropout = config.dropout;
+  pass.dropatt = config.dropatt;
+  pass.training = train;
+  pass.sinusoid = &sinusoid_;
+  pass.mask_cache = &mask_cache_;
+
+  torch::Tensor h = word_emb(input);
+  if (train && config.dropout > 0) h = torch::dropout(h, config.dropout, true);
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    // Skip-Retain: a skipped layer passes its input through and keeps its old memory.
+    if (!opts.skip.empty() && opts.skip[li]) continue;
+    auto [u, v] = biases(l);
+    static const std::vector<int64_t> no_perm;
+    const auto& perm = opts.perms.empty() ? no_perm : opts.perms[li];
+    torch::Tensor mask_row;
+    if (opts.head_mask.defined()) mask_row = opts.head_mask[l].narrow(0, 0, config.heads_in_layer(l));
+    torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row);
+    Memory::append(&memory.layers[li], h, memory.position, opts.mem_len);
+    h = out;
+  }
+  memory.position += t;
+  if (train && config.dropout > 0) h = torch::dropout(h, config.dropout, true);
+  return h;
+}
+
+torch::Tensor TransformerXLImpl::forward(const torch::Tensor& input, const torch::Tensor& target, Memory& memory,
+                                         const ForwardOptions& opts) {
+  torch::Tensor h = hidden(input, memory, opts);
+  const int64_t b = input.size(0), t = input.size(1);
+  return crit(h.reshape({b * t, config.d_model}), target.reshape({b * t})).view({b, t});
+}
+
+}  // namespace xl::model

@@ -1,0 +1,265 @@
+// Relative attention against an explicit double loop over (query, key) with explicit distances:
+// memory lengths 0, partial and full, same_length and clamp_len on and off, memories of any age
+// (Skip-Retain), head permutations (SCH) and head masks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "xl/model/rel_attention.h"
+
+using namespace xl::model;
+using torch::Tensor;
+
+namespace {
+
+struct NaiveSettings {
+  bool same_length = false;
+  int64_t mem_len = 0;
+  int64_t clamp_len = 0;
+  std::vector<int64_t> perm;  // SCH: head h reads head perm[h]
+  Tensor head_mask;           // [H] or undefined
+};
+
+Tensor sinusoid(int64_t d, int64_t dim) {
+  auto out = torch::zeros({dim}, torch::kFloat64);
+  for (int64_t k = 0; k < dim / 2; ++k) {
+    double inv = 1.0 / std::pow(10000.0, 2.0 * k / static_cast<double>(dim));
+    out[k] = std::sin(d * inv);
+    out[k + dim / 2] = std::cos(d * inv);
+  }
+  return out;
+}
+
+// One layer's attention sublayer, computed query by query and key by key.
+Tensor naive_attention(RelMultiHeadAttn& a, const Tensor& w, const Tensor& mem, const std::vector<int64_t>& key_pos,
+                       int64_t position, const Tensor& u, const Tensor& v, const NaiveSettings& s) {
+  const int64_t B = w.size(0), T = w.size(1), D = w.size(2), H = a->n_head, dh = a->d_head;
+  const int64_t M = mem.defined() ? mem.size(1) : 0, K = M + T;
+  Tensor cat = M > 0 ? torch::cat({mem, w}, 1) : w;
+  Tensor x_kv = a->pre_lnorm ? a->layer_norm(cat) : cat;
+  auto W = a->qkv_net->weight;
+  auto Wq = W.narrow(0, 0, H * dh), Wk = W.narrow(0, H * dh, H * dh), Wv = W.narrow(0, 2 * H * dh, H * dh);
+  auto Wr = a->r_net->weight;
+  Tensor out = torch::zeros({B, T, H * dh}, torch::kFloat64);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      int64_t hp = s.perm.empty() ? h : s.perm[static_cast<size_t>(h)];
+      auto wq = Wq.narrow(0, h * dh, dh), wk = Wk.narrow(0, hp * dh, dh), wv = Wv.narrow(0, hp * dh, dh);
+      auto wr = Wr.narrow(0, hp * dh, dh);
+      for (int64_t i = 0; i < T; ++i) {
+        auto q = torch::mv(wq, x_kv[b][M + i]);
+        std::vector<double> scores(static_cast<size_t>(K));
+        std::vector<bool> visible(static_cast<size_t>(K));
+        for (int64_t j = 0; j < K; ++j) {
+          int64_t d = position + i - key_pos[static_cast<size_t>(j)];
+          bool vis = d >= 0 && !(s.same_length && M + i - j >= s.mem_len);
+          visible[static_cast<size_t>(j)] = vis;
+          if (!vis) continue;
+          int64_t dc = s.clamp_len > 0 ? std::min(d, s.clamp_len) : d;
+          auto k = torch::mv(wk, x_kv[b][j]);
+          auto r = torch::mv(wr, sinusoid(dc, D));
+          scores[static_cast<size_t>(j)] =
+              ((q + u[h]).dot(k) + (q + v[h]).dot(r)).item<double>() / std::sqrt(static_cast<double>(dh));
+        }
+        double mx = -1e300, z = 0;
+        for (int64_t j = 0; j < K; ++j) if (visible[j]) mx = std::max(mx, scores[j]);
+        for (int64_t j = 0; j < K; ++j) if (visible[j]) z += std::exp(scores[j] - mx);
+        auto vec = torch::zeros({dh}, torch::kFloat64);
+        for (int64_t j = 0; j < K; ++j)
+          if (visible[j]) vec += std::exp(scores[j] - mx) / z * torch::mv(wv, x_kv[b][j]);
+        if (s.head_mask.defined()) vec = vec * s.head_mask[h];
+        out[b][i].narrow(0, h * dh, dh).copy_(vec);
+      }
+    }
+  Tensor attn_out = torch::linear(out, a->o_net->weight);
+  return a->pre_lnorm ? w + attn_out : a->layer_norm(w + attn_out);
+}
+
+struct Fixture {
+  ModelConfig cfg;
+  RelMultiHeadAttn attn{nullptr};
+  Tensor u, v;
+  explicit Fixture(int64_t heads = 3, bool pre_ln = false) {
+    cfg.d_model = 12;
+    cfg.n_head = heads;
+    cfg.d_head = 4;
+    cfg.dropout = 0;
+    cfg.pre_lnorm = pre_ln;
+    torch::manual_seed(7);
+    attn = RelMultiHeadAttn(cfg, heads, false);
+    for (auto& p : attn->parameters()) p.data().normal_(0, 0.5);
+    attn->to(torch::kFloat64);
+    attn->eval();
+    u = torch::randn({heads, cfg.d_head}, torch::kFloat64);
+    v = torch::randn({heads, cfg.d_head}, torch::kFloat64);
+  }
+};
+
+// Runs the module with memory `runs` (positions) before a segment at `position`.
+Tensor module_attention(Fixture& f, const Tensor& w, const Tensor& mem, const std::vector<MemoryRun>& runs,
+                        int64_t position, const NaiveSettings& s) {
+  SinusoidTable table(f.cfg.d_model);
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Tensor> masks;
+  AttentionPass pass;
+  pass.position = position;
+  pass.mem_len = s.mem_len;
+  pass.same_length = s.same_length;
+  pass.clamp_len = s.clamp_len;
+  pass.sinusoid = &table;
+  pass.mask_cache = &masks;
+  LayerMemory lm;
+  lm.hidden = mem;
+  lm.runs = runs;
+  return f.attn(w, lm, pass, f.u, f.v, s.perm, s.head_mask);
+}
+
+std::vector<int64_t> positions_of(const std::vector<MemoryRun>& runs, int64_t position, int64_t t) {
+  std::vector<int64_t> pos;
+  for (const auto& r : runs)
+    for (int64_t k = 0; k < r.length; ++k) pos.push_back(r.start + k);
+  for (int64_t k = 0; k < t; ++k) pos.push_back(position + k);
+  return pos;
+}
+
+void expect_close(const Tensor& a, const Tensor& b, double tol = 1e-10) {
+  ASSERT_EQ(a.sizes(), b.sizes());
+  double diff = (a - b).abs().max().item<double>();
+  EXPECT_LT(diff, tol) << "max abs difference " << diff;
+}
+
+}  // namespace
+
+TEST(RelAttention, MatchesNaiveLoopOverShapesMemoryLengthsAndOptions) {
+  for (bool pre_ln : {false, true}) {
+    Fixture f(3, pre_ln);
+    for (int64_t t : {1, 2, 5}) {
+      for (int64_t m : {0, 1, 3, 6}) {
+        for (bool same_length : {false, true}) {
+          for (int64_t clamp : {0, 3}) {
+            NaiveSettings s;
+            s.same_length = same_length;
+            s.mem_len = std::max<int64_t>(m, 4);  // partial (m < mem_len) and full memories
+            s.clamp_len = clamp;
+            auto w = torch::randn({2, t, f.cfg.d_model}, torch::kFloat64);
+            Tensor mem = m > 0 ? torch::randn({2, m, f.cfg.d_model}, torch::kFloat64) : Tensor();
+            const int64_t position = 20;
+            std::vector<MemoryRun> runs;
+            if (m > 0) runs.push_back({position - m, m});
+            auto got = module_attention(f, w, mem, runs, position, s);
+            auto want = naive_attention(f.attn, w, mem, positions_of(runs, position, t), position, f.u, f.v, s);
+            SCOPED_TRACE(testing::Message() << "pre_ln=" << pre_ln << " t=" << t << " m=" << m
+                                            << " same_length=" << same_length << " clamp=" << clamp);
+            expect_close(got, want);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RelAttention, OldMemoryAfterSkipsUsesTheDistancesIncludingTheGap) {
+  Fixture f;
+  for (int64_t gap : {3, 8}) {        // one skipped segment of 3, or two consecutive ones
+    for (int64_t clamp : {0, 9}) {
+      NaiveSettings s;
+      s.clamp_len = clamp;
+      s.mem_len = 4;
+      const int64_t t = 3, m = 4, position = 30;
+      std::vector<MemoryRun> runs{{position - gap - m, m}};
+      auto w = torch::randn({2, t, f.cfg.d_model}, torch::kFloat64);
+      auto mem = torch::randn({2, m, f.cfg.d_model}, torch::kFloat64);
+      auto got = module_attention(f, w, mem, runs, position, s);
+      auto want = naive_attention(f.attn, w, mem, positions_of(runs, position, t), position, f.u, f.v, s);
+      expect_close(got, want);
+      // And it differs from pretending the memory were fresh.
+      auto fresh = naive_attention(f.attn, w, mem, positions_of({{position - m, m}}, position, t), position, f.u, f.v, s);
+      EXPECT_GT((got - fresh).abs().max().item<double>(), 1e-6);
+    }
+  }
+  // A memory made of several runs of different ages (mem_len > tgt_len with skips in between).
+  NaiveSettings s;
+  s.mem_len = 7;
+  const int64_t t = 2, position = 40;
+  std::vector<MemoryRun> runs{{25, 3}, {33, 2}, {38, 2}};
+  auto w = torch::randn({1, t, f.cfg.d_model}, torch::kFloat64);
+  auto mem = torch::randn({1, 7, f.cfg.d_model}, torch::kFloat64);
+  expect_close(module_attention(f, w, mem, runs, position, s),
+               naive_attention(f.attn, w, mem, positions_of(runs, position, t), position, f.u, f.v, s));
+}
+
+TEST(RelAttention, CrossHeadPermutationEqualsNaivePerHeadSwap) {
+  Fixture f(4);
+  NaiveSettings s;
+  s.mem_len = 3;
+  s.perm = {2, 0, 3, 1};
+  const int64_t t = 3, m = 3, position = 10;
+  std::vector<MemoryRun> runs{{position - m, m}};
+  auto w = torch::randn({2, t, f.cfg.d_model}, torch::kFloat64);
+  auto mem = torch::randn({2, m, f.cfg.d_model}, torch::kFloat64);
+  auto got = module_attention(f, w, mem, runs, position, s);
+  expect_close(got, naive_attention(f.attn, w, mem, positions_of(runs, position, t), position, f.u, f.v, s));
+  NaiveSettings plain = s;
+  plain.perm.clear();
+  EXPECT_GT((got - module_attention(f, w, mem, runs, position, plain)).abs().max().item<double>(), 1e-6);
+  NaiveSettings identity = s;
+  identity.perm = {0, 1, 2, 3};
+  EXPECT_TRUE(torch::equal(module_attention(f, w, mem, runs, position, identity),
+                           module_attention(f, w, mem, runs, position, plain)));
+}
+
+TEST(RelAttention, HeadMaskOfOnesIsNoMaskAndMaskingActsOnlyThroughThatHead) {
+  Fixture f(3);
+  NaiveSettings s;
+  s.mem_len = 2;
+  const int64_t t = 4, m = 2, position = 9;
+  std::vector<MemoryRun> runs{{position - m, m}};
+  auto w = torch::randn({2, t, f.cfg.d_model}, torch::kFloat64);
+  auto mem = torch::randn({2, m, f.cfg.d_model}, torch::kFloat64);
+  auto plain = module_attention(f, w, mem, runs, position, s);
+  NaiveSettings ones = s;
+  ones.head_mask = torch::ones({3}, torch::kFloat64);
+  EXPECT_TRUE(torch::equal(module_attention(f, w, mem, runs, position, ones), plain));
+  NaiveSettings masked = s;
+  masked.head_mask = torch::tensor({1.0, 0.0, 1.0}, torch::kFloat64);
+  expect_close(module_attention(f, w, mem, runs, position, masked),
+               naive_attention(f.attn, w, mem, positions_of(runs, position, t), position, f.u, f.v, masked));
+}
+
+TEST(RelAttention, GradientsOfTheFusedSoftmaxMatchAutogradOfTheNaiveShift) {
+  // Backward of the strided relative shift against autograd through plain indexing.
+  torch::manual_seed(3);
+  for (auto [t, m] : {std::pair<int64_t, int64_t>{4, 3}, {1, 5}, {5, 0}}) {
+    const int64_t n = 2, k = t + m;
+    auto ac = torch::randn({n, t, k}, torch::dtype(torch::kFloat64).requires_grad(true));
+    auto bd = torch::randn({n, t, k}, torch::dtype(torch::kFloat64).requires_grad(true));
+    auto mask = (torch::arange(k).unsqueeze(0) > (m + torch::arange(t)).unsqueeze(1));
+    auto p = relative_attention_probs(ac, {bd}, {{0, k, k - 1, k}}, mask, 0.5);
+    auto g = torch::randn_like(p);
+    auto grads = torch::autograd::grad({(p * g).sum()}, {ac, bd});
+    // Naive: gather BD[i][j + T - 1 - i] for visible entries.
+    auto idx = (torch::arange(k).unsqueeze(0) + (t - 1) - torch::arange(t).unsqueeze(1)).clamp(0, k - 1);
+    auto shifted = bd.gather(2, idx.unsqueeze(0).expand({n, t, k}));
+    auto s = ((ac + shifted) * 0.5).masked_fill(mask, -INFINITY);
+    auto p2 = torch::softmax(s, -1);
+    auto grads2 = torch::autograd::grad({(p2 * g).sum()}, {ac, bd});
+    EXPECT_LT((p - p2).abs().max().item<double>(), 1e-12);
+    EXPECT_LT((grads[0] - grads2[0]).abs().max().item<double>(), 1e-12);
+    EXPECT_LT((grads[1] - grads2[1]).abs().max().item<double>(), 1e-12);
+  }
+  // A memory-only block (older run): table of T + len - 1 distances.
+  const int64_t n = 2, t = 3, len = 4, table = t + len - 1;
+  auto ac = torch::randn({n, t, len + t}, torch::dtype(torch::kFloat64).requires_grad(true));
+  auto bd_mem = torch::randn({n, t, table}, torch::dtype(torch::kFloat64).requires_grad(true));
+  auto bd_cur = torch::randn({n, t, t}, torch::dtype(torch::kFloat64).requires_grad(true));
+  auto mask = torch::cat({torch::zeros({t, len}, torch::kBool), torch::arange(t).unsqueeze(0) > torch::arange(t).unsqueeze(1)}, 1);
+  auto p = relative_attention_probs(ac, {bd_mem, bd_cur}, {{0, len, 9, table}, {len, t, t - 1, t}}, mask, 1.0);
+  auto g = torch::randn_like(p);
+  auto grads = torch::autograd::grad({(p * g).sum()}, {ac, bd_mem, bd_cur});
+  auto idx_m = torch::arange(len).unsqueeze(0) + (t - 1) - torch::arange(t).unsqueeze(1);
+  auto idx_c = (torch::arange(t).unsqueeze(0) + (t - 1) - torch::arange(t).unsqueeze(1)).clamp(0, t - 1);
+  auto shifted = torch::cat({bd_mem.gather(2, idx_m.unsqueeze(0).expand({n, t, len})),
+                             bd_cur.gather(2, idx_c.unsqueeze(0).expand({n, t, t}))}, 2);
+  auto p2 = torch::softmax((ac + shifted).masked_fill(mask, -INFINITY), -1);
+  auto grads2 = torch::autograd::grad({(p2 * g).sum()}, {ac, bd_mem, bd_cur});
+  for (int i = 0; i < 3; ++i) EXPECT_LT((grads[i] - grads2[i]).abs().max().item<double>(), 1e-12) << i;
+}

@@ -1,0 +1,295 @@
+// The whole model: memory semantics, Skip-Retain and SCH invariants, adaptive softmax, gradients.
+#include <gtest/gtest.h>
+
+#include "xl/model/cross_head.h"
+#include "xl/model/skip_retain.h"
+#include "xl/model/transformer_xl.h"
+#include "xl/util/error.h"
+
+using namespace xl::model;
+using torch::Tensor;
+
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.n_token = 11;
+  c.n_layer = 3;
+  c.d_model = 8;
+  c.n_head = 2;
+  c.d_head = 3;
+  c.d_inner = 10;
+  c.dropout = 0;
+  return c;
+}
+
+TransformerXL make_model(const ModelConfig& c, torch::Dtype dtype = torch::kFloat64) {
+  TransformerXL m(c);
+  m->reset_parameters(5);
+  m->to(dtype);
+  m->eval();
+  return m;
+}
+
+Tensor tokens(int64_t b, int64_t t, int64_t v, int seed) {
+  torch::manual_seed(seed);
+  return torch::randint(0, v, {b, t}, torch::kLong);
+}
+
+// Inputs of every layer for one segment, computed layer by layer with the module's own layers.
+std::vector<Tensor> layer_inputs(TransformerXL& m, const Tensor& input, const Memory& before, int64_t mem_len) {
+  Memory mem = before;
+  AttentionPass pass;
+  SinusoidTable table(m->config.d_model);
+  pass.position = mem.position;
+  pass.mem_len = mem_len;
+  pass.sinusoid = &table;
+  std::vector<Tensor> inputs;
+  Tensor h = m->word_emb(input);
+  for (int64_t l = 0; l < m->config.n_layer; ++l) {
+    inputs.push_back(h);
+    auto [u, v] = m->biases(l);
+    h = m->layer_list[l](h, mem.layers[l], pass, u, v, std::vector<int64_t>{}, Tensor());
+  }
+  return inputs;
+}
+
+}  // namespace
+
+TEST(Model, ParameterNamesFollowThePyTorchTransformerXL) {
+  ModelConfig c = tiny_config();
+  TransformerXL m(c);
+  std::set<std::string> names;
+  for (const auto& [name, t] : m->named_tensors()) names.insert(name);
+  for (const char* want : {"word_emb.emb_layers.0.weight", "r_w_bias", "r_r_bias", "layers.0.dec_attn.qkv_net.weight",
+                           "layers.2.dec_attn.r_net.weight", "layers.1.dec_attn.o_net.weight",
+                           "layers.0.dec_attn.layer_norm.weight", "layers.0.pos_ff.CoreNet.0.weight",
+                           "layers.0.pos_ff.CoreNet.3.bias", "layers.0.pos_ff.layer_norm.bias", "crit.out_layers.0.bias",
+                           "pos_emb.inv_freq"})
+    EXPECT_TRUE(names.count(want)) << want;
+  // The tied output weight is the embedding itself, stored once.
+  EXPECT_FALSE(names.count("crit.out_layers.0.weight"));
+  EXPECT_EQ(m->crit->layers[0]->weight.data_ptr(), m->word_emb->embeddings[0]->weight.data_ptr());
+  EXPECT_FALSE(names.count("layers.0.dec_attn.qkv_net.bias"));
+}
+
+TEST(Model, MemoryHoldsDetachedLayerInputsOfTheRightLength) {
+  ModelConfig c = tiny_config();
+  auto m = make_model(c);
+  Memory mem = m->new_memory();
+  const int64_t mem_len = 5;
+  ForwardOptions opts;
+  opts.mem_len = mem_len;
+  int64_t seen = 0;
+  for (int64_t t : {3, 4, 1, 6}) {
+    auto input = tokens(2, t, c.n_token, static_cast<int>(t));
+    auto expected_inputs = layer_inputs(m, input, mem, mem_len);
+    Memory before = mem;
+    m->hidden(input, mem, opts);
+    seen += t;
+    EXPECT_EQ(mem.position, seen);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const auto& lm = mem.layers[l];
+      ASSERT_EQ(lm.length(), std::min(seen, mem_len));
+      EXPECT_FALSE(lm.hidden.requires_grad());
+      auto all = before.layers[l].length() > 0 ? torch::cat({before.layers[l].hidden, expected_inputs[l]}, 1) : expected_inputs[l];
+      EXPECT_TRUE(torch::allclose(lm.hidden, all.slice(1, all.size(1) - lm.length()), 1e-12, 1e-12));
+      EXPECT_EQ(lm.gap(mem.position), 0);
+    }
+  }
+  // mem_len 0 keeps nothing (a [-0:] slice would keep everything).
+  Memory none = m->new_memory();
+  opts.mem_len = 0;
+  m->hidden(tokens(2, 4, c.n_token, 1), none, opts);
+  for (const auto& lm : none.layers) EXPECT_EQ(lm.length(), 0);
+}
+
+TEST(Model, LongerMemoryThanSegmentSeesEarlierSegments) {
+  // With mem_len >= stream length, segmenting the stream changes nothing (same_length off).
+  ModelConfig c = tiny_config();
+  auto m = make_model(c);
+  auto stream = tokens(2, 12, c.n_token, 9);
+  ForwardOptions opts;
+  opts.mem_len = 12;
+  Memory whole = m->new_memory();
+  auto full = m->forward(stream.slice(1, 0, 11), stream.slice(1, 1, 12), whole, opts);
+  Memory parts = m->new_memory();
+  std::vector<Tensor> pieces;
+  for (int64_t s = 0; s < 11; s += 4) {
+    int64_t e = std::min<int64_t>(s + 4, 11);
+    pieces.push_back(m->forward(stream.slice(1, s, e), stream.slice(1, s + 1, e + 1), parts, opts));
+  }
+  EXPECT_LT((torch::cat(pieces, 1) - full).abs().max().item<double>(), 1e-10);
+}
+
+TEST(Model, NoSkipAndZeroBetaAreExactlyThePlainModel) {
+  ModelConfig c = tiny_config();
+  auto m = make_model(c, torch::kFloat32);
+  m->train();  // the training path, without dropout (dropout 0)
+  xl::Rng rng(3);
+  Memory plain = m->new_memory(), drawn = m->new_memory();
+  auto probs = skip_probabilities(SkipSchedule::kUniform, c.n_layer, 0.0);
+  for (int step = 0; step < 4; ++step) {
+    auto input = tokens(2, 5, c.n_token, step), target = tokens(2, 5, c.n_token, step + 10);
+    ForwardOptions base;
+    base.mem_len = 5;
+    ForwardOptions opts = base;
+    opts.skip = draw_skips(rng, probs);
+    opts.perms = draw_cross_head(rng, 0.0, m->heads_per_layer());
+    for (const auto& p : opts.perms) EXPECT_TRUE(p.empty());
+    EXPECT_TRUE(torch::equal(m->forward(input, target, plain, base), m->forward(input, target, drawn, opts)));
+  }
+}
+
+TEST(Model, SkippedLayerIsIdentityAndKeepsItsMemory) {
+  ModelConfig c = tiny_config();
+  auto m = make_model(c);
+  ForwardOptions opts;
+  opts.mem_len = 4;
+  Memory mem = m->new_memory();
+  m->hidden(tokens(2, 4, c.n_token, 1), mem, opts);  // segment 1: all layers write memory
+  Memory after_first = mem;
+  // Segment 2: skip layer 1. Layer 2's input must then be layer 1's input.
+  auto input2 = tokens(2, 4, c.n_token, 2);
+  auto inputs2 = layer_inputs(m, input2, mem, 4);  // without skip, for layer 0's output
+  ForwardOptions skip1 = opts;
+  skip1.skip = {false, true, false};
+  m->hidden(input2, mem, skip1);
+  EXPECT_TRUE(torch::equal(mem.layers[1].hidden, after_first.layers[1].hidden));
+  EXPECT_EQ(mem.layers[1].gap(mem.position), 4);
+  EXPECT_EQ(mem.layers[0].gap(mem.position), 0);
+  // Layer 2 stored its input, which is layer 0's output (= layer 1's input) because 1 was skipped.
+  EXPECT_LT((mem.layers[2].hidden - inputs2[1].slice(1, 0)).abs().max().item<double>(), 1e-12);
+  // A second consecutive skip: the memory grows older still.
+  m->hidden(tokens(2, 3, c.n_token, 3), mem, skip1);
+  EXPECT_EQ(mem.layers[1].gap(mem.position), 7);
+  EXPECT_TRUE(torch::equal(mem.layers[1].hidden, after_first.layers[1].hidden));
+  // The next unskipped step writes fresh memory again.
+  m->hidden(tokens(2, 4, c.n_token, 4), mem, opts);
+  EXPECT_EQ(mem.layers[1].gap(mem.position), 0);
+  EXPECT_NEAR(mem.mean_gap(), 0.0, 1e-12);
+}
+
+TEST(Model, SkipSchedulesFollowThePaper) {
+  auto lin = skip_probabilities(SkipSchedule::kLinear, 4, 0.3);
+  EXPECT_DOUBLE_EQ(lin[0], 0.0);
+  EXPECT_DOUBLE_EQ(lin[1], 0.125);
+  EXPECT_DOUBLE_EQ(lin[2], 0.25);
+  EXPECT_DOUBLE_EQ(lin[3], 0.0);
+  EXPECT_EQ(skip_probabilities(SkipSchedule::kNoFirstLast, 4, 0.1), (std::vector<double>{0, 0.1, 0.1, 0}));
+  EXPECT_EQ(skip_probabilities(SkipSchedule::kNoFirst, 3, 0.1), (std::vector<double>{0, 0.1, 0.1}));
+  EXPECT_EQ(skip_probabilities(SkipSchedule::kNoLast, 3, 0.1), (std::vector<double>{0.1, 0.1, 0}));
+  EXPECT_DOUBLE_EQ(expected_context(lin, 512), 0.375 * 1024);
+  // Empirical rates match the schedule.
+  xl::Rng rng(11);
+  auto probs = skip_probabilities(SkipSchedule::kLinear, 12, 0);
+  std::vector<int> count(12, 0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    auto s = draw_skips(rng, probs);
+    for (int l = 0; l < 12; ++l) count[l] += s[l];
+  }
+  for (int l = 0; l < 12; ++l) EXPECT_NEAR(count[l] / double(n), probs[l], 0.012) << "layer " << l;
+  EXPECT_THROW(parse_skip_schedule("sometimes"), xl::Error);
+}
+
+TEST(Model, CrossHeadDrawsFireAtRateBetaWithUniformPermutations) {
+  xl::Rng rng(5);
+  int fired = 0, identity = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    auto p = draw_cross_head(rng, 0.25, {3});
+    if (!p[0].empty()) {
+      ++fired;
+      identity += p[0] == std::vector<int64_t>{0, 1, 2};
+    }
+  }
+  EXPECT_NEAR(fired / double(n), 0.25, 0.01);
+  EXPECT_NEAR(identity / double(fired), 1.0 / 6, 0.02);  // identity allowed, 1 of 3! orders
+}
+
+TEST(Model, AdaptiveSoftmaxIsANormalizedDistributionMatchingTheLoss) {
+  ModelConfig c = tiny_config();
+  c.n_token = 40;
+  c.cutoffs = {10, 25};
+  c.div_val = 2;
+  c.tie_projs = {false, true, true};
+  auto m = make_model(c);
+  auto input = tokens(2, 6, c.n_token, 4), target = tokens(2, 6, c.n_token, 8);
+  Memory mem = m->new_memory();
+  ForwardOptions opts;
+  opts.mem_len = 4;
+  Memory mem2 = mem;
+  auto nll = m->forward(input, target, mem, opts);
+  auto h = m->hidden(input, mem2, opts).reshape({12, c.d_model});
+  auto lp = m->log_probs(h);
+  EXPECT_LT((lp.exp().sum(1) - 1).abs().max().item<double>(), 1e-10);
+  auto want = -lp.gather(1, target.reshape({12, 1})).squeeze(1);
+  EXPECT_LT((nll.reshape({12}) - want).abs().max().item<double>(), 1e-10);
+  // Tied projections are the embedding's own tensors.
+  EXPECT_EQ(m->crit->projections[1].data_ptr(), m->word_emb->projections[1].data_ptr());
+  EXPECT_NE(m->crit->projections[0].data_ptr(), m->word_emb->projections[0].data_ptr());
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {
+  for (bool adaptive : {false, true}) {
+    ModelConfig c = tiny_config();
+    c.n_layer = 2;
+    c.pre_lnorm = adaptive;
+    if (adaptive) {
+      c.n_token = 20;
+      c.cutoffs = {8};
+      c.div_val = 2;
+    }
+    auto m = make_model(c);
+    auto input = tokens(2, 4, c.n_token, 1), target = tokens(2, 4, c.n_token, 2);
+    Memory warm = m->new_memory();
+    ForwardOptions opts;
+    opts.mem_len = 3;
+    m->hidden(tokens(2, 3, c.n_token, 3), warm, opts);  // a non-empty memory
+    auto loss_of = [&]() {
+      Memory mem = warm;
+      return m->forward(input, target, mem, opts).sum();
+    };
+    m->zero_grad();
+    loss_of().backward();
+    for (const auto& [name, p] : m->named_tensors()) {
+      if (!p.requires_grad()) continue;
+      auto flat = p.data().view({-1});
+      auto grad = p.grad().view({-1});
+      for (int64_t k : {int64_t(0), flat.numel() / 2, flat.numel() - 1}) {
+        double old = flat[k].item<double>(), eps = 1e-6;
+        flat[k] = old + eps;
+        double up = loss_of().item<double>();
+        flat[k] = old - eps;
+        double down = loss_of().item<double>();
+        flat[k] = old;
+        double fd = (up - down) / (2 * eps);
+        EXPECT_NEAR(grad[k].item<double>(), fd, 1e-6 * std::max(1.0, std::abs(fd))) << name << "[" << k << "]";
+      }
+    }
+  }
+}
+
+TEST(Model, ConfigJsonRoundTripAndValidation) {
+  ModelConfig c = tiny_config();
+  c.cutoffs = {5};
+  c.tie_projs = {false, true};
+  auto back = ModelConfig::from_json(c.to_json(), "t");
+  EXPECT_EQ(back.to_json(), c.to_json());
+  auto j = c.to_json();
+  j["d_modle"] = 3;
+  EXPECT_THROW(ModelConfig::from_json(j, "t"), xl::Error);
+  j = c.to_json();
+  j["n_head"] = "eight";
+  try {
+    ModelConfig::from_json(j, "cfg.json");
+    FAIL();
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitConfig);
+    EXPECT_NE(std::string(e.what()).find("n_head"), std::string::npos);
+  }
+  j = c.to_json();
+  j["cutoffs"] = {20};
+  EXPECT_THROW(ModelConfig::from_json(j, "t"), xl::Error);
+}
