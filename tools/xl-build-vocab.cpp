@@ -32,10 +32,10 @@ int main(int argc, char** argv) {
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);
     std::vector<std::string> texts;
     std::vector<std::string_view> views;
-    std::string names;
+    std::vector<std::string> names;
     for (const auto& path : cli.get<std::vector<std::string>>("input")) {
       texts.push_back(xl::io::read_text(path));
-      names += (names.empty() ? "" : ",") + xl::io::display_name(path);
+      names.push_back(xl::io::display_name(path));
     }
     for (const auto& t : texts) views.emplace_back(t);
     auto vocab = xl::text::build_vocab(views, opts, names);

@@ -18,7 +18,15 @@ int decode(const xl::cli::Options& cli, const std::string& input) {
   std::vector<std::string> splits = which == "all" ? tokens.split_names() : std::vector<std::string>{which};
   xl::text::Tokenizer tokenizer(tokens.vocab());
   xl::io::AtomicOutput out(cli.output(), cli.force(), false);
-  for (const auto& s : splits) out.stream() << tokenizer.decode(tokens.read_split(s));
+  // "all" decodes the splits as one sequence: in word mode a line cut between two splits keeps
+  // the space between its words.
+  std::vector<int32_t> ids;
+  for (const auto& s : splits) {
+    auto part = tokens.read_split(s);
+    if (ids.empty()) ids.swap(part);
+    else ids.insert(ids.end(), part.begin(), part.end());
+  }
+  out.stream() << tokenizer.decode(ids);
   out.commit();
   return 0;
 }

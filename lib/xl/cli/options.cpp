@@ -27,7 +27,7 @@ Options::Options(ToolInfo info) : info_(std::move(info)) {
 po::options_description_easy_init Options::add(const std::string& group) {
   for (auto& g : groups_)
     if (g.first == group) return g.second.add_options();
-  groups_.emplace_back(group, po::options_description(group + ":"));
+  groups_.emplace_back(group, po::options_description(group));
   return groups_.back().second.add_options();
 }
 
@@ -118,8 +118,17 @@ std::string Options::help_text() const {
   std::ostringstream os;
   os << "Usage: " << info_.name << " " << info_.usage << "\n" << info_.summary << "\n";
   if (!info_.description.empty()) os << "\n" << info_.description << "\n";
-  for (const auto& g : groups_) os << "\n" << g.second;
-  os << "\n" << common_;
+  // One description column for all groups, at least two spaces after the longest option (Boost
+  // leaves one, and help2man needs two to tell an option from its description).
+  unsigned width = common_.get_option_column_width();
+  for (const auto& g : groups_) width = std::max(width, g.second.get_option_column_width());
+  ++width;
+  for (const auto& g : groups_) {
+    os << "\n";
+    g.second.print(os, width);
+  }
+  os << "\n";
+  common_.print(os, width);
   if (!info_.examples.empty()) os << "\nExamples:\n" << info_.examples << "\n";
   os << "\nExit status: 0 success, 64 usage error, 65 bad input data, 66 missing input,\n"
         "70 internal error, 73 cannot create output, 74 I/O error, 78 bad configuration,\n"

@@ -12,14 +12,22 @@
 
 namespace xl::data {
 
-std::vector<int64_t> split_lengths(const std::string& spec, int64_t total) {
+namespace {
+
+struct SplitSpec {
+  bool fractions = false;
+  std::vector<double> fraction;  // when fractions
+  std::vector<int64_t> count;    // otherwise
+};
+
+SplitSpec parse_split_spec(const std::string& spec) {
   std::vector<std::string> parts;
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) parts.push_back(part);
   XL_CHECK(!parts.empty(), kExitUsage, "--split: empty split spec");
-  bool fractions = true;
-  std::vector<double> values;
+  SplitSpec out;
+  bool fractions = true, any_point = false;
   for (const auto& p : parts) {
     size_t pos = 0;
     double v = 0;
@@ -29,26 +37,44 @@ std::vector<int64_t> split_lengths(const std::string& spec, int64_t total) {
       XL_FAIL(kExitUsage, "--split: not a number: '" << p << "'");
     }
     XL_CHECK(v >= 0, kExitUsage, "--split: negative part '" << p << "'");
-    if (pos != p.size() || v > 1 || p.find('.') == std::string::npos) fractions = false;
-    values.push_back(v);
+    // Fractions are plain numbers in [0, 1], at least one written with a point: "0.95,0.05,0".
+    if (pos != p.size() || v > 1) fractions = false;
+    if (p.find('.') != std::string::npos) any_point = true;
+    out.fraction.push_back(v);
   }
-  std::vector<int64_t> lengths;
-  if (fractions) {
+  out.fractions = fractions && any_point;
+  if (out.fractions) {
     double sum = 0;
-    for (double v : values) sum += v;
+    for (double v : out.fraction) sum += v;
     XL_CHECK(std::fabs(sum - 1.0) < 1e-6, kExitUsage, "--split: fractions add up to " << sum << ", not 1");
-    int64_t used = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      int64_t n = i + 1 == values.size() ? total - used : static_cast<int64_t>(std::llround(values[i] * total));
+  } else {
+    for (const auto& p : parts) out.count.push_back(static_cast<int64_t>(cli::parse_count(p, "--split")));
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_split_spec(const std::string& spec, size_t max_parts) {
+  SplitSpec s = parse_split_spec(spec);
+  size_t n = s.fractions ? s.fraction.size() : s.count.size();
+  XL_CHECK(n <= max_parts, kExitUsage, "--split: at most " << max_parts << " parts (train, valid, test), got " << n);
+}
+
+std::vector<int64_t> split_lengths(const std::string& spec, int64_t total) {
+  SplitSpec s = parse_split_spec(spec);
+  std::vector<int64_t> lengths;
+  int64_t used = 0;
+  if (s.fractions) {
+    for (size_t i = 0; i < s.fraction.size(); ++i) {
+      int64_t n = i + 1 == s.fraction.size() ? total - used : static_cast<int64_t>(std::llround(s.fraction[i] * total));
       n = std::min(n, total - used);
       lengths.push_back(n);
       used += n;
     }
     return lengths;
   }
-  int64_t used = 0;
-  for (const auto& p : parts) {
-    int64_t n = static_cast<int64_t>(cli::parse_count(p, "--split"));
+  for (int64_t n : s.count) {
     lengths.push_back(n);
     used += n;
   }
@@ -97,10 +123,13 @@ text::Vocab restrict_to_train(const text::Vocab& full, std::vector<h5::TokenSpli
 Corpus tokenize_corpus(const CorpusRequest& req) {
   Corpus corpus;
   const bool build = !req.vocab.has_value();
-  std::vector<std::string> texts;
+  // A bad spec is a usage error: report it before reading anything.
+  if (!req.whole_input.empty()) check_split_spec(req.split_spec, 3);
+  std::vector<std::string> texts, names;
   std::vector<std::string_view> views;
   auto read = [&](const std::string& path) {
     texts.push_back(io::read_text(path));
+    names.push_back(io::display_name(path));
     XL_INFO("read " << io::display_name(path) << ": " << texts.back().size() << " bytes");
   };
   if (!req.whole_input.empty()) read(req.whole_input);
@@ -112,7 +141,7 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   provisional.min_count = 1;
   provisional.max_size = 0;
   provisional.allow_invalid_utf8 = req.allow_invalid_utf8;
-  corpus.vocab = build ? text::build_vocab(views, provisional, "input") : *req.vocab;
+  corpus.vocab = build ? text::build_vocab(views, provisional, names) : *req.vocab;
   text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8);
 
   auto encode = [&](std::string_view text, const std::string& path, h5::TokenSplit* split) {
@@ -132,15 +161,16 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     for (size_t i = 0; i < lengths.size(); ++i) {
       h5::TokenSplit s;
       s.name = kSplitNames[i];
-      s.ids.assign(all.ids.begin() + offset, all.ids.begin() + offset + lengths[i]);
+      // Train (the bulk) takes over the buffer once the later splits are copied out of it.
+      if (i > 0) s.ids.assign(all.ids.begin() + offset, all.ids.begin() + offset + lengths[i]);
       s.source = {io::display_name(req.whole_input), corpus.source_sha256, corpus.source_bytes, 0};
       offset += lengths[i];
       corpus.splits.push_back(std::move(s));
     }
-    // Unknown counts per split are only known for a given vocab; recount them from the ids.
-    if (!build && corpus.vocab.unk_id() >= 0)
-      for (auto& s : corpus.splits)
-        s.source.unknown = std::count(s.ids.begin(), s.ids.end(), corpus.vocab.unk_id());
+    if (!lengths.empty()) {
+      all.ids.resize(static_cast<size_t>(lengths[0]));
+      corpus.splits[0].ids = std::move(all.ids);
+    }
   } else {
     for (size_t i = 0; i < req.inputs.size(); ++i) {
       h5::TokenSplit s;
@@ -156,6 +186,11 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     text::VocabOptions final_opts = req.build;
     corpus.vocab = restrict_to_train(corpus.vocab, &corpus.splits, final_opts);
   }
+  // One input cut by token counts: the unknown pieces of each split (invalid UTF-8 bytes included)
+  // are the <unk> ids that landed in it.
+  if (!req.whole_input.empty() && corpus.vocab.unk_id() >= 0)
+    for (auto& s : corpus.splits)
+      s.source.unknown = std::count(s.ids.begin(), s.ids.end(), corpus.vocab.unk_id());
   return corpus;
 }
 

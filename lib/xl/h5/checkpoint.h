@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "xl/h5/h5.h"
 #include "xl/text/vocab.h"
 
 namespace xl::h5 {
@@ -43,5 +44,14 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
 
 // Looks a tensor up by name in a list; undefined tensor when absent.
 torch::Tensor find_tensor(const TensorList& list, const std::string& name);
+
+// One tensor as one dataset (also used by xl-inspect). write_tensor copies a non-contiguous or
+// non-CPU tensor to contiguous CPU memory and writes it in one call; 0-d tensors become scalar
+// datasets; bool, float16 and bfloat16 are stored as uint8/uint16 with attribute `torch_dtype`;
+// `order` (>= 0) records the position in its list. read_tensor returns a CPU tensor of the
+// stored dtype and fails with 65 naming `file` when the dataset cannot be read.
+void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tensor, int64_t order,
+                  const std::string& file);
+torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string& file);
 
 }  // namespace xl::h5

@@ -1,7 +1,10 @@
 #include "xl/h5/inspect.h"
 
+#include <iomanip>
+#include <limits>
 #include <sstream>
 
+#include "xl/h5/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 
 namespace xl::h5 {
@@ -28,16 +31,18 @@ nlohmann::json attributes_of(hid_t obj) {
   return attrs;
 }
 
-const char* type_name(Type t) {
-  switch (t) {
-    case Type::kU8: return "uint8";
-    case Type::kU16: return "uint16";
-    case Type::kI32: return "int32";
-    case Type::kI64: return "int64";
-    case Type::kF32: return "float32";
-    case Type::kF64: return "float64";
+// The stored element type, named as numpy would ("float16", "uint32", "bool" for h5py's enum).
+std::string dtype_name(hid_t ds) {
+  Handle t(H5Dget_type(ds));
+  if (!t.valid()) return "?";
+  const size_t bits = 8 * H5Tget_size(t);
+  switch (H5Tget_class(t)) {
+    case H5T_FLOAT: return "float" + std::to_string(bits);
+    case H5T_INTEGER: return (H5Tget_sign(t) == H5T_SGN_2 ? "int" : "uint") + std::to_string(bits);
+    case H5T_ENUM: return bits == 8 ? "bool" : "enum";
+    case H5T_STRING: return "string";
+    default: return "other";
   }
-  return "?";
 }
 
 struct VisitState {
@@ -51,9 +56,134 @@ herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* data) {
   nlohmann::json d;
   d["path"] = std::string("/") + name;
   d["shape"] = dataset_dims(obj, name, st->file);
-  d["dtype"] = type_name(dataset_type(obj, name, st->file));
+  Handle ds(H5Dopen2(obj, name, H5P_DEFAULT));
+  d["dtype"] = dtype_name(ds);
+  if (auto tag = read_attr_string(ds, "torch_dtype")) d["torch_dtype"] = *tag;
   st->datasets->push_back(d);
   return 0;
+}
+
+// The checkpoint summary: phase, training position, model configuration, parameter count,
+// groups, completeness and the head mask. Reads attributes and shapes only (plus the head mask),
+// and works on incomplete files too.
+nlohmann::json describe_checkpoint(const File& file) {
+  hid_t root = file.id();
+  nlohmann::json k;
+  k["phase"] = read_attr_string(root, "phase").value_or("");
+  k["complete"] = read_attr_int(root, "complete").value_or(0) == 1;
+  auto json_attr = [&](const char* key) -> nlohmann::json {
+    auto text = read_attr_string(root, key);
+    if (!text) return nullptr;
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    return j.is_discarded() ? nlohmann::json(*text) : j;
+  };
+  nlohmann::json state = json_attr("state");
+  for (const char* key : {"step", "tokens_seen", "epoch"})
+    if (state.is_object() && state.contains(key)) k[key] = state[key];
+  k["model_config"] = json_attr("model_config");
+  k["train_config"] = json_attr("train_config");
+  k["state"] = state;
+  nlohmann::json groups = nlohmann::json::object();
+  for (const char* g : {"model", "optimizer", "rng", "memory", "analysis"}) {
+    if (!exists(root, g)) continue;
+    int64_t count = 0, elements = 0;
+    std::vector<std::pair<int64_t, nlohmann::json>> tensors;
+    for (const auto& name : list(root, g)) {
+      const std::string path = std::string(g) + "/" + name;
+      H5O_info_t info;
+      if (H5Oget_info_by_name(root, path.c_str(), &info, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_DATASET)
+        continue;
+      auto dims = dataset_dims(root, path, file.name());
+      int64_t n = 1;
+      for (auto d : dims) n *= static_cast<int64_t>(d);
+      ++count;
+      elements += n;
+      if (std::string(g) == "model") {
+        Handle ds(H5Dopen2(root, path.c_str(), H5P_DEFAULT));
+        int64_t order = read_attr_int(ds, "order").value_or(std::numeric_limits<int64_t>::max());
+        std::string dtype = read_attr_string(ds, "torch_dtype").value_or(dtype_name(ds));
+        tensors.emplace_back(order, nlohmann::json{{"name", name}, {"dtype", dtype}, {"shape", dims}});
+      }
+    }
+    if (std::string(g) == "model") {
+      // In stored order, which is the model's own.
+      std::stable_sort(tensors.begin(), tensors.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      nlohmann::json params = nlohmann::json::array();
+      for (auto& t : tensors) params.push_back(std::move(t.second));
+      k["model_tensors"] = params;
+    }
+    groups[g] = {{"datasets", count}, {"elements", elements}};
+  }
+  k["groups"] = groups;
+  k["parameters"] = groups.contains("model") ? groups["model"]["elements"].get<int64_t>() : 0;
+  if (exists(root, "analysis/head_mask")) {
+    torch::Tensor mask = read_tensor(root, "analysis/head_mask", file.name()).to(torch::kDouble);
+    if (mask.dim() == 2) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (int64_t l = 0; l < mask.size(0); ++l) {
+        auto row = mask[l].contiguous();
+        rows.push_back(std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel()));
+      }
+      k["head_mask"] = rows;
+    }
+  }
+  return k;
+}
+
+std::string short_value(const nlohmann::json& v) {
+  std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+  return text.size() > 200 ? text.substr(0, 197) + "..." : text;
+}
+
+void checkpoint_text(std::ostream& os, const nlohmann::json& k) {
+  os << "checkpoint: " << (k["phase"].get<std::string>().empty() ? "(no phase)" : k["phase"].get<std::string>())
+     << ", " << (k["complete"].get<bool>() ? "complete" : "INCOMPLETE (its writer was interrupted)") << "\n";
+  std::string position;
+  for (const char* key : {"step", "tokens_seen", "epoch"})
+    if (k.contains(key))
+      position += std::string(position.empty() ? "" : ", ") + key + " " + short_value(k[key]);
+  if (!position.empty()) os << "  " << position << "\n";
+  const auto& mc = k["model_config"];
+  if (mc.is_object()) {
+    // The shape-defining keys first, then the rest by name.
+    static const char* first[] = {"n_layer", "d_model", "n_head", "d_head", "d_inner", "vocab_size", "n_vocab",
+                                  "tgt_len", "mem_len", "ext_len", "same_length", "clamp_len"};
+    std::vector<std::string> keys;
+    for (const char* key : first)
+      if (mc.contains(key)) keys.push_back(key);
+    for (const auto& [key, v] : mc.items())
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    os << "  model:";
+    for (const auto& key : keys) os << " " << key << " " << short_value(mc[key]);
+    os << "\n";
+  }
+  os << "  parameters: " << k["parameters"].get<int64_t>() << "\n";
+  os << "groups:\n";
+  for (const char* g : {"model", "optimizer", "rng", "memory", "analysis"}) {
+    if (!k["groups"].contains(g)) continue;
+    const int64_t n = k["groups"][g]["datasets"].get<int64_t>();
+    os << "  /" << g << ": " << n << (n == 1 ? " dataset, " : " datasets, ")
+       << k["groups"][g]["elements"].get<int64_t>() << " elements\n";
+  }
+}
+
+void head_mask_text(std::ostream& os, const nlohmann::json& k) {
+  if (k.contains("head_mask")) {
+    const auto& rows = k["head_mask"];
+    size_t heads = rows.empty() ? 0 : rows[0].size(), kept = 0, total = 0;
+    for (const auto& r : rows)
+      for (const auto& x : r) {
+        if (x.get<double>() != 0) ++kept;
+        ++total;
+      }
+    os << "head mask [" << rows.size() << " x " << heads << "]: " << kept << " of " << total << " heads kept\n";
+    for (size_t l = 0; l < rows.size(); ++l) {
+      os << "  layer " << std::setw(2) << l << ":";
+      for (const auto& x : rows[l]) os << " " << x.get<double>();
+      os << "\n";
+    }
+  }
 }
 
 }  // namespace
@@ -85,6 +215,14 @@ nlohmann::json describe(const File& file) {
     j["splits"] = splits;
     j["total_tokens"] = total;
   }
+  if (format == kCheckpointFormat) {
+    j["checkpoint"] = describe_checkpoint(file);
+    if (exists(file.id(), "vocab")) {
+      text::Vocab vocab = read_vocab(file.id(), "vocab", file.name());
+      j["vocab"] = {{"type", text::to_string(vocab.type())}, {"size", vocab.size()},
+                    {"specials", vocab.specials()}, {"sha256", vocab.sha256()}};
+    }
+  }
   nlohmann::json datasets = nlohmann::json::array();
   VisitState st{&datasets, file.name()};
   H5Ovisit(file.id(), H5_INDEX_NAME, H5_ITER_INC, visit, &st);
@@ -97,12 +235,16 @@ std::string describe_text(const nlohmann::json& j) {
   os << j["file"].get<std::string>() << ": " << j["format"].get<std::string>();
   if (j["attributes"].contains("xl_format_version")) os << " version " << j["attributes"]["xl_format_version"];
   os << "\n";
+  const bool is_checkpoint = j.contains("checkpoint");
   for (const auto& [k, v] : j["attributes"].items()) {
     if (k == "xl_format" || k == "xl_format_version") continue;
-    std::string text = v.is_string() ? v.get<std::string>() : v.dump();
-    if (text.size() > 200) text = text.substr(0, 197) + "...";
-    os << "  " << k << ": " << text << "\n";
+    // A checkpoint's configs and state are shown below (in full with --json).
+    if (is_checkpoint && (k == "model_config" || k == "train_config" || k == "state" || k == "phase" ||
+                          k == "complete" || k == "step" || k == "tokens_seen"))
+      continue;
+    os << "  " << k << ": " << short_value(v) << "\n";
   }
+  if (is_checkpoint) checkpoint_text(os, j["checkpoint"]);
   if (j.contains("vocab")) {
     const auto& v = j["vocab"];
     os << "vocab: " << v["type"].get<std::string>() << ", " << v["size"] << " entries (" << v["specials"]
@@ -119,7 +261,14 @@ std::string describe_text(const nlohmann::json& j) {
     }
     os << "  total: " << j["total_tokens"] << " tokens\n";
   }
-  if (!j.contains("splits")) {
+  if (is_checkpoint) {
+    // The parameters with their shapes; the other groups are summarized above (all in --json).
+    os << "model:\n";
+    for (const auto& t : j["checkpoint"]["model_tensors"])
+      os << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << " "
+         << t["shape"].dump() << "\n";
+    head_mask_text(os, j["checkpoint"]);
+  } else if (!j.contains("splits")) {
     os << "datasets:\n";
     for (const auto& d : j["datasets"]) os << "  " << d["path"].get<std::string>() << " " << d["dtype"].get<std::string>() << " " << d["shape"].dump() << "\n";
   }

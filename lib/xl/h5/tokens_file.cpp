@@ -81,7 +81,14 @@ void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenS
     opts.chunk = {kChunk};
     opts.extendible = true;
     opts.compress = meta.compress;
-    write_dataset(group, s.name, s.ids, {s.ids.size()}, stored, opts);
+    if (stored == Type::kU16) {
+      // Narrowed here: HDF5's own int32 -> uint16 conversion checks every element for overflow
+      // and is several times slower (all ids are below the vocab size, so none overflows).
+      std::vector<uint16_t> narrow(s.ids.begin(), s.ids.end());
+      write_dataset(group, s.name, narrow, {narrow.size()}, stored, opts);
+    } else {
+      write_dataset(group, s.name, s.ids, {s.ids.size()}, stored, opts);
+    }
     Handle ds(H5Dopen2(group, s.name.c_str(), H5P_DEFAULT));
     write_attr(ds, "source", s.source.name);
     write_attr(ds, "source_sha256", s.source.sha256);

@@ -1,5 +1,6 @@
 #include "xl/model/rel_attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "xl/model/rel_softmax.h"
@@ -40,7 +41,14 @@ RelMultiHeadAttnImpl::RelMultiHeadAttnImpl(const ModelConfig& cfg, int64_t heads
     : n_head(heads), d_head(cfg.d_head), d_model(cfg.d_model), pre_lnorm(cfg.pre_lnorm), dropout(cfg.dropout) {
   qkv_net = register_module("qkv_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, 3 * heads * d_head).bias(false)));
   r_net = register_module("r_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, heads * d_head).bias(false)));
-  o_net = register_module("o_net", torch::nn::Linear(torch::nn::LinearOptions(heads * d_head, d_model).bias(false)));
+  // LibTorch's Linear init divides by fan_in, 0 for a layer whose heads were all pruned: build
+  // that one at width 1 and empty it (forward never calls it when n_head is 0).
+  o_net = register_module("o_net", torch::nn::Linear(
+      torch::nn::LinearOptions(std::max<int64_t>(heads * d_head, 1), d_model).bias(false)));
+  if (heads == 0) {
+    torch::NoGradGuard no_grad;
+    o_net->weight.set_data(torch::empty({d_model, 0}));
+  }
   layer_norm = register_module("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
   if (own_biases) {
     r_w_bias = register_parameter("r_w_bias", torch::zeros({heads, d_head}));

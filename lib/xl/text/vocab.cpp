@@ -33,6 +33,22 @@ Vocab::Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_
   build_index();
 }
 
+Vocab::Vocab(const Vocab& other)
+    : type_(other.type_), pieces_(other.pieces_), counts_(other.counts_), specials_(other.specials_) {
+  build_index();
+}
+
+Vocab& Vocab::operator=(const Vocab& other) {
+  if (this != &other) {
+    type_ = other.type_;
+    pieces_ = other.pieces_;
+    counts_ = other.counts_;
+    specials_ = other.specials_;
+    build_index();
+  }
+  return *this;
+}
+
 void Vocab::build_index() {
   index_.clear();
   index_.reserve(pieces_.size() * 2);
@@ -132,6 +148,11 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
 
 Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
                   const std::string& source_name) {
+  return build_vocab(texts, opts, std::vector<std::string>(texts.size(), source_name));
+}
+
+Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
+                  const std::vector<std::string>& source_names) {
   if (opts.type == VocabType::kByte) {
     std::array<int64_t, 256> counts{};
     for (auto t : texts)
@@ -143,8 +164,8 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
   // Char and word: count pieces, then order them.
   std::unordered_map<std::string, int64_t> counts;
   int64_t unk = 0, eos = 0;
-  for (auto t : texts) {
-    Segmenter seg(opts.type, t, opts.allow_invalid_utf8, source_name);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    Segmenter seg(opts.type, texts[i], opts.allow_invalid_utf8, i < source_names.size() ? source_names[i] : "input");
     std::string_view piece;
     Segmenter::Kind kind;
     while (seg.next(&piece, &kind)) {

@@ -20,6 +20,12 @@ class Vocab {
  public:
   Vocab() = default;
   Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_t> counts, int specials);
+  // index_ holds views into pieces_: a copy must rebuild it (a moved vector keeps its strings
+  // where they are, so moves may keep it).
+  Vocab(const Vocab& other);
+  Vocab& operator=(const Vocab& other);
+  Vocab(Vocab&&) = default;
+  Vocab& operator=(Vocab&&) = default;
 
   VocabType type() const { return type_; }
   size_t size() const { return pieces_.size(); }
@@ -59,6 +65,9 @@ struct VocabOptions {
 // byte order of the piece, so identical input gives an identical vocab.
 Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
                   const std::string& source_name);
+// The same with one name per text, for error messages (invalid UTF-8 names its file).
+Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
+                  const std::vector<std::string>& source_names);
 
 // Orders counted pieces into a char or word vocab (what build_vocab does after counting).
 Vocab vocab_from_counts(const VocabOptions& opts, std::unordered_map<std::string, int64_t> counts,

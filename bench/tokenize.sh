@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Throughput of the data tools: xl-tokenize in byte, char and word mode (vocab built from the
+# train split, output to a file), xl-tokenize --decode all, and xl-build-vocab. Each number is the
+# median wall time of RUNS fresh processes; MB/s counts input bytes (10^6). Prints one JSON object.
+#
+#   bench/tokenize.sh [INPUT]    INPUT defaults to ../shared/data/enwik8/enwik8.head-4154064
+#   env: XL_BIN (default build/bin), RUNS (default 5)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${XL_BIN:-$root/build/bin}
+input=${1:-$root/../shared/data/enwik8/enwik8.head-4154064}
+runs=${RUNS:-5}
+[ -f "$input" ] || {
+  echo "bench/tokenize.sh: no input file $input" >&2
+  exit 66
+}
+for t in xl-tokenize xl-build-vocab xl-inspect; do
+  [ -x "$bin/$t" ] || {
+    echo "bench/tokenize.sh: $bin/$t not built" >&2
+    exit 66
+  }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+python3 - "$bin" "$input" "$runs" "$tmp" <<'EOF'
+import json, os, statistics, subprocess, sys, time
+
+bin_dir, path, runs, tmp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+size = os.path.getsize(path)
+
+
+def run_once(argv):
+    """Wall seconds and peak RSS (MB) of one fresh process; fails loudly on a nonzero exit."""
+    start = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    seconds = time.perf_counter() - start
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench: {' '.join(argv)} failed: {err.strip()}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def measure(argv, nbytes=size):
+    samples = [run_once(argv) for _ in range(runs)]
+    seconds = statistics.median(s for s, _ in samples)
+    return {
+        "seconds": round(seconds, 4),
+        "min_seconds": round(min(s for s, _ in samples), 4),
+        "mb_per_s": round(nbytes / 1e6 / seconds, 2),
+        "max_rss_mb": round(max(r for _, r in samples), 1),
+    }
+
+
+tool = lambda name: os.path.join(bin_dir, name)
+result = {
+    "bench": "tokenize",
+    "input": os.path.abspath(path),
+    "bytes": size,
+    "runs": runs,
+    "cpus": os.cpu_count(),
+    "load_avg_1m_before": round(os.getloadavg()[0], 2),
+}
+# The fixed cost of starting a tool (loading its libraries) is part of every run below.
+startup = measure([tool("xl-tokenize"), "--version"])
+result["startup_s"] = startup["seconds"]
+result["startup_max_rss_mb"] = startup["max_rss_mb"]
+
+result["tokenize"] = {}
+for mode in ["byte", "char", "word"]:
+    out = os.path.join(tmp, f"{mode}.h5")
+    argv = [tool("xl-tokenize"), "-q", "-f", "--mode", mode, "--allow-invalid-utf8", path, "-o", out]
+    if mode == "byte":
+        argv.remove("--allow-invalid-utf8")
+    m = measure(argv)
+    work = m["seconds"] - startup["seconds"]
+    m["mb_per_s_without_startup"] = round(size / 1e6 / work, 2) if work > 0 else None
+    info = json.loads(subprocess.run([tool("xl-inspect"), "--json", out], check=True,
+                                     capture_output=True).stdout)
+    m["tokens"] = info["total_tokens"]
+    m["vocab_size"] = info["vocab"]["size"]
+    m["output_bytes"] = os.path.getsize(out)
+    result["tokenize"][mode] = m
+
+decoded = os.path.join(tmp, "decoded.txt")
+m = measure([tool("xl-tokenize"), "-q", "-f", "--decode", "all", os.path.join(tmp, "byte.h5"), "-o", decoded])
+result["decode_all_byte"] = m
+
+result["build_vocab"] = {}
+for mode in ["byte", "char", "word"]:
+    out = os.path.join(tmp, f"{mode}.tsv")
+    result["build_vocab"][mode] = measure(
+        [tool("xl-build-vocab"), "-q", "-f", "--mode", mode, "--allow-invalid-utf8", path, "-o", out])
+result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+print(json.dumps(result, indent=2))
+EOF

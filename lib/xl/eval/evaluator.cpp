@@ -1,0 +1,169 @@
+#include "xl/eval/evaluator.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "xl/util/error.h"
+
+namespace xl::eval {
+
+double EvalResult::loss() const {
+  return tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::numeric_limits<double>::quiet_NaN();
+}
+double EvalResult::bpc() const { return loss() / std::log(2.0); }
+double EvalResult::ppl() const { return std::exp(loss()); }
+
+bool effective_same_length(const model::TransformerXL& model, const EvalSettings& s) {
+  bool on = s.same_length < 0 ? model->config.same_length : s.same_length != 0;
+  return on && s.mem_len > 0;
+}
+
+int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSettings& s) {
+  return s.clamp_len < 0 ? model->config.clamp_len : s.clamp_len;
+}
+
+int64_t stream_count(int64_t n, int64_t batch_size) {
+  return std::max<int64_t>(1, std::min<int64_t>(batch_size, n / 2));
+}
+
+torch::Device parse_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+    XL_CHECK(torch::cuda::is_available(), kExitNoInput, "--device " << name << ": CUDA is not available in this build or machine");
+    try {
+      torch::Device d(name);
+      XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
+               "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
+      return d;
+    } catch (const c10::Error&) {
+      XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
+    }
+  }
+  XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
+}
+
+namespace {
+
+// Puts the model in evaluation state and restores its training flag and the overridden config
+// entries when the evaluation ends (also on an exception).
+class ModelStateGuard {
+ public:
+  explicit ModelStateGuard(model::TransformerXL& m)
+      : model_(m), training_(m->is_training()), clamp_len_(m->config.clamp_len), same_length_(m->config.same_length) {}
+  ~ModelStateGuard() {
+    model_->config.clamp_len = clamp_len_;
+    model_->config.same_length = same_length_;
+    model_->train(training_);
+  }
+  ModelStateGuard(const ModelStateGuard&) = delete;
+  ModelStateGuard& operator=(const ModelStateGuard&) = delete;
+
+ private:
+  model::TransformerXL& model_;
+  bool training_;
+  int64_t clamp_len_;
+  bool same_length_;
+};
+
+void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
+  XL_CHECK(s.tgt_len >= 1, kExitUsage, "tgt_len must be at least 1, not " << s.tgt_len);
+  XL_CHECK(s.mem_len >= 0, kExitUsage, "mem_len must not be negative, not " << s.mem_len);
+  XL_CHECK(s.batch_size >= 1, kExitUsage, "batch size must be at least 1, not " << s.batch_size);
+  XL_CHECK(s.clamp_len >= -1, kExitUsage, "clamp_len must be -1 (the model's), 0 (off) or positive, not " << s.clamp_len);
+  XL_CHECK(s.same_length >= -1 && s.same_length <= 1, kExitUsage,
+           "same_length must be -1 (the model's), 0 or 1, not " << s.same_length);
+  XL_CHECK(s.max_tokens >= 0, kExitUsage, "max_tokens must not be negative, not " << s.max_tokens);
+  if (s.head_mask.defined()) {
+    const auto& c = model->config;
+    XL_CHECK(s.head_mask.dim() == 2 && s.head_mask.size(0) == c.n_layer && s.head_mask.size(1) >= c.n_head, kExitDataErr,
+             "head mask has shape " << s.head_mask.sizes() << ", the model needs [" << c.n_layer << ", " << c.n_head << "]");
+  }
+}
+
+}  // namespace
+
+EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
+                    const PerTokenSink& sink) {
+  return evaluate(model, ids, s, sink, nullptr);
+}
+
+EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
+                    const PerTokenSink& sink, const ProgressFn& progress) {
+  check_settings(model, s);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  XL_CHECK(n >= 2, kExitDataErr, "cannot evaluate " << n << " token" << (n == 1 ? "" : "s") << ": at least 2 are needed");
+
+  torch::NoGradGuard no_grad;  // not InferenceMode: tables the model caches here are reused in training
+  ModelStateGuard restore(model);
+  model->eval();
+  model->config.clamp_len = effective_clamp_len(model, s);
+  model->config.same_length = effective_same_length(model, s);
+
+  const auto params = model->parameters();
+  XL_CHECK(!params.empty(), kExitSoftware, "the model has no parameters");
+  const torch::Device device = params.front().device();
+  const torch::ScalarType dtype = params.front().scalar_type();
+
+  // Streams: contiguous, lengths base or base+1, together covering all n tokens.
+  const int64_t b = stream_count(n, s.batch_size);
+  const int64_t base = n / b, extra = n % b;
+  const int64_t longest = base + (extra > 0 ? 1 : 0);
+  std::vector<int64_t> start(static_cast<size_t>(b)), length(static_cast<size_t>(b));
+  torch::Tensor data = torch::zeros({b, longest}, torch::kLong);  // padded with 0 past a stream's end
+  {
+    auto acc = data.accessor<int64_t, 2>();
+    int64_t at = 0;
+    for (int64_t i = 0; i < b; ++i) {
+      start[static_cast<size_t>(i)] = at;
+      const int64_t len = base + (i < extra ? 1 : 0);
+      length[static_cast<size_t>(i)] = len;
+      for (int64_t j = 0; j < len; ++j) acc[i][j] = ids[static_cast<size_t>(at + j)];
+      at += len;
+    }
+  }
+  data = data.to(device);
+
+  model::ForwardOptions opts;
+  opts.mem_len = s.mem_len;
+  if (s.head_mask.defined()) opts.head_mask = s.head_mask.to(device, dtype);
+  model::Memory memory = model->new_memory();
+
+  EvalResult result;
+  const int64_t steps = longest - 1;  // input positions of the longest stream
+  const int64_t total = n - b;
+  int64_t consumed = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t pos = 0; pos < steps; pos += s.tgt_len) {
+    const int64_t t = std::min(s.tgt_len, steps - pos);
+    bool scored = true;
+    if (s.warmup && s.mem_len > 0)
+      for (const auto& layer : memory.layers) scored = scored && layer.length() == s.mem_len;
+    torch::Tensor input = data.narrow(1, pos, t).contiguous();
+    torch::Tensor target = data.narrow(1, pos + 1, t).contiguous();
+    torch::Tensor nll = model->forward(input, target, memory, opts);
+    torch::Tensor host = nll.to(torch::kCPU, torch::kDouble).contiguous();
+    const double* v = host.data_ptr<double>();
+    for (int64_t i = 0; i < b; ++i) {
+      // Positions past the stream's last prediction are padding.
+      const int64_t valid = std::max<int64_t>(0, std::min(t, length[static_cast<size_t>(i)] - 1 - pos));
+      consumed += valid;
+      if (!scored) continue;
+      const double* row = v + i * t;
+      double sum = 0;
+      for (int64_t j = 0; j < valid; ++j) sum += row[j];
+      result.loss_sum += sum;
+      result.tokens += valid;
+      if (sink)
+        for (int64_t j = 0; j < valid; ++j)
+          sink(i, start[static_cast<size_t>(i)] + pos + j + 1, static_cast<float>(row[j]));
+    }
+    if (progress) progress(result.tokens, consumed, total);
+    if (s.max_tokens > 0 && result.tokens >= s.max_tokens) break;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace xl::eval

@@ -1,0 +1,78 @@
+// Evaluation of a Transformer-XL language model over a whole token split (reference-notes §3):
+// the split is cut into batch_size parallel streams that together cover every token, consumed in
+// segments of tgt_len with the memory carried from segment to segment, and the loss is weighted by
+// token. The conventions, and how the reference implementations differ from them:
+//
+//   * Memory starts EMPTY (as TXL and NV; VV and AS attend to a zero-filled memory instead).
+//   * Every token that has a prediction is scored: N - B tokens for a split of N tokens cut into B
+//     streams (the first token of each stream has no prediction). The last, partial segment is
+//     scored too (TXL, NV), and the loss is the token-weighted mean (VV drops the tail shorter than
+//     tgt_len and averages segment means).
+//   * Streams are contiguous: stream s holds tokens [start_s, start_s + L_s) with lengths that differ
+//     by at most one (TXL trims the split to a multiple of B instead). The shorter streams are padded
+//     in the last segment, and padded positions are excluded from the loss.
+//   * warmup (NVIDIA's convention): only segments that start with every layer's memory full
+//     (mem_len entries) are scored; the others only fill the memory.
+//
+// Evaluation never skips layers and never permutes heads; it honours a head mask. It runs without
+// autograd in eval mode and restores the model's training flag and config afterwards.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "xl/model/transformer_xl.h"
+
+namespace xl::eval {
+
+struct EvalSettings {
+  int64_t tgt_len = 128;
+  int64_t mem_len = 0;
+  int64_t batch_size = 10;
+  int64_t clamp_len = -1;    // -1: the model's own setting; >= 0 overrides (0 = off)
+  int same_length = -1;      // -1: the model's own; 0 or 1 overrides
+  bool warmup = false;       // NVIDIA's convention: score only tokens whose memory is full
+  int64_t max_tokens = 0;    // 0: the whole split; else stop once about this many tokens are scored
+  torch::Tensor head_mask;   // [n_layer, n_head] or undefined
+};
+
+struct EvalResult {
+  double loss_sum = 0;       // sum of NLL (nats) over scored tokens
+  int64_t tokens = 0;        // scored tokens
+  double seconds = 0;
+  double loss() const;       // loss_sum / tokens (NaN when nothing was scored)
+  double bpc() const;        // loss / ln 2
+  double ppl() const;        // exp(loss)
+};
+
+// Optional per-token output: called for each scored token with (stream, position in the split, nll).
+using PerTokenSink = std::function<void(int64_t stream, int64_t index, float nll)>;
+
+// Optional progress report, called after every segment: tokens scored so far, input positions
+// consumed so far (over all streams, padding excluded) and the total to consume (N - B).
+using ProgressFn = std::function<void(int64_t scored, int64_t consumed, int64_t total)>;
+
+// Fails with 65 when `ids` has fewer than 2 tokens and 64 on bad settings. A split shorter than
+// 2 x batch_size is cut into fewer streams (N / 2), so that every stream has a prediction.
+EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
+                    const PerTokenSink& sink = nullptr);
+EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
+                    const PerTokenSink& sink, const ProgressFn& progress);
+
+// The same_length actually in force for `s` on `model`: same_length needs a memory (with
+// mem_len 0 each query would see no key at all), so it is off when mem_len is 0.
+bool effective_same_length(const model::TransformerXL& model, const EvalSettings& s);
+// The clamp_len actually in force (0: off).
+int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSettings& s);
+
+// The number of parallel streams `evaluate` uses for a split of n tokens.
+int64_t stream_count(int64_t n, int64_t batch_size);
+
+// "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N"; 64 on anything else and 66
+// when CUDA is asked for but not available.
+torch::Device parse_device(const std::string& name);
+
+}  // namespace xl::eval

@@ -1,0 +1,40 @@
+// Sampling text from a Transformer-XL with the segment memory carried along: the prompt is fed in
+// segments of tgt_len, then each new token is one segment of length 1 that sees the last mem_len
+// positions through the memory (the generation the PyTorch Transformer-XL never shipped, TXL #49).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "xl/model/transformer_xl.h"
+#include "xl/util/rng.h"
+
+namespace xl::eval {
+
+struct SampleSettings {
+  double temperature = 1.0;  // <= 0: greedy
+  int64_t top_k = 0;         // keep the k most likely tokens (0: all)
+  double top_p = 1.0;        // then the smallest set whose probability reaches top_p (1: all)
+};
+
+// Draws one token id from log-probabilities [V] with `rng` (deterministic for a given state:
+// the distribution is filtered and normalised in double precision on the CPU and inverted with
+// one uniform draw). Ties in top-k keep the lower id.
+int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rng& rng);
+
+struct GenerateSettings {
+  int64_t length = 200;   // tokens to generate
+  int64_t tgt_len = 128;  // segment length for feeding the prompt
+  int64_t mem_len = 512;  // memory (context) kept while generating
+  SampleSettings sampling;
+};
+
+// Feeds `prompt` (at least one token) and samples `length` tokens, calling `on_token` with each
+// as soon as it is drawn. Returns the generated ids. Runs without autograd in eval mode and
+// restores the model's training flag.
+std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int32_t>& prompt,
+                              const GenerateSettings& s, Rng& rng, const std::function<void(int32_t)>& on_token);
+
+}  // namespace xl::eval

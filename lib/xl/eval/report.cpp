@@ -1,0 +1,179 @@
+#include "xl/eval/report.h"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "xl/h5/h5.h"
+#include "xl/util/error.h"
+
+namespace xl::eval {
+
+std::string metric_name(text::VocabType type) { return type == text::VocabType::kWord ? "ppl" : "bpc"; }
+
+namespace {
+
+double tokens_per_s(const EvalRow& row) {
+  const double s = row.scoring_seconds > 0 ? row.scoring_seconds : row.result.seconds;
+  return s > 0 ? static_cast<double>(row.result.tokens) / s : 0.0;
+}
+
+// A finite number, or null (JSON has no NaN).
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+std::string fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+struct Column {
+  std::string name;
+  int width;
+  std::string value;
+};
+
+std::vector<Column> columns(const EvalRow& row) {
+  const auto& r = row.result;
+  const bool word = row.vocab_type == text::VocabType::kWord;
+  return {{"split", 6, row.split},
+          {"tgt_len", 7, std::to_string(row.tgt_len)},
+          {"mem_len", 7, std::to_string(row.mem_len)},
+          {"clamp_len", 9, std::to_string(row.clamp_len)},
+          {"same_length", 11, row.same_length ? "1" : "0"},
+          {"warmup", 6, row.warmup ? "1" : "0"},
+          {"tokens", 10, std::to_string(r.tokens)},
+          {"loss", 8, fixed(r.loss(), 5)},
+          {metric_name(row.vocab_type), 9, word ? fixed(r.ppl(), 3) : fixed(r.bpc(), 5)},
+          {"tokens_per_s", 12, fixed(tokens_per_s(row), 1)},
+          {"seconds", 9, fixed(r.seconds, 2)},
+          {"peak_rss_mb", 11, fixed(row.peak_rss_mb, 1)}};
+}
+
+}  // namespace
+
+nlohmann::json EvalRow::to_json() const {
+  nlohmann::json j;
+  j["event"] = "eval";
+  j["split"] = split;
+  j["tgt_len"] = tgt_len;
+  j["mem_len"] = mem_len;
+  j["clamp_len"] = clamp_len;
+  j["same_length"] = same_length;
+  j["warmup"] = warmup;
+  j["batch_size"] = batch_size;
+  j["tokens"] = result.tokens;
+  j["loss"] = number(result.loss());
+  if (vocab_type == text::VocabType::kWord) j["ppl"] = number(result.ppl());
+  else j["bpc"] = number(result.bpc());
+  j["tokens_per_s"] = tokens_per_s(*this);
+  j["seconds"] = result.seconds;
+  j["peak_rss_mb"] = peak_rss_mb;
+  return j;
+}
+
+RowFormat parse_row_format(const std::string& name) {
+  if (name == "jsonl") return RowFormat::kJsonl;
+  if (name == "table") return RowFormat::kTable;
+  if (name == "tsv") return RowFormat::kTsv;
+  XL_FAIL(kExitUsage, "--format: unknown format '" << name << "' (use jsonl, table or tsv)");
+}
+
+void RowWriter::write(const EvalRow& row) {
+  if (format_ == RowFormat::kJsonl) {
+    out_ << row.to_json().dump() << "\n" << std::flush;
+    return;
+  }
+  auto cols = columns(row);
+  auto line = [&](bool header) {
+    std::string s;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      const std::string& v = header ? cols[i].name : cols[i].value;
+      if (format_ == RowFormat::kTsv) {
+        if (i) s += '\t';
+        s += v;
+      } else {
+        if (i) s += "  ";
+        if (static_cast<int>(v.size()) < cols[i].width) s += std::string(cols[i].width - v.size(), ' ');
+        s += v;
+      }
+    }
+    return s + "\n";
+  };
+  if (!header_done_) {
+    out_ << line(true);
+    header_done_ = true;
+  }
+  out_ << line(false) << std::flush;
+}
+
+ProgressFn ScoringClock::start(ProgressFn inner) {
+  scoring_start_ = std::make_shared<Clock::time_point>(Clock::now());
+  auto at = scoring_start_;
+  return [at, inner](int64_t scored, int64_t consumed, int64_t total) {
+    if (scored == 0) *at = Clock::now();
+    if (inner) inner(scored, consumed, total);
+  };
+}
+
+double ScoringClock::scoring_seconds() const {
+  if (!scoring_start_) return 0;
+  return std::chrono::duration<double>(Clock::now() - *scoring_start_).count();
+}
+
+double peak_rss_mb() {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+PerTokenFile::PerTokenFile(const std::string& path, bool force) : out_(std::make_unique<h5::OutputFile>(path, force)) {
+  h5::write_attr(out_->file(), "xl_format", std::string("xl-per-token"));
+  h5::write_attr(out_->file(), "xl_format_version", int64_t{1});
+}
+
+PerTokenFile::~PerTokenFile() = default;
+
+PerTokenSink PerTokenFile::sink() {
+  return [this](int64_t, int64_t index, float nll) {
+    index_.push_back(index);
+    nll_.push_back(nll);
+  };
+}
+
+void PerTokenFile::write_group(const std::string& name, const EvalRow& row) {
+  // Split order (the evaluator reports stream by stream within each segment).
+  std::vector<size_t> order(index_.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return index_[a] < index_[b]; });
+  std::vector<int64_t> index(order.size());
+  std::vector<float> nll(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    index[i] = index_[order[i]];
+    nll[i] = nll_[order[i]];
+  }
+  index_.clear();
+  nll_.clear();
+  auto group = h5::create_group(out_->file(), name);
+  const std::vector<hsize_t> dims{static_cast<hsize_t>(nll.size())};
+  h5::DatasetOptions opts;
+  opts.chunk = {hsize_t{1} << 18};
+  h5::write_dataset(group, "nll", nll, dims, h5::Type::kF32, opts);
+  h5::write_dataset(group, "index", index, dims, h5::Type::kI64, opts);
+  h5::write_attr(group, "split", row.split);
+  h5::write_attr(group, "tgt_len", row.tgt_len);
+  h5::write_attr(group, "mem_len", row.mem_len);
+  h5::write_attr(group, "clamp_len", row.clamp_len);
+  h5::write_attr(group, "same_length", int64_t{row.same_length});
+  h5::write_attr(group, "warmup", int64_t{row.warmup});
+  h5::write_attr(group, "batch_size", row.batch_size);
+  h5::write_attr(group, "tokens", row.result.tokens);
+  h5::write_attr(group, "loss", row.result.loss());
+}
+
+void PerTokenFile::commit() { out_->commit(); }
+
+}  // namespace xl::eval

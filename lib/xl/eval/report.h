@@ -1,0 +1,94 @@
+// What xl-eval-longctx writes: one result row per evaluation setting (JSON Lines, an aligned
+// table or TSV, streamed as each row is ready) and the optional per-token losses (HDF5).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "xl/eval/evaluator.h"
+#include "xl/text/vocab.h"
+
+namespace xl::h5 {
+class OutputFile;
+}
+
+namespace xl::eval {
+
+struct EvalRow {
+  std::string split;
+  int64_t tgt_len = 0;
+  int64_t mem_len = 0;
+  int64_t clamp_len = 0;     // in force (0: off)
+  bool same_length = false;  // in force
+  bool warmup = false;
+  int64_t batch_size = 0;    // streams used
+  EvalResult result;
+  // Seconds spent on scored segments (with --warmup the memory-filling segments are left out, so
+  // tokens_per_s is the throughput at full memory); 0: result.seconds.
+  double scoring_seconds = 0;
+  // bpc for byte and char vocabs, ppl for word vocabs.
+  text::VocabType vocab_type = text::VocabType::kByte;
+  double peak_rss_mb = 0;
+
+  nlohmann::json to_json() const;
+};
+
+// "bpc" for byte/char vocabs, "ppl" for word vocabs.
+std::string metric_name(text::VocabType type);
+
+enum class RowFormat { kJsonl, kTable, kTsv };
+RowFormat parse_row_format(const std::string& name);  // 64 on anything else
+
+// Writes rows as they come (the table has fixed column widths so it can stream too).
+class RowWriter {
+ public:
+  RowWriter(std::ostream& out, RowFormat format) : out_(out), format_(format) {}
+  void write(const EvalRow& row);
+
+ private:
+  std::ostream& out_;
+  RowFormat format_;
+  bool header_done_ = false;
+};
+
+// Wraps an evaluation's progress callback to time the scored segments: the clock starts after
+// the last segment that scored nothing (memory-filling segments under warmup).
+class ScoringClock {
+ public:
+  // Call right before evaluate(); `inner` (may be empty) still receives every report.
+  ProgressFn start(ProgressFn inner);
+  // Call right after evaluate() returns.
+  double scoring_seconds() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::shared_ptr<Clock::time_point> scoring_start_;
+};
+
+// The process's peak resident set so far, in MB (2^20 bytes).
+double peak_rss_mb();
+
+// Per-token losses: one group per setting holding `nll` float32 [tokens] and `index` int64
+// [tokens] (position in the split of each scored token, ascending), with the setting as attributes.
+class PerTokenFile {
+ public:
+  PerTokenFile(const std::string& path, bool force);
+  ~PerTokenFile();
+  // Collects the tokens of one setting (the evaluator's sink).
+  PerTokenSink sink();
+  // Writes what the sink collected as group `name` with the row's settings, and clears it.
+  void write_group(const std::string& name, const EvalRow& row);
+  void commit();
+
+ private:
+  std::unique_ptr<h5::OutputFile> out_;
+  std::vector<int64_t> index_;
+  std::vector<float> nll_;
+};
+
+}  // namespace xl::eval

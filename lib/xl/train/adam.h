@@ -1,0 +1,42 @@
+// Adam with state kept by parameter name, so checkpoints carry it and a resumed run continues
+// exactly. A parameter whose gradient is undefined this step (a layer skipped by Skip-Retain) is
+// left alone: its weights and moments do not move. (The paper's PyTorch 1.5 code kept zero
+// gradients instead, so Adam's momentum still moved skipped layers; we do not mimic that.)
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xl/h5/checkpoint.h"
+
+namespace xl::train {
+
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+class Adam {
+ public:
+  Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts);
+  // One update with learning rate `lr`; returns how many parameters were updated.
+  int step(double lr);
+  // Sets every gradient to undefined (cheaper than zeroing, and marks "no gradient" for skips).
+  void clear_grads();
+  // Global L2 norm of all gradients, scaled down to `max_norm` when above it; returns the norm.
+  double clip_grad_norm(double max_norm);
+  h5::TensorList state() const;                         // exp_avg.<name>, exp_avg_sq.<name>, step.<name>
+  void load_state(const h5::TensorList& state, const std::string& file);  // 65 on mismatch
+
+ private:
+  struct Slot {
+    std::string name;
+    torch::Tensor param, exp_avg, exp_avg_sq;
+    int64_t steps = 0;
+  };
+  std::vector<Slot> slots_;
+  AdamOptions opts_;
+};
+
+}  // namespace xl::train

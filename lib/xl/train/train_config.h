@@ -1,0 +1,58 @@
+// Every setting of a training run (phase 1 or 2), with JSON round trip for checkpoints.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace xl::train {
+
+struct TrainConfig {
+  std::string phase = "phase1";       // phase1 | phase2
+  // Data and batching (Transformer-XL style: B parallel streams, tgt_len segments).
+  std::string train_split = "train";
+  std::string valid_split = "valid";
+  int64_t tgt_len = 128;
+  int64_t mem_len = 128;
+  int64_t batch_size = 16;
+  int64_t batch_chunk = 1;            // gradient accumulation over this many chunks of the batch
+  // Optimisation.
+  double lr = 2.5e-4;
+  std::string lr_schedule = "cosine"; // cosine | constant | cyclic-cosine
+  int64_t warmup_steps = 0;
+  int64_t schedule_steps = 0;         // cosine period; 0: max_steps
+  double eta_min = 0.0;
+  double clip = 0.25;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  // Phase 1: Skip-Retain and SCH.
+  std::string skip_schedule = "linear";
+  double skip_p = 0.1;                // p of the uniform/no-first/no-last/no-first-last schedules
+  double sch_beta = 0.1;
+  // Budgets and stopping.
+  int64_t max_steps = 0;              // 0: no step limit
+  int64_t max_tokens = 0;
+  double time_budget = 0;             // seconds of wall time; 0: none
+  double stop_min_delta = 0;          // paper's rule: stop when validation loss improves by
+  int64_t stop_window = 0;            //   less than min_delta over stop_window steps (0: off)
+  // Validation and logging.
+  int64_t log_interval = 50;
+  int64_t eval_interval = 500;
+  int64_t eval_tgt_len = 0;           // 0: tgt_len
+  int64_t eval_mem_len = -1;          // -1: mem_len + tgt_len - eval_tgt_len (Transformer-XL)
+  int64_t eval_batch_size = 10;
+  int64_t eval_max_tokens = 0;        // 0: whole valid split
+  int64_t save_every = 0;             // also checkpoint every N steps (0: at validations only)
+  uint64_t seed = 1;
+
+  int64_t effective_eval_tgt_len() const { return eval_tgt_len > 0 ? eval_tgt_len : tgt_len; }
+  int64_t effective_eval_mem_len() const {
+    return eval_mem_len >= 0 ? eval_mem_len : std::max<int64_t>(0, mem_len + tgt_len - effective_eval_tgt_len());
+  }
+  int64_t effective_schedule_steps() const { return schedule_steps > 0 ? schedule_steps : max_steps; }
+
+  nlohmann::json to_json() const;
+  static TrainConfig from_json(const nlohmann::json& j, const std::string& source);
+  void validate(const std::string& source) const;  // 78 on a bad value
+};
+
+}  // namespace xl::train

@@ -1,0 +1,107 @@
+# Shared helpers of the CLI tests (sourced, not a test itself: ctest registers only *.sh).
+# Environment (set by tests/CMakeLists.txt): XL_BIN (built tools), XL_SOURCE_DIR, XL_SHARED_DATA.
+set -Eeuo pipefail
+# A command that fails outside a check still says where the test stopped.
+trap 'echo "FAIL: ${BASH_SOURCE[0]##*/}:$LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
+
+: "${XL_BIN:?XL_BIN must name the directory of the built xl tools}"
+: "${XL_SOURCE_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+: "${XL_SHARED_DATA:=$XL_SOURCE_DIR/../shared/data}"
+XL_BIN=$(cd "$XL_BIN" && pwd)
+export PATH="$XL_BIN:$PATH"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/xl-cli-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP"
+
+# The version the build was configured with (project(xl VERSION x.y.z) in CMakeLists.txt).
+XL_VERSION=$(sed -n 's/^project(xl VERSION \([0-9][0-9.]*\).*/\1/p' "$XL_SOURCE_DIR/CMakeLists.txt")
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+step() { echo "--- $*"; }
+
+# run CMD...: runs CMD with stdout in $TMP/out and stderr in $TMP/err; its status in $STATUS.
+run() {
+  STATUS=0
+  "$@" >"$TMP/out" 2>"$TMP/err" || STATUS=$?
+}
+
+# expect CODE CMD...: runs CMD and fails the test unless it exits with CODE.
+expect() {
+  local want=$1
+  shift
+  run "$@"
+  if [ "$STATUS" -ne "$want" ]; then
+    echo "stderr of the command:" >&2
+    sed 's/^/  | /' "$TMP/err" >&2
+    fail "expected exit $want, got $STATUS: $*"
+  fi
+}
+
+# stderr_is_one_line [TEXT...]: the last command wrote exactly one line on stderr, containing every TEXT.
+stderr_is_one_line() {
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  [ "$lines" -eq 1 ] || {
+    sed 's/^/  | /' "$TMP/err" >&2
+    fail "expected exactly one line on stderr, got $lines"
+  }
+  local t
+  for t in "$@"; do
+    grep -qF -- "$t" "$TMP/err" || fail "stderr does not mention '$t': $(cat "$TMP/err")"
+  done
+}
+
+# json FILE EXPR: evaluates a Python expression over the JSON object `j` read from FILE.
+json() {
+  python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+v = eval(sys.argv[2])
+print(v if not isinstance(v, (list, dict)) else json.dumps(v))' "$1" "$2"
+}
+
+# same_bytes A B WHAT: fails unless files A and B are byte-identical.
+same_bytes() {
+  cmp -s -- "$1" "$2" || fail "$3: $1 and $2 differ ($(cmp -- "$1" "$2" 2>&1 | head -1))"
+}
+
+# no_temp_files DIR: no PATH.tmp.PID file of an interrupted or failed output is left in DIR.
+no_temp_files() {
+  local left
+  left=$(find "$1" -maxdepth 1 -name '*.tmp.*' | head -5)
+  [ -z "$left" ] || fail "temporary files left behind: $left"
+}
+
+# shared_data PATH: prints the path of a file under XL_SHARED_DATA, or nothing when it is absent.
+shared_data() {
+  local p="$XL_SHARED_DATA/$1"
+  [ -f "$p" ] && echo "$p" || true
+}
+
+# make_mixed_text FILE BYTES: a deterministic text with every awkward byte a tokenizer meets:
+# NUL, CR LF and lone CR, tabs, runs of spaces, empty lines, multi-byte UTF-8 and a last line
+# without its newline. Every character occurs in the first 90%, so char mode round-trips too.
+make_mixed_text() {
+  python3 - "$1" "$2" <<'EOF'
+import random, sys
+path, size = sys.argv[1], int(sys.argv[2])
+rng = random.Random(20240601)
+words = ["the", "cat", "sat", "on", "a", "mat", "na\u00efve", "caf\u00e9", "\u20ac10", "\U0001F600",
+         "x\x00y", "tab\tbed", "<unk>", "\u00c5ngstr\u00f6m", "end."]
+seps = [" ", " ", " ", "  ", "\t", " \t "]
+ends = ["\n", "\n", "\n", "\r\n", "\r\n", "\n\n", "\r"]
+out = bytearray()
+while len(out) < size:
+    line = "".join(rng.choice(words) + rng.choice(seps) for _ in range(rng.randint(0, 12)))
+    out += (line.rstrip(" \t") + rng.choice(ends)).encode("utf-8")
+out = out[:size]
+# A cut can split a multi-byte character: end on ASCII instead.
+while out and out[-1] >= 0x80:
+    out.pop()
+out += b"the cat sat on a mat"
+open(path, "wb").write(bytes(out))
+EOF
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# xl-eval-longctx and xl-generate as a user runs them: memory sweeps in every output format,
+# per-token HDF5, vocab and split refusals (65, one line), reproducible sampling.
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
+
+[ -x "$XL_BIN/xl-train-phase1" ] || { echo "skip: xl-train-phase1 is not built"; exit 77; }
+[ -x "$XL_BIN/xl-eval-longctx" ] || fail "xl-eval-longctx is not built"
+[ -x "$XL_BIN/xl-generate" ] || fail "xl-generate is not built"
+
+step "a tokens file and a tiny checkpoint"
+src=$(shared_data tinyshakespeare/input.txt)
+if [ -n "$src" ]; then
+  head -c 60000 "$src" >text.txt
+else
+  make_mixed_text text.txt 60000
+fi
+expect 0 xl-tokenize --mode char --split 0.8,0.1,0.1 text.txt -o tokens.h5
+expect 0 xl-train-phase1 --n-layer 2 --d-model 32 --n-head 2 --d-head 16 --d-inner 64 \
+  --tgt-len 16 --mem-len 16 --batch-size 4 --max-steps 2 --eval-interval 0 --eval-max-tokens 200 \
+  --threads 1 --progress never tokens.h5 -o ckpt.h5
+[ -s ckpt.h5 ] || fail "no checkpoint written"
+
+step "a memory sweep prints one JSONL row per value"
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 0,16,32 --batch-size 3 --max-tokens 600 ckpt.h5 tokens.h5
+[ "$(wc -l <out)" -eq 3 ] || fail "expected 3 rows, got: $(cat out)"
+python3 - out <<'EOF' || fail "bad JSONL rows: $(cat out)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["mem_len"] for r in rows] == [0, 16, 32], rows
+for r in rows:
+    for key in ("split", "tgt_len", "clamp_len", "same_length", "tokens", "loss", "bpc", "tokens_per_s", "seconds", "peak_rss_mb"):
+        assert key in r, key
+    assert "ppl" not in r, "a char vocab reports bpc"
+    assert r["split"] == "test" and r["tgt_len"] == 16 and r["tokens"] >= 600
+    assert abs(r["bpc"] - r["loss"] / 0.6931471805599453) < 1e-9
+    assert 0 < r["loss"] < 20 and r["tokens_per_s"] > 0 and r["peak_rss_mb"] > 0
+EOF
+
+step "the whole split: N - B tokens scored"
+expect 0 xl-inspect --json tokens.h5
+n=$(json out '[s["tokens"] for s in j["splits"] if s["name"] == "valid"][0]')
+expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 32 --mem-len 32 --batch-size 5 ckpt.h5 tokens.h5
+[ "$(json out 'j["tokens"]')" -eq $((n - 5)) ] || fail "expected $((n - 5)) tokens: $(cat out)"
+expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 32 --mem-len 32 --batch-size 1 ckpt.h5 tokens.h5
+[ "$(json out 'j["tokens"]')" -eq $((n - 1)) ] || fail "expected $((n - 1)) tokens: $(cat out)"
+
+step "--format table and tsv"
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 8,16 --max-tokens 200 --format table ckpt.h5 tokens.h5
+[ "$(wc -l <out)" -eq 3 ] || fail "table: expected a header and 2 rows: $(cat out)"
+head -1 out | grep -q 'mem_len' || fail "table header lacks mem_len: $(head -1 out)"
+head -1 out | grep -q 'bpc' || fail "table header lacks bpc: $(head -1 out)"
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 8 --max-tokens 200 --format tsv ckpt.h5 tokens.h5
+[ "$(head -1 out | awk -F'\t' '{print NF}')" -eq "$(tail -1 out | awk -F'\t' '{print NF}')" ] || fail "tsv columns differ"
+expect 64 xl-eval-longctx --format xml ckpt.h5 tokens.h5
+stderr_is_one_line "xml"
+
+step "tokens through a pipe, rows to a file, --warmup scores fewer tokens"
+expect 0 bash -c "xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 32 --max-tokens 300 ckpt.h5 - <tokens.h5 -o rows.jsonl"
+all=$(json rows.jsonl 'j["tokens"]')
+expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 16 --mem-len 32 ckpt.h5 tokens.h5
+cold=$(json out 'j["tokens"]')
+expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 16 --mem-len 32 --warmup ckpt.h5 tokens.h5
+warm=$(json out 'j["tokens"]')
+[ "$warm" -lt "$cold" ] || fail "--warmup scored $warm tokens, without it $cold"
+[ "$(json out 'j["warmup"]')" = "True" ] || fail "row does not say warmup: $(cat out)"
+[ "$all" -ge 300 ] || fail "rows.jsonl: $all tokens"
+
+step "--per-token writes one group per setting"
+expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 16 --mem-len 0,16 --per-token nll.h5 ckpt.h5 tokens.h5
+cp out rows
+[ -s nll.h5 ] || fail "no per-token file"
+expect 0 xl-inspect --json nll.h5
+python3 - out <<'EOF2' || fail "bad per-token datasets: $(cat out)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+ds = {d["path"]: d for d in j["datasets"]}
+for m in (0, 16):
+    nll, idx = ds["/mem_len_%d/nll" % m], ds["/mem_len_%d/index" % m]
+    assert nll["dtype"] == "float32" and idx["dtype"] == "int64", (nll, idx)
+    assert nll["shape"] == idx["shape"], (nll, idx)
+EOF2
+if command -v h5dump >/dev/null; then
+  # The losses in the file average to the row's loss, and the indices ascend.
+  for m in 0 16; do
+    h5dump -y -w 0 -d /mem_len_$m/nll nll.h5 >nll.txt
+    h5dump -y -w 0 -d /mem_len_$m/index nll.h5 >index.txt
+    python3 - nll.txt index.txt rows $m <<'EOF2' || fail "per-token values of mem_len $m"
+import json, re, sys
+def values(path):
+    text = open(path).read()
+    body = text[text.index("DATA {") + 6:text.rindex("}")]
+    body = body[:body.rindex("}")]
+    return [float(x) for x in re.findall(r"-?[0-9][0-9.e+-]*", body)]
+nll, idx = values(sys.argv[1]), values(sys.argv[2])
+row = [r for r in map(json.loads, open(sys.argv[3])) if r["mem_len"] == int(sys.argv[4])][0]
+assert len(nll) == len(idx) == row["tokens"], (len(nll), len(idx), row["tokens"])
+assert all(idx[i] < idx[i + 1] for i in range(len(idx) - 1))
+assert abs(sum(nll) / len(nll) - row["loss"]) < 1e-4, (sum(nll) / len(nll), row["loss"])
+EOF2
+  done
+fi
+
+step "refusals: another vocab, a missing split, bad values"
+expect 0 xl-tokenize --mode byte --split 0.8,0.1,0.1 text.txt -o bytes.h5
+expect 65 xl-eval-longctx ckpt.h5 bytes.h5
+stderr_is_one_line "vocab"
+expect 65 xl-eval-longctx --split dev ckpt.h5 tokens.h5
+stderr_is_one_line "dev"
+expect 64 xl-eval-longctx --tgt-len 0 ckpt.h5 tokens.h5
+stderr_is_one_line
+expect 64 xl-eval-longctx --mem-len 16,16 ckpt.h5 tokens.h5
+stderr_is_one_line
+expect 64 xl-eval-longctx
+stderr_is_one_line "CHECKPOINT"
+expect 65 xl-eval-longctx ckpt.h5 </dev/null
+stderr_is_one_line "stdin"
+expect 66 xl-eval-longctx ckpt.h5 missing.h5
+stderr_is_one_line
+
+step "xl-generate: reproducible with a seed, top-k 1 is greedy"
+gen() { xl-generate --threads 1 --prompt 'the ' --length 40 --mem-len 32 "$@" ckpt.h5; }
+expect 0 gen --seed 5
+cp out g1
+expect 0 gen --seed 5
+same_bytes out g1 "same seed"
+[ "$(wc -c <g1)" -gt 10 ] || fail "too little text: $(cat g1)"
+expect 0 gen --seed 6
+cmp -s out g1 && fail "seeds 5 and 6 gave the same text"
+expect 0 gen --seed 5 --top-k 1
+cp out k1
+expect 0 gen --seed 99 --top-k 1
+same_bytes out k1 "greedy with different seeds"
+expect 0 gen --seed 5 --temperature 0
+same_bytes out k1 "temperature 0 and top-k 1"
+expect 0 gen --seed 5 --echo
+[ "$(head -c 4 out)" = "the " ] || fail "--echo does not start with the prompt: $(head -c 40 out | od -c | head -3)"
+printf 'the ' >prompt.txt
+expect 0 xl-generate --threads 1 --prompt-file prompt.txt --length 40 --mem-len 32 --seed 5 ckpt.h5
+same_bytes out g1 "--prompt-file and --prompt"
+expect 0 xl-generate --threads 1 --length 10 ckpt.h5
+expect 64 gen --top-p 0
+stderr_is_one_line
+expect 64 xl-generate --prompt a --prompt-file prompt.txt ckpt.h5
+stderr_is_one_line
+
+echo "eval_tools: ok"

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# xl-train-phase1 / xl-train-phase2 as a user runs them: loss falls, phase 1 -> phase 2 through
+# files and pipes, bit-exact resume (after a stop and after SIGTERM), seeds, skip rates, bad input.
+source "$(dirname "$0")/common.bash"
+
+corpus=$(shared_data enwik8/enwik8.head-150000)
+if [ -z "$corpus" ]; then
+  corpus=$TMP/corpus.txt
+  make_mixed_text "$corpus" 150000
+fi
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
+
+# A model small enough for steps of a few milliseconds.
+cat > small.ini <<'INI'
+n-layer = 3
+d-model = 32
+n-head = 2
+d-head = 16
+d-inner = 64
+tgt-len = 16
+mem-len = 16
+batch-size = 4
+lr = 0.002
+schedule-steps = 400
+eval-interval = 0
+eval-max-tokens = 2000
+log-interval = 10
+INI
+T="xl-train-phase1 -c small.ini --threads 1"
+
+same_checkpoint() {  # same parameters, optimizer state and memories
+  for g in /model /optimizer /memory /rng; do
+    h5diff -q "$1" "$2" "$g" "$g" >/dev/null || fail "$3: $g differs between $1 and $2"
+  done
+}
+
+step "the loss falls"
+expect 0 $T --max-steps 120 tokens.h5 -o p1.h5 --metrics p1.jsonl
+first=$(grep '"event":"train"' p1.jsonl | head -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["loss"])')
+last=$(grep '"event":"train"' p1.jsonl | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["loss"])')
+python3 -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)" || fail "loss did not fall: $first -> $last"
+grep -q '"event":"valid"' p1.jsonl || fail "no validation event"
+grep -q '"event":"done"' p1.jsonl || fail "no done event"
+[ -f p1.best.h5 ] || fail "no best checkpoint beside the latest"
+no_temp_files .
+
+step "phase 1 -> phase 2 through files"
+expect 0 xl-train-phase2 --init p1.h5 --max-steps 140 tokens.h5 -o p2.h5 --metrics p2.jsonl
+[ "$(xl-inspect --json p2.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 140 ] || fail "phase 2 did not continue the step counter"
+grep -q '"skip_rate"' p2.jsonl && fail "phase 2 reports skipping"
+
+step "phase 1 -> phase 2 through pipes"
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -q | $T --max-steps 20 -o pipe1.h5 -q
+STATUS=0
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -q | xl-train-phase2 --init pipe1.h5 --max-steps 30 -o - -q > pipe2.h5 || STATUS=$?
+[ "$STATUS" -eq 0 ] || fail "phase 2 in a pipe exited $STATUS"
+[ "$(xl-inspect --json pipe2.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 30 ] || fail "piped phase 2 checkpoint is wrong"
+
+step "stopped and resumed == uninterrupted, bit for bit"
+expect 0 $T --max-steps 40 --eval-interval 15 tokens.h5 -o whole.h5
+expect 0 $T --max-steps 17 --eval-interval 15 tokens.h5 -o split.h5
+expect 0 $T --max-steps 40 --resume tokens.h5 -o split.h5
+same_checkpoint whole.h5 split.h5 "resume after --max-steps"
+
+step "SIGTERM saves a checkpoint, exits 143, and the run resumes exactly"
+STATUS=0
+$T --max-steps 100000 --log-interval 1 tokens.h5 -o killed.h5 --metrics killed.jsonl -q &
+pid=$!
+for _ in $(seq 1 200); do
+  n=$(grep -c '"event":"train"' killed.jsonl 2>/dev/null) || n=0
+  [ "$n" -ge 25 ] && break
+  sleep 0.1
+done
+kill -TERM $pid
+wait $pid || STATUS=$?
+[ "$STATUS" -eq 143 ] || fail "expected exit 143 after SIGTERM, got $STATUS"
+stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
+[ "$stopped" -ge 25 ] || fail "checkpoint after SIGTERM is at step $stopped"
+target=$((stopped + 7))
+expect 0 $T --max-steps $target --resume --log-interval 1 tokens.h5 -o killed.h5
+expect 0 $T --max-steps $target --log-interval 1 tokens.h5 -o straight.h5
+same_checkpoint straight.h5 killed.h5 "resume after SIGTERM"
+no_temp_files .
+
+step "same seed, same run; another seed, another run"
+expect 0 $T --max-steps 8 --seed 7 tokens.h5 -o s7a.h5
+expect 0 $T --max-steps 8 --seed 7 tokens.h5 -o s7b.h5
+same_checkpoint s7a.h5 s7b.h5 "same seed"
+expect 0 $T --max-steps 8 --seed 8 tokens.h5 -o s8.h5
+h5diff -q s7a.h5 s8.h5 /model /model >/dev/null && fail "another seed gave the same model"
+
+step "empirical skip rates follow the schedule"
+expect 0 xl-train-phase1 -c small.ini --threads 1 --n-layer 4 --d-model 16 --d-head 8 --d-inner 16 --tgt-len 2 --mem-len 2 \
+  --skip-schedule no-first-last --skip-p 0.5 --max-steps 400 --log-interval 400 tokens.h5 -o skip.h5 --metrics skip.jsonl
+rates=$(grep '"event":"train"' skip.jsonl | tail -1 | python3 -c 'import json,sys; print(" ".join(map(str, json.loads(sys.stdin.readline())["skip_rate"])))')
+python3 - $rates <<'PY' || fail "skip rates $rates do not follow no-first-last with p 0.5"
+import sys
+r = [float(x) for x in sys.argv[1:]]
+want = [0, 0.5, 0.5, 0]
+sys.exit(0 if all(abs(a - b) < 0.1 for a, b in zip(r, want)) else 1)
+PY
+
+step "bad input: one line and the right exit code"
+printf 'just text\n' > text.txt
+expect 65 $T --max-steps 1 text.txt -o bad.h5
+stderr_is_one_line text.txt
+xl-tokenize --mode char --split 0.9,0.05,0.05 "$corpus" -o chars.h5 -q --allow-invalid-utf8
+expect 65 xl-train-phase2 --init p1.h5 --max-steps 200 chars.h5 -o bad.h5
+stderr_is_one_line "vocab"
+expect 65 $T --max-steps 1 --valid-split nope --eval-interval 1 tokens.h5 -o bad.h5
+stderr_is_one_line nope
+printf 'n-layers = 3\n' > typo.ini
+expect 78 $T -c typo.ini --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line typo.ini n-layers
+expect 78 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line skip-schedule
+expect 73 $T --max-steps 1 tokens.h5 -o p1.h5
+stderr_is_one_line "already exists"
+expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "phase-1"
+expect 64 xl-train-phase2 --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "--init"
+[ ! -e bad.h5 ] || fail "a failed run left bad.h5"
+no_temp_files .
+echo "all training CLI checks passed"

@@ -1,0 +1,298 @@
+// Evaluation: streams cover every token, batching and padding change nothing, segmentation is
+// invisible when the memory holds the whole stream, warm-up and token budgets, head masks, the
+// model's state is restored; sampling obeys top-k/top-p and is reproducible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "xl/eval/evaluator.h"
+#include "xl/eval/generate.h"
+#include "xl/util/error.h"
+#include "xl/util/rng.h"
+
+using namespace xl;
+using xl::eval::EvalResult;
+using xl::eval::EvalSettings;
+using xl::model::ModelConfig;
+using xl::model::TransformerXL;
+
+namespace {
+
+ModelConfig eval_config() {
+  ModelConfig c;
+  c.n_token = 13;
+  c.n_layer = 2;
+  c.d_model = 16;
+  c.n_head = 2;
+  c.d_head = 8;
+  c.d_inner = 24;
+  c.dropout = 0.1;  // evaluation must switch it off
+  return c;
+}
+
+TransformerXL eval_model(const ModelConfig& c, torch::Dtype dtype) {
+  TransformerXL m(c);
+  m->reset_parameters(7);
+  m->to(dtype);
+  m->train();  // evaluation puts it in eval mode and back
+  return m;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  xl::Rng rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+  return ids;
+}
+
+// Per-token losses by position in the split.
+std::map<int64_t, double> per_token(TransformerXL& m, const std::vector<int32_t>& ids, const EvalSettings& s,
+                                    EvalResult* result = nullptr) {
+  std::map<int64_t, double> out;
+  auto r = xl::eval::evaluate(m, ids, s, [&](int64_t, int64_t index, float nll) {
+    EXPECT_EQ(out.count(index), 0u) << "index " << index << " scored twice";
+    out[index] = nll;
+  });
+  if (result) *result = r;
+  return out;
+}
+
+}  // namespace
+
+TEST(Eval, BatchedStreamsEqualEachStreamAlone) {
+  auto m = eval_model(eval_config(), torch::kFloat32);
+  const int64_t n = 103, b = 4;  // streams of 26, 26, 26, 25 tokens: the last segment is padded
+  auto ids = random_ids(n, 13, 1);
+  EvalSettings s;
+  s.tgt_len = 7;
+  s.mem_len = 5;
+  s.batch_size = b;
+  EvalResult batched;
+  auto tokens_b = per_token(m, ids, s, &batched);
+  EXPECT_EQ(batched.tokens, n - b);
+  EXPECT_EQ(static_cast<int64_t>(tokens_b.size()), n - b);
+  EXPECT_TRUE(m->is_training());
+
+  // The same streams evaluated one at a time, batch size 1.
+  double sum = 0;
+  int64_t count = 0, start = 0;
+  EvalSettings one = s;
+  one.batch_size = 1;
+  for (int64_t i = 0; i < b; ++i) {
+    int64_t len = n / b + (i < n % b ? 1 : 0);
+    std::vector<int32_t> stream(ids.begin() + start, ids.begin() + start + len);
+    EvalResult r;
+    auto alone = per_token(m, stream, one, &r);
+    EXPECT_EQ(r.tokens, len - 1);
+    sum += r.loss_sum;
+    count += r.tokens;
+    for (const auto& [index, nll] : alone) {
+      ASSERT_TRUE(tokens_b.count(start + index)) << "stream " << i << " index " << index;
+      EXPECT_NEAR(tokens_b[start + index], nll, 1e-5 * std::max(1.0, std::abs(nll)));
+    }
+    start += len;
+  }
+  EXPECT_EQ(count, batched.tokens);
+  EXPECT_NEAR(batched.loss_sum, sum, 1e-5 * std::abs(sum));
+
+  // Batch size 1 over the whole split scores N - 1 tokens.
+  auto whole = xl::eval::evaluate(m, ids, one);
+  EXPECT_EQ(whole.tokens, n - 1);
+  EXPECT_NEAR(whole.loss(), whole.loss_sum / (n - 1), 1e-12);
+  EXPECT_NEAR(whole.bpc(), whole.loss() / std::log(2.0), 1e-12);
+  EXPECT_NEAR(whole.ppl(), std::exp(whole.loss()), 1e-9 * whole.ppl());
+}
+
+TEST(Eval, SegmentationIsInvisibleWhenMemoryHoldsTheWholeStream) {
+  ModelConfig c = eval_config();
+  c.same_length = true;  // the model's own settings, overridden below
+  c.clamp_len = 3;
+  auto m = eval_model(c, torch::kFloat64);
+  const int64_t n = 61;
+  auto ids = random_ids(n, 13, 2);
+  EvalSettings s;
+  s.batch_size = 2;
+  s.mem_len = n;
+  s.same_length = 0;
+  s.clamp_len = 0;
+  s.tgt_len = n;  // one segment
+  auto whole = per_token(m, ids, s);
+  ASSERT_EQ(static_cast<int64_t>(whole.size()), n - 2);
+  for (int64_t tgt : {1, 2, 5, 8, 29, 30}) {
+    s.tgt_len = tgt;
+    auto seg = per_token(m, ids, s);
+    ASSERT_EQ(seg.size(), whole.size()) << "tgt_len " << tgt;
+    for (const auto& [index, nll] : whole) EXPECT_NEAR(seg[index], nll, 1e-9) << "tgt_len " << tgt << " index " << index;
+  }
+  // The overrides are undone and the training flag restored.
+  EXPECT_EQ(m->config.clamp_len, 3);
+  EXPECT_TRUE(m->config.same_length);
+  EXPECT_TRUE(m->is_training());
+  // With a short memory, segmentation does matter (the check above is not vacuous).
+  s.mem_len = 2;
+  s.tgt_len = 5;
+  auto shorter = per_token(m, ids, s);
+  double diff = 0;
+  for (const auto& [index, nll] : whole) diff = std::max(diff, std::abs(shorter[index] - nll));
+  EXPECT_GT(diff, 1e-6);
+}
+
+TEST(Eval, WarmupScoresOnlySegmentsWhoseMemoryIsFull) {
+  auto m = eval_model(eval_config(), torch::kFloat64);
+  const int64_t n = 100;
+  auto ids = random_ids(n, 13, 3);
+  EvalSettings s;
+  s.batch_size = 2;  // streams of 50: 49 predictions each
+  s.tgt_len = 8;
+  s.mem_len = 16;
+  auto all = per_token(m, ids, s);
+  s.warmup = true;
+  EvalResult r;
+  auto warm = per_token(m, ids, s, &r);
+  // Segments start at 0, 8, 16, ...; the memory is full from position 16 on: 33 per stream.
+  EXPECT_EQ(r.tokens, 2 * 33);
+  EXPECT_LT(r.tokens, n - 2);
+  for (const auto& [index, nll] : warm) EXPECT_NEAR(all.at(index), nll, 1e-12);
+  // Without memory every segment is warm.
+  s.mem_len = 0;
+  EXPECT_EQ(xl::eval::evaluate(m, ids, s).tokens, n - 2);
+}
+
+TEST(Eval, HeadMaskOfOnesEqualsNone) {
+  ModelConfig c = eval_config();
+  auto m = eval_model(c, torch::kFloat32);
+  auto ids = random_ids(80, 13, 4);
+  EvalSettings s;
+  s.batch_size = 3;
+  s.tgt_len = 6;
+  s.mem_len = 9;
+  auto none = xl::eval::evaluate(m, ids, s);
+  s.head_mask = torch::ones({c.n_layer, c.n_head});
+  auto ones = xl::eval::evaluate(m, ids, s);
+  EXPECT_EQ(none.tokens, ones.tokens);
+  EXPECT_DOUBLE_EQ(none.loss_sum, ones.loss_sum);
+  s.head_mask[1][0] = 0;
+  auto pruned = xl::eval::evaluate(m, ids, s);
+  EXPECT_GT(std::abs(pruned.loss_sum - none.loss_sum), 1e-6);
+  s.head_mask = torch::ones({c.n_layer + 1, c.n_head});
+  EXPECT_THROW(xl::eval::evaluate(m, ids, s), xl::Error);
+}
+
+TEST(Eval, MaxTokensStopsAfterTheSegmentThatReachesIt) {
+  auto m = eval_model(eval_config(), torch::kFloat32);
+  auto ids = random_ids(200, 13, 5);
+  EvalSettings s;
+  s.batch_size = 2;
+  s.tgt_len = 8;
+  s.mem_len = 8;
+  s.max_tokens = 20;
+  auto r = xl::eval::evaluate(m, ids, s);
+  EXPECT_EQ(r.tokens, 32);  // two segments of 2 x 8
+}
+
+TEST(Eval, SameLengthWithoutMemoryIsOff) {
+  ModelConfig c = eval_config();
+  c.same_length = true;
+  auto m = eval_model(c, torch::kFloat32);
+  auto ids = random_ids(50, 13, 6);
+  EvalSettings s;
+  s.mem_len = 0;
+  s.tgt_len = 10;
+  s.batch_size = 2;
+  EXPECT_FALSE(xl::eval::effective_same_length(m, s));
+  auto r = xl::eval::evaluate(m, ids, s);
+  EXPECT_TRUE(std::isfinite(r.loss()));
+  s.mem_len = 4;
+  EXPECT_TRUE(xl::eval::effective_same_length(m, s));
+  EXPECT_TRUE(std::isfinite(xl::eval::evaluate(m, ids, s).loss()));
+}
+
+TEST(Eval, RefusesTooFewTokensAndBadSettings) {
+  auto m = eval_model(eval_config(), torch::kFloat32);
+  EvalSettings s;
+  try {
+    xl::eval::evaluate(m, {3}, s);
+    FAIL() << "one token was accepted";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitDataErr);
+  }
+  s.tgt_len = 0;
+  try {
+    xl::eval::evaluate(m, random_ids(20, 13, 1), s);
+    FAIL() << "tgt_len 0 was accepted";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitUsage);
+  }
+  // A short split is cut into fewer streams, each with a prediction.
+  s.tgt_len = 4;
+  s.batch_size = 10;
+  EXPECT_EQ(xl::eval::stream_count(7, 10), 3);
+  EXPECT_EQ(xl::eval::evaluate(m, random_ids(7, 13, 1), s).tokens, 7 - 3);
+}
+
+TEST(Eval, SamplingObeysTopKTopPAndIsReproducible) {
+  // log-probabilities of a 6-token distribution, most likely first: 3, 0, 5, 1, 4, 2.
+  auto p = torch::tensor({0.25, 0.1, 0.02, 0.4, 0.03, 0.2}, torch::kDouble).log();
+  xl::eval::SampleSettings s;
+  s.top_k = 1;
+  xl::Rng rng(1);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(xl::eval::sample_token(p, s, rng), 3);
+  s.top_k = 0;
+  s.temperature = 0;
+  EXPECT_EQ(xl::eval::sample_token(p, s, rng), 3);
+  s.temperature = 1;
+  s.top_k = 3;
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 3000; ++i) ++seen[xl::eval::sample_token(p, s, rng)];
+  EXPECT_EQ(seen.size(), 3u);
+  for (int32_t id : {3, 0, 5}) EXPECT_GT(seen[id], 0) << id;
+  EXPECT_NEAR(seen[3] / 3000.0, 0.4 / 0.85, 0.04);
+  s.top_k = 0;
+  s.top_p = 0.6;  // 0.4 + 0.25 reaches it: tokens 3 and 0
+  seen.clear();
+  for (int i = 0; i < 2000; ++i) ++seen[xl::eval::sample_token(p, s, rng)];
+  EXPECT_EQ(seen.size(), 2u);
+  // The same generator state draws the same sequence.
+  xl::Rng a(9), b(9);
+  s.top_p = 1;
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(xl::eval::sample_token(p, s, a), xl::eval::sample_token(p, s, b));
+}
+
+TEST(Eval, GenerationIsReproducibleAndCarriesMemory) {
+  auto m = eval_model(eval_config(), torch::kFloat32);
+  xl::eval::GenerateSettings g;
+  g.length = 30;
+  g.tgt_len = 4;
+  g.mem_len = 16;
+  g.sampling.top_k = 5;
+  std::vector<int32_t> prompt = random_ids(11, 13, 7);
+  xl::Rng r1(3), r2(3), r3(4);
+  std::vector<int32_t> streamed;
+  auto a = xl::eval::generate(m, prompt, g, r1, [&](int32_t id) { streamed.push_back(id); });
+  auto b = xl::eval::generate(m, prompt, g, r2, nullptr);
+  auto c = xl::eval::generate(m, prompt, g, r3, nullptr);
+  EXPECT_EQ(a.size(), 30u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, streamed);
+  EXPECT_NE(a, c);
+  EXPECT_TRUE(m->is_training());
+  // Greedy decoding is the argmax of the model's next-token distribution over the full context.
+  g.sampling.top_k = 1;
+  g.length = 3;
+  g.mem_len = 100;
+  xl::Rng r4(1);
+  auto greedy = xl::eval::generate(m, prompt, g, r4, nullptr);
+  m->eval();
+  std::vector<int32_t> ctx = prompt;
+  for (int32_t id : greedy) {
+    torch::NoGradGuard ng;
+    auto mem = m->new_memory();
+    xl::model::ForwardOptions o;
+    auto in = torch::tensor(std::vector<int64_t>(ctx.begin(), ctx.end()), torch::kLong).view({1, -1});
+    auto h = m->hidden(in, mem, o);
+    auto lp = m->log_probs(h.select(1, h.size(1) - 1));
+    EXPECT_EQ(lp.argmax(-1).item<int64_t>(), id);
+    ctx.push_back(id);
+  }
+}
