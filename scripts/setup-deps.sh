@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev libbz2-dev
   help2man man-db         # man pages from --help
   gnuplot-nox             # plots of pruning curves and ablations
+  curl unzip              # Makefile.pipeline downloads full corpora for real users
   bible-kjv               # the public-domain King James Bible: the offline demo corpus
   python3-h5py            # checks that our HDF5 files read from Python
 )

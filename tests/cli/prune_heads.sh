@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# xl-prune-heads end to end: ablation tables (jsonl, md, --compare), importance stored with -o,
+# iterative pruning with a plot and a physically pruned checkpoint that evaluates alike, bad input.
+source "$(dirname "$0")/common.bash"
+
+corpus=$TMP/corpus.txt
+make_mixed_text "$corpus" 60000
+xl-tokenize --mode byte --split 0.8,0.1,0.1 "$corpus" -o tokens.h5 -q
+T="xl-train-phase1 --n-layer 2 --d-model 32 --n-head 3 --d-head 8 --d-inner 32 --tgt-len 16 --mem-len 16
+   --batch-size 4 --lr 0.003 --schedule-steps 100 --eval-interval 0 --eval-max-tokens 1000 --threads 1 -q"
+$T --max-steps 30 --sch-beta 0 tokens.h5 -o base.h5
+$T --max-steps 30 --sch-beta 0.5 tokens.h5 -o sch.h5
+E="--tgt-len 16 --mem-len 32 --max-tokens 2000 --threads 1"
+
+step "ablate-one: a row per head, a deviation per layer"
+expect 0 xl-prune-heads --mode ablate-one $E sch.h5 tokens.h5
+[ "$(grep -c '"event":"head"' out)" -eq 6 ] || fail "expected 6 head rows: $(cat out)"
+[ "$(grep -c '"event":"layer"' out)" -eq 2 ] || fail "expected 2 layer rows"
+expect 0 xl-prune-heads --mode ablate-one --jobs 2 --format md --compare base.h5 $E sch.h5 tokens.h5
+grep -q '% stddev change' out || fail "no Table 3 shape: $(cat out)"
+[ "$(grep -c '^| Layer' out)" -eq 2 ] || fail "expected two layers in the table"
+
+step "importance, stored in the checkpoint with -o"
+expect 0 xl-prune-heads --mode importance --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o scored.h5
+[ "$(grep -c '"event":"importance"' out)" -eq 6 ] || fail "expected 6 scores"
+h5ls -r scored.h5 > ls.txt
+grep -q 'analysis/head_importance' ls.txt || fail "scores not stored in /analysis"
+
+step "iterative pruning: curve, plot, physically pruned checkpoint"
+expect 0 xl-prune-heads --mode iterative --step 50 --rescore --importance-max-tokens 2000 $E --plot curve.png \
+  sch.h5 tokens.h5 -o pruned.h5
+[ "$(grep -c '"event":"prune"' out)" -eq 3 ] || fail "expected 3 points on the curve: $(cat out)"
+[ "$(head -c 4 curve.png | tail -c 3)" = PNG ] || fail "curve.png is not a PNG"
+grep '"event":"pruned"' out | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline())
+assert abs(r["loss_masked"] - r["loss_pruned"]) < 1e-5, r' || fail "pruned model does not match the masked one"
+expect 0 xl-prune-heads --mode iterative --prune-heads 2 --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o two.h5
+expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 32 --max-tokens 2000 two.h5 tokens.h5
+[ "$(xl-inspect --json two.h5 | json /dev/stdin 'j["attributes"]["phase"]')" = pruned ] || fail "phase is not pruned"
+
+step "bad input"
+expect 64 xl-prune-heads --mode iterative --prune-heads 7 $E sch.h5 tokens.h5
+stderr_is_one_line "only 6"
+expect 65 xl-prune-heads --split nope $E sch.h5 tokens.h5
+stderr_is_one_line nope
+xl-tokenize --mode char --split 0.8,0.1,0.1 "$corpus" -o chars.h5 -q
+expect 65 xl-prune-heads $E sch.h5 chars.h5
+stderr_is_one_line vocab
+expect 64 xl-prune-heads --mode everything $E sch.h5 tokens.h5
+no_temp_files .
+echo "all xl-prune-heads checks passed"

@@ -1,0 +1,218 @@
+// xl-prune-heads: head studies of a checkpoint: single-head ablation tables (the paper's Table 3),
+// Michel et al. importance scores, iterative pruning curves, and physically pruned checkpoints.
+#include <chrono>
+#include <iostream>
+
+#include "xl/analysis/head_ablation.h"
+#include "xl/analysis/head_importance.h"
+#include "xl/analysis/head_report.h"
+#include "xl/analysis/iterative_pruning.h"
+#include "xl/cli/options.h"
+#include "xl/cli/tool_main.h"
+#include "xl/h5/checkpoint.h"
+#include "xl/h5/tokens_file.h"
+#include "xl/model/head_pruning.h"
+#include "xl/model/model_io.h"
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/log.h"
+
+namespace po = xl::cli::po;
+using namespace xl;
+
+namespace {
+
+struct Study {
+  h5::Checkpoint ckpt;
+  std::string path;
+  model::TransformerXL make() const {
+    auto m = model::model_from_checkpoint(ckpt, path);
+    return m;
+  }
+};
+
+void emit(const std::vector<nlohmann::json>& rows) {
+  for (const auto& r : rows) std::cout << r.dump() << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cli::run_tool("xl-prune-heads", argc, argv, cli::Runtime::kTorch, [](int argc, char** argv) {
+    cli::Options cli({"xl-prune-heads", "Study and prune the attention heads of a checkpoint.", "[OPTIONS] CHECKPOINT TOKENS",
+                      "--mode ablate-one masks every head in turn and reports the change in bpc (char level) or\n"
+                      "perplexity (word level) against the unpruned model, with each layer's sample standard\n"
+                      "deviation; --compare OTHER.h5 puts a second model beside it in the shape of the paper's\n"
+                      "Table 3 (% change of the standard deviation). --mode importance scores heads with Michel et\n"
+                      "al.'s I_h = E |dL/d mask_h| (dropout off, memory carried across segments); -o stores the\n"
+                      "scores in a copy of the checkpoint. --mode iterative prunes --step % of all heads at a time\n"
+                      "by importance (--rescore recomputes it each step), evaluates after each step and prints the\n"
+                      "curve; -o writes the last step's model with those heads removed physically. Evaluation\n"
+                      "options are those of xl-eval-longctx; --max-tokens bounds the cost of each of the L x H\n"
+                      "evaluations, and --jobs runs them in parallel.",
+                      "  xl-prune-heads --mode ablate-one --split valid --max-tokens 20000 --format md sch.h5 tokens.h5\n"
+                      "  xl-prune-heads --mode ablate-one --compare baseline.h5 --format md sch.h5 tokens.h5\n"
+                      "  xl-prune-heads --mode iterative --step 10 --rescore --plot curve.png model.h5 tokens.h5\n"
+                      "  xl-prune-heads --mode iterative --prune-heads 8 -o pruned.h5 model.h5 tokens.h5"});
+    cli.add("Study")
+        ("checkpoint", po::value<std::string>(), "checkpoint to study")
+        ("tokens", po::value<std::string>()->default_value("-"), "tokens file (- is stdin)")
+        ("mode", po::value<std::string>()->default_value("ablate-one"), "ablate-one, importance or iterative")
+        ("compare", po::value<std::string>(), "ablate-one: a second checkpoint shown beside the first")
+        ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md or tsv")
+        ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)");
+    cli.add("Evaluation")
+        ("split", po::value<std::string>()->default_value("valid"), "split to evaluate on")
+        ("tgt-len", po::value<int64_t>()->default_value(128), "segment length")
+        ("mem-len", po::value<int64_t>()->default_value(-1), "memory length (-1: 2 x tgt-len)")
+        ("clamp-len", po::value<int64_t>()->default_value(-1), "clamp relative distances (-1: the model's, 0: off)")
+        ("same-length", po::value<int>()->default_value(-1), "1, 0 or -1 (the model's)")
+        ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
+        ("max-tokens", po::value<std::string>()->default_value("0"), "score about this many tokens per evaluation (0: all)");
+    cli.add("Importance and pruning")
+        ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
+        ("importance-max-tokens", po::value<std::string>()->default_value("50000"), "tokens used for importance scores (0: all)")
+        ("normalize-layers", po::bool_switch(), "divide each layer's scores by their L2 norm")
+        ("step", po::value<double>()->default_value(10), "iterative: % of all heads pruned per step")
+        ("max-fraction", po::value<double>()->default_value(1.0), "iterative: stop once this share of heads is pruned")
+        ("prune-heads", po::value<int64_t>()->default_value(-1), "iterative: prune exactly this many heads in one step")
+        ("rescore", po::bool_switch(), "iterative: recompute importance after each step")
+        ("plot", po::value<std::string>(), "iterative: draw the curve to FILE.png (gnuplot)");
+    cli.positional("checkpoint", 1);
+    cli.positional("tokens", 1);
+    cli.add_output(true, "a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
+    cli.add_compute();
+    if (!cli.parse(argc, argv)) return 0;
+    cli::set_threads(cli.threads());
+    XL_CHECK(cli.has("checkpoint"), kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-prune-heads --help)");
+    const std::string mode = cli.get<std::string>("mode"), format = cli.get<std::string>("format");
+    XL_CHECK(mode == "ablate-one" || mode == "importance" || mode == "iterative", kExitUsage,
+             "--mode must be ablate-one, importance or iterative");
+    XL_CHECK(format == "jsonl" || format == "md" || format == "tsv", kExitUsage, "--format must be jsonl, md or tsv");
+    const bool write_output = cli.given("output") && cli.output() != "-";
+    XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
+    std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
+    if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
+
+    auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
+    const bool char_level = tokens.vocab().type() != text::VocabType::kWord;
+    Study study{h5::load_checkpoint(cli.get<std::string>("checkpoint"), tokens.vocab().sha256()), cli.get<std::string>("checkpoint")};
+    auto ids = tokens.read_split(cli.get<std::string>("split"));
+    eval::EvalSettings es;
+    es.tgt_len = cli.get<int64_t>("tgt-len");
+    es.mem_len = cli.get<int64_t>("mem-len") >= 0 ? cli.get<int64_t>("mem-len") : 2 * es.tgt_len;
+    es.clamp_len = cli.get<int64_t>("clamp-len");
+    es.same_length = cli.get<int>("same-length");
+    es.batch_size = cli.get<int64_t>("batch-size");
+    es.max_tokens = static_cast<int64_t>(cli::parse_count(cli.get<std::string>("max-tokens"), "--max-tokens"));
+    es.head_mask = model::head_mask_of(study.ckpt);
+
+    if (mode == "ablate-one") {
+      std::vector<analysis::LabeledAblation> results;
+      std::vector<Study> studies{study};
+      if (cli.has("compare")) {
+        std::string other = cli.get<std::string>("compare");
+        studies.push_back({h5::load_checkpoint(other, tokens.vocab().sha256()), other});
+      }
+      for (const auto& st : studies) {
+        eval::EvalSettings s = es;
+        s.head_mask = model::head_mask_of(st.ckpt);
+        auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"),
+                                                 [&](int64_t done, int64_t total) {
+                                                   XL_DEBUG(st.path << ": " << done << "/" << total << " evaluations");
+                                                 });
+        XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s");
+        results.push_back({st.path, result});
+      }
+      if (format == "md") std::cout << analysis::ablation_markdown(results, char_level);
+      else if (format == "tsv") std::cout << analysis::ablation_tsv(results, char_level);
+      else
+        for (const auto& r : results) emit(analysis::ablation_rows(r, char_level));
+      std::cout.flush();
+      return 0;
+    }
+
+    auto model = study.make();
+    analysis::ImportanceSettings is;
+    is.tgt_len = es.tgt_len;
+    is.mem_len = es.mem_len;
+    is.batch_size = es.batch_size;
+    is.max_tokens = static_cast<int64_t>(cli::parse_count(cli.get<std::string>("importance-max-tokens"), "--importance-max-tokens"));
+    is.normalize_layers = cli.get<bool>("normalize-layers");
+    is.head_mask = es.head_mask;
+    const std::string score_split = cli.get<std::string>("importance-split");
+    auto score_ids = score_split == cli.get<std::string>("split") ? ids : tokens.read_split(score_split);
+
+    if (mode == "importance") {
+      torch::Tensor scores = analysis::head_importance(model, score_ids, is);
+      if (format == "md") std::cout << analysis::matrix_markdown(scores, "Head importance (Michel et al.) of " + study.path);
+      else if (format == "tsv") std::cout << analysis::matrix_tsv(scores);
+      else
+        for (int64_t l = 0; l < scores.size(0); ++l)
+          for (int64_t h = 0; h < model->config.heads_in_layer(l); ++h)
+            std::cout << nlohmann::json{{"event", "importance"}, {"layer", l}, {"head", h}, {"score", scores[l][h].item<double>()}}.dump() << "\n";
+      std::cout.flush();
+      if (write_output) {
+        guard.reset();
+        h5::Checkpoint out = study.ckpt;
+        out.analysis.erase(std::remove_if(out.analysis.begin(), out.analysis.end(), [](const auto& p) { return p.first == "head_importance"; }),
+                           out.analysis.end());
+        out.analysis.emplace_back("head_importance", scores);
+        h5::save_checkpoint(cli.output(), out, cli.force());
+      }
+      return 0;
+    }
+
+    analysis::PruningSchedule sched;
+    sched.step_percent = cli.get<double>("step");
+    sched.max_fraction = cli.get<double>("max-fraction");
+    sched.exact_heads = cli.get<int64_t>("prune-heads");
+    sched.rescore = cli.get<bool>("rescore");
+    const std::string metric = char_level ? "bpc" : "ppl";
+    auto result = analysis::prune_iteratively(model, ids, es, score_ids, is, sched, [&](const analysis::PruningPoint& p) {
+      nlohmann::json row = {{"event", "prune"}, {"fraction", p.fraction}, {"pruned", p.pruned}, {"loss", p.loss},
+                            {metric, analysis::metric_of(p.loss, char_level)}};
+      if (format == "jsonl") std::cout << row.dump() << std::endl;
+      XL_INFO(p.pruned << " heads pruned (" << static_cast<int>(100 * p.fraction + 0.5) << "%): " << metric << " "
+                       << analysis::metric_of(p.loss, char_level));
+    });
+    if (format == "md") {
+      std::cout << "| fraction pruned | heads pruned | " << metric << " |\n|---:|---:|---:|\n";
+      for (const auto& p : result.curve)
+        std::cout << "| " << p.fraction << " | " << p.pruned << " | " << analysis::metric_of(p.loss, char_level) << " |\n";
+    } else if (format == "tsv") {
+      std::cout << "fraction\tpruned\t" << metric << "\n";
+      for (const auto& p : result.curve) std::cout << p.fraction << '\t' << p.pruned << '\t' << analysis::metric_of(p.loss, char_level) << "\n";
+    }
+    std::cout.flush();
+    if (cli.has("plot")) analysis::plot_curve(result.curve, char_level, cli.get<std::string>("plot"));
+    if (write_output) {
+      guard.reset();
+      auto pruned = model::remove_heads(model, result.keep);
+      // How much faster the smaller model evaluates than the masked one.
+      eval::EvalSettings masked = es;
+      masked.head_mask = model::keep_to_head_mask(model->config, result.keep, torch::kFloat32);
+      eval::EvalSettings plain = es;
+      plain.head_mask = torch::Tensor();
+      auto t_masked = eval::evaluate(model, ids, masked), t_pruned = eval::evaluate(pruned, ids, plain);
+      nlohmann::json row = {{"event", "pruned"}, {"path", cli.output()}, {"heads_left", model::kept_head_counts(model->config, result.keep)},
+                            {"loss_masked", t_masked.loss()}, {"loss_pruned", t_pruned.loss()},
+                            {"seconds_masked", t_masked.seconds}, {"seconds_pruned", t_pruned.seconds},
+                            {"speedup", t_masked.seconds / std::max(1e-9, t_pruned.seconds)},
+                            {"parameters", pruned->parameter_count()}};
+      if (format == "jsonl") std::cout << row.dump() << std::endl;
+      XL_INFO("pruned model: " << pruned->parameter_count() << " parameters, evaluates " << t_masked.seconds / std::max(1e-9, t_pruned.seconds)
+                               << "x as fast as the masked one (loss " << t_pruned.loss() << " vs " << t_masked.loss() << ")");
+      h5::Checkpoint out = study.ckpt;
+      out.phase = "pruned";
+      out.model_config = pruned->config.to_json();
+      out.model = model::model_tensors(pruned);
+      out.optimizer.clear();
+      out.memory.clear();
+      out.analysis.clear();
+      out.analysis.emplace_back("head_importance", result.importance);
+      h5::save_checkpoint(cli.output(), out, cli.force());
+    }
+    return 0;
+  });
+}
