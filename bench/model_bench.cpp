@@ -1,13 +1,24 @@
-// Model throughput: forward+backward (training step with Adam) and forward-only tokens/s, peak RSS
-// and model FLOP utilisation against the GEMM peak measured in the same process. Prints JSON.
-//   xl_bench_model CONFIG [steps]   CONFIG: tiny | small | base (../shared/docs/bench-configs.md)
+// Model throughput: forward+backward (a training step as the trainer takes it: loss, backward,
+// global-norm clip, our one-pass Adam, gradients reset to undefined) and forward-only (evaluation:
+// no grad, memory 2 x tgt_len) tokens/s, peak RSS and model FLOP utilisation against the GEMM peak
+// measured in the same process. Prints one JSON object.
+//   xl_bench_model CONFIG [MODE [STEPS [SKIP_SCHEDULE [BETA]]]]
+//   CONFIG: tiny | small | base (../shared/docs/bench-configs.md); MODE: train | eval;
+//   SKIP_SCHEDULE: none (default) | linear | uniform | ... (Skip-Retain, phase 1); BETA: SCH rate.
 #include <sys/resource.h>
 
+#include <torch/csrc/autograd/profiler_legacy.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <iostream>
 
 #include "xl/cli/tool_main.h"
+#include "xl/model/cross_head.h"
+#include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
+#include "xl/train/adam.h"
 
 using namespace xl::model;
 using Clock = std::chrono::steady_clock;
@@ -26,6 +37,12 @@ BenchConfig lookup(const std::string& name) {
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double cpu_seconds() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
 
 double gemm_peak_gflops() {
   double best = 0;
@@ -54,6 +71,8 @@ int main(int argc, char** argv) {
     std::string name = argc > 1 ? argv[1] : "tiny";
     std::string mode = argc > 2 ? argv[2] : "train";
     int steps = argc > 3 ? std::atoi(argv[3]) : 5;
+    std::string skip_name = argc > 4 ? argv[4] : "none";
+    double beta = argc > 5 ? std::atof(argv[5]) : 0.0;
     xl::cli::set_threads(2);
     BenchConfig bc = lookup(name);
     ModelConfig cfg;
@@ -68,30 +87,45 @@ int main(int argc, char** argv) {
     double peak = gemm_peak_gflops();
     const bool train = mode == "train";
     const int64_t tgt = bc.tgt_len, mem_len = train ? bc.mem_len : 2 * bc.tgt_len, b = bc.batch;
-    torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(2.5e-4));
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (const auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
+    // Adam's moments exist only when training (eval's peak RSS must not count them).
+    std::unique_ptr<xl::train::Adam> opt;
+    if (train) opt = std::make_unique<xl::train::Adam>(params, xl::train::AdamOptions{});
+    auto p_skip = skip_probabilities(parse_skip_schedule(skip_name), bc.n_layer, 0.0);
+    xl::Rng rng(1);
     Memory mem = model->new_memory();
-    ForwardOptions fo;
-    fo.mem_len = mem_len;
     auto data = torch::randint(0, 256, {b, tgt * (steps + 3) + 1}, torch::kLong);
     if (train) model->train();
     else model->eval();
-    double elapsed = 0;
+    double elapsed = 0, cpu = 0;
     int timed = 0;
     for (int s = 0; s < steps + 2; ++s) {
       auto in = data.slice(1, s * tgt, (s + 1) * tgt), tg = data.slice(1, s * tgt + 1, (s + 1) * tgt + 1);
+      ForwardOptions fo;
+      fo.mem_len = mem_len;
+      // XL_BENCH_PROFILE=FILE: a Chrome trace of the last step from LibTorch's autograd profiler.
+      std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
+      const char* prof_file = std::getenv("XL_BENCH_PROFILE");
+      if (prof_file && s == steps + 1) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(prof_file);
       auto t = Clock::now();
+      double c0 = cpu_seconds();
       if (train) {
-        opt.zero_grad();
+        if (skip_name != "none") fo.skip = draw_skips(rng, p_skip);
+        fo.perms = draw_cross_head(rng, beta, model->heads_per_layer());
         auto loss = model->forward(in, tg, mem, fo).mean();
         loss.backward();
-        torch::nn::utils::clip_grad_norm_(model->parameters(), 0.25);
-        opt.step();
+        loss.item<double>();
+        opt->clip_grad_norm(0.25);
+        opt->step(2.5e-4);
+        opt->clear_grads();
       } else {
         torch::NoGradGuard ng;
         model->forward(in, tg, mem, fo).sum().item<double>();
       }
       if (s >= 2) {  // memory full from step 1 on; step 0 and 1 warm up
         elapsed += seconds_since(t);
+        cpu += cpu_seconds() - c0;
         ++timed;
       }
     }
@@ -101,8 +135,9 @@ int main(int argc, char** argv) {
     if (!train) per_tok /= 3;
     double mfu = tok_s * per_tok / (peak * 1e9);
     nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", elapsed / timed},
-                        {"gemm_peak_gflops", peak}, {"mfu", mfu}, {"peak_rss_mb", peak_rss_mb()},
-                        {"threads", 2}, {"steps", timed}};
+                        {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", peak}, {"mfu", mfu},
+                        {"peak_rss_mb", peak_rss_mb()}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
+                        {"beta", beta}};
     std::cout << j.dump() << std::endl;
     return 0;
   });

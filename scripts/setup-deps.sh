@@ -14,6 +14,7 @@ packages=(
   curl unzip              # Makefile.pipeline downloads full corpora for real users
   bible-kjv               # the public-domain King James Bible: the offline demo corpus
   python3-h5py            # checks that our HDF5 files read from Python
+  python3-torch           # checks that exported state_dicts load in PyTorch
 )
 missing=()
 for p in "${packages[@]}"; do

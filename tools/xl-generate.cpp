@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
          "generation starts from a line start.",
          "  xl-generate --prompt 'The history of ' --length 500 p2.h5\n"
          "  xl-generate --prompt-file intro.txt --top-k 40 --temperature 0.8 --seed 7 p2.h5\n"
-         "  xl-generate --prompt 'In 1905' --top-k 1 --echo p2.h5   # greedy"});
+         "  xl-generate --prompt 'In 1905' --top-k 1 --echo p2.h5"});
     cli.add("Generation")
         ("checkpoint", po::value<std::string>(), "checkpoint (HDF5; - is stdin)")
         ("prompt", po::value<std::string>(), "prompt TEXT")
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       prompt_text = xl::io::read_text(cli.get<std::string>("prompt-file"));
     }
 
-    auto ckpt = xl::h5::load_checkpoint(ckpt_path);
+    auto ckpt = xl::h5::load_checkpoint(ckpt_path, "", false);
     auto model = xl::model::model_from_checkpoint(ckpt, xl::io::display_name(ckpt_path));
     const xl::text::Vocab vocab = ckpt.vocab;
     ckpt = xl::h5::Checkpoint();

@@ -1,6 +1,6 @@
 # Shared helpers of the CLI tests (sourced, not a test itself: ctest registers only *.sh).
 # Environment (set by tests/CMakeLists.txt): XL_BIN (built tools), XL_SOURCE_DIR, XL_SHARED_DATA.
-set -Eeuo pipefail
+set -euo pipefail
 # A command that fails outside a check still says where the test stopped.
 trap 'echo "FAIL: ${BASH_SOURCE[0]##*/}:$LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 

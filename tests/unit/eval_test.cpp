@@ -224,6 +224,13 @@ TEST(Eval, RefusesTooFewTokensAndBadSettings) {
   } catch (const xl::Error& e) {
     EXPECT_EQ(e.code(), xl::kExitUsage);
   }
+  s.tgt_len = 4;
+  try {
+    xl::eval::evaluate(m, {1, 2, 13, 4}, s);  // the vocab has 13 ids
+    FAIL() << "an out-of-range id was accepted";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitDataErr);
+  }
   // A short split is cut into fewer streams, each with a prediction.
   s.tgt_len = 4;
   s.batch_size = 10;

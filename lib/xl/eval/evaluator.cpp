@@ -1,5 +1,6 @@
 #include "xl/eval/evaluator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -94,6 +95,9 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   check_settings(model, s);
   const int64_t n = static_cast<int64_t>(ids.size());
   XL_CHECK(n >= 2, kExitDataErr, "cannot evaluate " << n << " token" << (n == 1 ? "" : "s") << ": at least 2 are needed");
+  const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
+  XL_CHECK(*lo >= 0 && *hi < model->config.n_token, kExitDataErr,
+           "token id " << (*lo < 0 ? *lo : *hi) << " is out of range for the model's vocab of " << model->config.n_token);
 
   torch::NoGradGuard no_grad;  // not InferenceMode: tables the model caches here are reused in training
   ModelStateGuard restore(model);

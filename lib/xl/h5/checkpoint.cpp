@@ -248,7 +248,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt, bool force
   out.commit();
 }
 
-Checkpoint load_checkpoint(const std::string& path, const std::string& expected_vocab_sha256) {
+Checkpoint load_checkpoint(const std::string& path, const std::string& expected_vocab_sha256,
+                           bool with_training_state) {
   File f = File::open(path, "an xl checkpoint");
   const std::string& name = f.name();
   hid_t root = f.id();
@@ -278,7 +279,12 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
   ckpt.model_config = read_json_attr(root, "model_config", name, /*required=*/true);
   ckpt.train_config = read_json_attr(root, "train_config", name, false);
   ckpt.state = read_json_attr(root, "state", name, false);
-  for (const auto& g : kGroups) ckpt.*(g.list) = read_group(root, g.name, name);
+  for (const auto& g : kGroups) {
+    const bool training_state = g.list == &Checkpoint::optimizer || g.list == &Checkpoint::rng ||
+                                g.list == &Checkpoint::memory;
+    if (training_state && !with_training_state) continue;
+    ckpt.*(g.list) = read_group(root, g.name, name);
+  }
   return ckpt;
 }
 

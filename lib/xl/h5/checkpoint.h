@@ -40,7 +40,10 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt, bool force
 // Loads a checkpoint ("-" reads stdin). Fails with 65 and one line naming the file for: not an
 // HDF5 file, another xl format, a newer format version, a missing `complete` flag, a corrupt or
 // truncated file, or (when `expected_vocab_sha256` is not empty) a vocab mismatch.
-Checkpoint load_checkpoint(const std::string& path, const std::string& expected_vocab_sha256 = "");
+// `with_training_state` false leaves /optimizer, /rng and /memory unread (empty lists): all that
+// evaluation needs, in a third of the memory of a trained checkpoint.
+Checkpoint load_checkpoint(const std::string& path, const std::string& expected_vocab_sha256 = "",
+                           bool with_training_state = true);
 
 // Looks a tensor up by name in a list; undefined tensor when absent.
 torch::Tensor find_tensor(const TensorList& list, const std::string& name);

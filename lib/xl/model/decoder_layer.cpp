@@ -1,9 +1,11 @@
 #include "xl/model/decoder_layer.h"
 
+#include "xl/model/fused_dropout.h"
+
 namespace xl::model {
 
 PositionwiseFFImpl::PositionwiseFFImpl(int64_t d_model, int64_t d_inner, double dropout, bool pre_ln)
-    : pre_lnorm(pre_ln) {
+    : pre_lnorm(pre_ln), dropout(dropout) {
   CoreNet = register_module("CoreNet", torch::nn::Sequential(
       torch::nn::Linear(d_model, d_inner), torch::nn::ReLU(), torch::nn::Dropout(dropout),
       torch::nn::Linear(d_inner, d_model), torch::nn::Dropout(dropout)));
@@ -11,8 +13,14 @@ PositionwiseFFImpl::PositionwiseFFImpl(int64_t d_model, int64_t d_inner, double 
 }
 
 torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
-  if (pre_lnorm) return x + CoreNet->forward(layer_norm(x));
-  return layer_norm(x + CoreNet->forward(x));
+  // CoreNet's modules in turn (Linear, ReLU, Dropout, Linear, Dropout) with ReLU+dropout and the
+  // last dropout+residual fused.
+  auto in = CoreNet[0]->as<torch::nn::Linear>();
+  auto out = CoreNet[3]->as<torch::nn::Linear>();
+  const bool train = is_training();
+  torch::Tensor h = fused_relu_dropout(in->forward(pre_lnorm ? layer_norm(x) : x), dropout, train);
+  torch::Tensor sum = fused_dropout_add(out->forward(h), x, dropout, train);
+  return pre_lnorm ? sum : layer_norm(sum);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases) {

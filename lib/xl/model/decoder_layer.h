@@ -15,6 +15,7 @@ class PositionwiseFFImpl : public torch::nn::Module {
   torch::nn::Sequential CoreNet{nullptr};
   torch::nn::LayerNorm layer_norm{nullptr};
   bool pre_lnorm;
+  double dropout;
 };
 TORCH_MODULE(PositionwiseFF);
 

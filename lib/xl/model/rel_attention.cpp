@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "xl/model/fused_dropout.h"
 #include "xl/model/rel_softmax.h"
 
 namespace xl::model {
@@ -12,7 +13,7 @@ torch::Tensor AttentionPass::positional(int64_t d_max, int64_t count, const torc
   auto it = pos_emb.find(key);
   if (it != pos_emb.end()) return it->second;
   torch::Tensor table = sinusoid->descending(d_max, count, clamp_len, opts);
-  if (training && dropout > 0) table = torch::dropout(table, dropout, true);
+  if (training && dropout > 0) table = fused_dropout(table, dropout, true);
   pos_emb.emplace(key, table);
   return table;
 }
@@ -116,12 +117,13 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       bds.push_back(torch::bmm(q_v, r_k).view({h * b, t, blk.table}));
     }
     torch::Tensor probs = relative_attention_probs(ac, bds, blocks, pass.mask(t, m, w.device()), 1.0 / std::sqrt(double(dh)));
-    if (pass.training && pass.dropatt > 0) probs = torch::dropout(probs, pass.dropatt, true);
+    if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
     torch::Tensor vec = torch::bmm(probs, value).view({h, b, t, dh});
     if (head_mask.defined()) vec = vec * head_mask.view({h, 1, 1, 1});
     vec = vec.permute({1, 2, 0, 3}).reshape({b, t, h * dh});
-    attn_out = o_net(vec);
-    if (pass.training && dropout > 0) attn_out = torch::dropout(attn_out, dropout, true);
+    // Dropout fused with the residual: w + dropout(o_net(vec)).
+    torch::Tensor sum = fused_dropout_add(o_net(vec), w, dropout, pass.training);
+    return pre_lnorm ? sum : layer_norm(sum);
   }
   return pre_lnorm ? w + attn_out : layer_norm(w + attn_out);
 }

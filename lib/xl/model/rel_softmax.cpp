@@ -1,8 +1,14 @@
 #include "xl/model/rel_softmax.h"
 
-#include <ATen/ops/_softmax_backward_data.h>
+#include "xl/model/parallel.h"
+#include <immintrin.h>
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
+
+// The element loops below are written to vectorize; -O2 alone does not if-convert them.
+#pragma GCC optimize("O3")
 
 namespace xl::model {
 
@@ -14,19 +20,158 @@ torch::Tensor relative_shift_view(const torch::Tensor& bd, int64_t len) {
 
 namespace {
 
-// Adjoint of relative_shift_view for the entries that are read unmasked.
-torch::Tensor relative_shift_backward(const torch::Tensor& grad, int64_t table) {
-  const int64_t n = grad.size(0), t = grad.size(1), len = grad.size(2);
-  if (len == table) {
-    // Transformer-XL's pad-and-reshape in reverse: an exact inverse map, so every table entry
-    // receives the gradient of the one score that read it.
-    auto flat = torch::cat({torch::zeros({n, t}, grad.options()), grad.contiguous().view({n, t * len})}, 1);
-    return flat.view({n, t, len + 1}).slice(2, 1).contiguous();
+// Shapes of one call: N x T queries over K keys; per block the column, length and table size.
+struct Layout {
+  int64_t n = 0, t = 0, k = 0;
+  std::vector<KeyBlock> blocks;
+};
+
+// ---- row kernels -------------------------------------------------------------------------------
+
+// s[j] = (a[j] + b[j]) * scale
+template <typename T>
+__attribute__((always_inline)) inline void add_scale(const T* a, const T* b, T* s, int64_t n, T scale) {
+  for (int64_t j = 0; j < n; ++j) s[j] = (a[j] + b[j]) * scale;
+}
+__attribute__((target_clones("avx2", "default"))) void add_scale_f(const float* a, const float* b, float* s, int64_t n,
+                                                                   float scale) {
+  add_scale<float>(a, b, s, n, scale);
+}
+
+template <typename T>
+inline T dot_scalar(const T* a, const T* b, int64_t n) {
+  T s = 0;
+  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
   }
-  // Memory-only block: the strided map is injective when T >= 2 (len < table), so a copy suffices.
-  auto out = torch::zeros({n, t, table}, grad.options());
-  out.as_strided({n, t, len}, {t * table, table - 1, 1}, t - 1).copy_(grad);
+  for (; j + 8 <= n; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+  __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  float r = _mm_cvtss_f32(h);
+  for (; j < n; ++j) r += a[j] * b[j];
+  return r;
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+inline float dot(const float* a, const float* b, int64_t n) { return kHaveAvx2 ? dot_avx2(a, b, n) : dot_scalar(a, b, n); }
+inline double dot(const double* a, const double* b, int64_t n) { return dot_scalar(a, b, n); }
+
+// gs[j] = p[j] * (g[j] - d) * scale  (_softmax_backward_data, then the scale)
+template <typename T>
+__attribute__((always_inline)) inline void softmax_grad(const T* p, const T* g, T* gs, int64_t n, T d, T scale) {
+  for (int64_t j = 0; j < n; ++j) gs[j] = p[j] * (g[j] - d) * scale;
+}
+__attribute__((target_clones("avx2", "default"))) void softmax_grad_f(const float* p, const float* g, float* gs,
+                                                                      int64_t n, float d, float scale) {
+  softmax_grad<float>(p, g, gs, n, d, scale);
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void add_into(T* dst, const T* src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+// Scores of rows [r0, r1) into out (scaled, shifted, masked), then softmax over those rows.
+template <typename T>
+void forward_rows(const Layout& L, const T* ac, const std::vector<const T*>& bds, const bool* mask, T scale, T* out,
+                  int64_t r0, int64_t r1) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / L.t, i = r % L.t;
+    const T* a = ac + r * L.k;
+    T* s = out + r * L.k;
+    for (size_t b = 0; b < L.blocks.size(); ++b) {
+      const KeyBlock& blk = L.blocks[b];
+      // relative_shift_view: element (n, i, j) of the block reads flat n*T*P + i*(P-1) + j + T-1.
+      const T* src = bds[b] + n * L.t * blk.table + i * (blk.table - 1) + L.t - 1;
+      if constexpr (std::is_same_v<T, float>) add_scale_f(a + blk.col, src, s + blk.col, blk.len, scale);
+      else add_scale<T>(a + blk.col, src, s + blk.col, blk.len, scale);
+    }
+    if (mask) {
+      const bool* mrow = mask + i * L.k;
+      for (int64_t j = 0; j < L.k; ++j)
+        if (mrow[j]) s[j] = neg_inf;
+    }
+  }
+}
+
+torch::Tensor fused_forward(const Layout& L, const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
+                            const torch::Tensor& mask, double scale) {
+  torch::Tensor acc = ac.contiguous();
+  std::vector<torch::Tensor> bdc;
+  for (const auto& b : bds) bdc.push_back(b.contiguous());
+  torch::Tensor m = mask.defined() ? mask.to(torch::kBool).contiguous() : mask;
+  TORCH_CHECK(!m.defined() || (m.dim() == 2 && m.size(0) == L.t && m.size(1) == L.k), "mask must be [T, K]");
+  torch::Tensor out = torch::empty({L.n, L.t, L.k}, acc.options());
+  const int64_t rows = L.n * L.t;
+  // Rows in chunks that stay in cache between the score pass and the softmax pass.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, (1 << 16) / std::max<int64_t>(L.k, 1)));
+  const int64_t chunks = (rows + chunk - 1) / chunk;
+  AT_DISPATCH_FLOATING_TYPES(acc.scalar_type(), "relative_attention_probs", [&] {
+    std::vector<const scalar_t*> bp;
+    for (const auto& b : bdc) bp.push_back(b.data_ptr<scalar_t>());
+    const scalar_t* ap = acc.data_ptr<scalar_t>();
+    const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
+    scalar_t* op = out.data_ptr<scalar_t>();
+    xl::model::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * chunk, r1 = std::min(rows, r0 + chunk);
+        forward_rows<scalar_t>(L, ap, bp, mp, static_cast<scalar_t>(scale), op, r0, r1);
+      }
+    });
+  });
+  // LibTorch's softmax (vectorized exp, its own threads) in place over the scores.
+  at::_softmax_out(out, out, -1, false);
   return out;
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// d(score)/d(ac) = gs, and the exact adjoint of each block's strided read of its table.
+template <typename T>
+void backward_batch(const Layout& L, const T* p, const T* g, T* gac, const std::vector<T*>& gbd, T scale, int64_t n) {
+  std::vector<int64_t> cursor(L.blocks.size(), 0);
+  for (int64_t i = 0; i < L.t; ++i) {
+    const int64_t r = n * L.t + i;
+    const T* pr = p + r * L.k;
+    const T* gr = g + r * L.k;
+    T* gs = gac + r * L.k;
+    const T d = dot(gr, pr, L.k);
+    if constexpr (std::is_same_v<T, float>) softmax_grad_f(pr, gr, gs, L.k, d, scale);
+    else softmax_grad<T>(pr, gr, gs, L.k, d, scale);
+    for (size_t b = 0; b < L.blocks.size(); ++b) {
+      const KeyBlock& blk = L.blocks[b];
+      T* tab = gbd[b] + n * L.t * blk.table;
+      const int64_t start = i * (blk.table - 1) + L.t - 1;
+      int64_t& cur = cursor[b];
+      if (start > cur) std::memset(tab + cur, 0, sizeof(T) * static_cast<size_t>(start - cur));
+      const T* src = gs + blk.col;
+      const int64_t overlap = std::min(std::max<int64_t>(cur - start, 0), blk.len);
+      add_into(tab + start, src, overlap);
+      std::memcpy(tab + start + overlap, src + overlap, sizeof(T) * static_cast<size_t>(blk.len - overlap));
+      cur = std::max(cur, start + blk.len);
+    }
+  }
+  for (size_t b = 0; b < L.blocks.size(); ++b) {
+    const int64_t total = L.t * L.blocks[b].table;
+    T* tab = gbd[b] + n * total;
+    if (cursor[b] < total) std::memset(tab + cursor[b], 0, sizeof(T) * static_cast<size_t>(total - cursor[b]));
+  }
 }
 
 class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentionProbs> {
@@ -34,11 +179,8 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& ac,
                                torch::TensorList bds, const std::vector<KeyBlock>& blocks,
                                const torch::Tensor& mask, double scale) {
-    torch::Tensor s = ac * scale;
-    for (size_t b = 0; b < blocks.size(); ++b)
-      s.narrow(2, blocks[b].col, blocks[b].len).add_(relative_shift_view(bds[b], blocks[b].len), scale);
-    if (mask.defined()) s.masked_fill_(mask, -std::numeric_limits<double>::infinity());
-    torch::Tensor p = torch::softmax(s, -1);
+    Layout L{ac.size(0), ac.size(1), ac.size(2), blocks};
+    torch::Tensor p = fused_forward(L, ac, bds.vec(), mask, scale);
     ctx->save_for_backward({p});
     std::vector<int64_t> info;
     for (const auto& blk : blocks) info.insert(info.end(), {blk.col, blk.len, blk.table});
@@ -52,11 +194,25 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
     auto p = ctx->get_saved_variables()[0];
     double scale = ctx->saved_data["scale"].toDouble();
     auto info = ctx->saved_data["blocks"].toIntVector();
-    torch::Tensor gs = at::_softmax_backward_data(grad_out[0].contiguous(), p, -1, p.scalar_type()).mul_(scale);
+    Layout L{p.size(0), p.size(1), p.size(2), {}};
+    for (size_t i = 0; i < info.size(); i += 3) L.blocks.push_back({info[i], info[i + 1], 0, info[i + 2]});
+    torch::Tensor g = grad_out[0].contiguous();
+    torch::Tensor gac = torch::empty_like(p);
+    std::vector<torch::Tensor> gbd;
+    for (const auto& blk : L.blocks) gbd.push_back(torch::empty({L.n, L.t, blk.table}, p.options()));
+    AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "relative_attention_probs_backward", [&] {
+      std::vector<scalar_t*> gb;
+      for (auto& t : gbd) gb.push_back(t.data_ptr<scalar_t>());
+      const scalar_t* pp = p.data_ptr<scalar_t>();
+      const scalar_t* gp = g.data_ptr<scalar_t>();
+      scalar_t* ga = gac.data_ptr<scalar_t>();
+      xl::model::parallel_for(0, L.n, 1, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) backward_batch<scalar_t>(L, pp, gp, ga, gb, static_cast<scalar_t>(scale), n);
+      });
+    });
     torch::autograd::variable_list grads;
-    grads.push_back(gs);  // ac
-    for (size_t i = 0; i < info.size(); i += 3)
-      grads.push_back(relative_shift_backward(gs.narrow(2, info[i], info[i + 1]), info[i + 2]));
+    grads.push_back(gac);  // ac
+    for (auto& t : gbd) grads.push_back(t);
     grads.push_back(torch::Tensor());  // blocks
     grads.push_back(torch::Tensor());  // mask
     grads.push_back(torch::Tensor());  // scale
@@ -69,6 +225,7 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
 torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale) {
+  TORCH_CHECK(bds.size() == blocks.size(), "one positional score tensor per key block");
   return RelativeAttentionProbs::apply(ac, torch::TensorList(bds), blocks, mask, scale);
 }
 

@@ -1,5 +1,6 @@
 #include "xl/model/transformer_xl.h"
 
+#include "xl/model/fused_dropout.h"
 #include "xl/util/error.h"
 
 namespace xl::model {
@@ -92,7 +93,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   pass.mask_cache = &mask_cache_;
 
   torch::Tensor h = word_emb(input);
-  if (train && config.dropout > 0) h = torch::dropout(h, config.dropout, true);
+  if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const size_t li = static_cast<size_t>(l);
     // Skip-Retain: a skipped layer passes its input through and keeps its old memory.
@@ -107,7 +108,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     h = out;
   }
   memory.position += t;
-  if (train && config.dropout > 0) h = torch::dropout(h, config.dropout, true);
+  if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
   return h;
 }
 

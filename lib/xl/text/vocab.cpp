@@ -6,6 +6,7 @@
 
 #include "xl/text/escape.h"
 #include "xl/text/segmenter.h"
+#include "xl/text/utf8.h"
 #include "xl/util/error.h"
 #include "xl/util/sha256.h"
 
@@ -161,18 +162,41 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
     for (int b = 0; b < 256; ++b) pieces.emplace_back(1, static_cast<char>(b));
     return Vocab(VocabType::kByte, std::move(pieces), std::vector<int64_t>(counts.begin(), counts.end()), 0);
   }
-  // Char and word: count pieces, then order them.
-  std::unordered_map<std::string, int64_t> counts;
+  // Char and word: count pieces, then order them. Counting goes by code point (char) or by views
+  // into the texts (word), so no string is made per occurrence; each piece is copied once at the end.
+  const bool chars = opts.type == VocabType::kChar;
+  std::vector<int64_t> cp_counts(chars ? 0x110000 : 0, 0);
+  std::unordered_map<std::string_view, int64_t> word_counts;
   int64_t unk = 0, eos = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     Segmenter seg(opts.type, texts[i], opts.allow_invalid_utf8, i < source_names.size() ? source_names[i] : "input");
     std::string_view piece;
     Segmenter::Kind kind;
     while (seg.next(&piece, &kind)) {
-      if (kind == Segmenter::Kind::kEos) ++eos;
-      else if (kind == Segmenter::Kind::kInvalid) ++unk;
-      else ++counts[std::string(piece)];
+      if (kind == Segmenter::Kind::kEos) {
+        ++eos;
+      } else if (kind == Segmenter::Kind::kInvalid) {
+        ++unk;
+      } else if (chars) {
+        uint32_t cp = 0;
+        utf8_decode(piece, 0, &cp);  // the segmenter returned one valid code point
+        ++cp_counts[cp];
+      } else {
+        ++word_counts[piece];
+      }
     }
+  }
+  std::unordered_map<std::string, int64_t> counts;
+  if (chars) {
+    for (uint32_t cp = 0; cp < cp_counts.size(); ++cp) {
+      if (!cp_counts[cp]) continue;
+      std::string p;
+      utf8_append(cp, &p);
+      counts.emplace(std::move(p), cp_counts[cp]);
+    }
+  } else {
+    counts.reserve(word_counts.size());
+    for (const auto& [p, n] : word_counts) counts.emplace(std::string(p), n);
   }
   return vocab_from_counts(opts, std::move(counts), eos, unk);
 }

@@ -94,6 +94,7 @@ class Trainer {
   void save(bool best);
   h5::Checkpoint checkpoint() const;
   void log_train();
+  std::string status_line(double loss, double tok_s, double per_step) const;
   std::string stop_reason() const;
   double elapsed() const { return elapsed_before_ + std::chrono::duration<double>(Clock::now() - started_).count(); }
   bool char_level() const { return vocab_.type() != text::VocabType::kWord; }
@@ -340,6 +341,21 @@ std::string Trainer::stop_reason() const {
   return "";
 }
 
+std::string Trainer::status_line(double loss, double tok_s, double per_step) const {
+  // ETA from whichever budget binds first.
+  double eta = -1;
+  if (cfg_.max_steps > 0) eta = per_step * static_cast<double>(cfg_.max_steps - step_);
+  if (cfg_.time_budget > 0) eta = eta < 0 ? cfg_.time_budget - elapsed() : std::min(eta, cfg_.time_budget - elapsed());
+  std::ostringstream line;
+  line << "step " << step_ << " | ep " << std::fixed << std::setprecision(2) << batcher_->epoch_progress(cursor_)
+       << " | loss " << std::setprecision(3) << loss << " | " << (char_level() ? "bpc " : "ppl ") << std::setprecision(3)
+       << (char_level() ? loss / std::log(2.0) : std::exp(loss)) << " | lr " << std::scientific << std::setprecision(2)
+       << last_lr_ << std::fixed << " | " << std::setprecision(0) << tok_s << " tok/s | " << std::setprecision(0)
+       << 1000 * per_step << " ms/batch";
+  if (eta >= 0) line << " | ETA " << format_duration(std::max(0.0, eta));
+  return line.str();
+}
+
 void Trainer::log_train() {
   if (acc_steps_ == 0) return;
   double loss = acc_loss_ / static_cast<double>(acc_steps_);
@@ -357,20 +373,9 @@ void Trainer::log_train() {
     ev["expected_context"] = model::expected_context(p_skip_, cfg_.mem_len);
   }
   metrics_.write("train", ev);
-  // ETA from whichever budget binds first.
-  double eta = -1, per_step = acc_time_ / static_cast<double>(acc_steps_);
-  if (cfg_.max_steps > 0) eta = per_step * static_cast<double>(cfg_.max_steps - step_);
-  if (cfg_.time_budget > 0) eta = eta < 0 ? cfg_.time_budget - elapsed() : std::min(eta, cfg_.time_budget - elapsed());
-  std::ostringstream line;
-  line << "step " << step_ << " | ep " << std::fixed << std::setprecision(2) << batcher_->epoch_progress(cursor_)
-       << " | loss " << std::setprecision(3) << loss << " | "
-       << (char_level() ? "bpc " : "ppl ") << std::setprecision(3)
-       << (char_level() ? loss / std::log(2.0) : std::exp(loss)) << " | lr " << std::scientific << std::setprecision(2)
-       << last_lr_ << std::fixed << " | " << std::setprecision(0) << tok_s << " tok/s | "
-       << std::setprecision(0) << 1000 * per_step << " ms/batch";
-  if (eta >= 0) line << " | ETA " << format_duration(std::max(0.0, eta));
-  if (progress_.live()) progress_.update(line.str());
-  else progress_.print(line.str());
+  std::string line = status_line(loss, tok_s, acc_time_ / static_cast<double>(acc_steps_));
+  if (progress_.live()) progress_.update(line);
+  else progress_.print(line);
   acc_loss_ = acc_time_ = acc_gap_ = acc_norm_ = 0;
   acc_steps_ = acc_tokens_ = 0;
   std::fill(acc_skips_.begin(), acc_skips_.end(), 0);
@@ -464,6 +469,9 @@ int Trainer::run() {
     train_step();
     validated_now = false;
     if (step_ % cfg_.log_interval == 0) log_train();
+    else if (progress_.live())  // a terminal gets a live line every step
+      progress_.update(status_line(acc_loss_ / static_cast<double>(acc_steps_),
+                                   static_cast<double>(acc_tokens_) / acc_time_, acc_time_ / static_cast<double>(acc_steps_)));
     if (cfg_.eval_interval > 0 && step_ % cfg_.eval_interval == 0) {
       validated_now = true;
       if (validate()) {

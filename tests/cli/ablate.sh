@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# xl-ablate end to end on a two-run grid (phase 1 only, and phase 1 + 2, with the same 8-step
+# budget) of a very small model: the emitted Makefile runs under make -j2, a second make does
+# nothing, a run whose phase lost its stamp resumes from its checkpoint, the tables (md, tsv,
+# jsonl, plot), and bad grids.
+source "$(dirname "$0")/common.bash"
+
+command -v make >/dev/null || {
+  echo "skipped: make is not installed"
+  exit 77
+}
+
+make_mixed_text corpus.txt 40000
+xl-tokenize --mode byte --split 0.8,0.1,0.1 corpus.txt -o tokens.h5 -q
+
+cat >grid.ini <<EOF
+# Two runs, 8 training steps each.
+[grid]
+name = cli-test
+base-config = $XL_SOURCE_DIR/share/xl/configs/tiny.ini
+p1-steps = 5
+p2-steps = 3
+eval-tgt-len = 16
+eval-mem-len = 16
+eval-max-tokens = 400
+eval-batch-size = 2
+
+[common]
+n-layer = 2
+d-model = 32
+n-head = 2
+d-head = 16
+d-inner = 32
+tgt-len = 16
+mem-len = 16
+batch-size = 4
+schedule-steps = 8
+eval-interval = 4
+eval-tgt-len = 16
+eval-mem-len = 16
+eval-max-tokens = 400
+log-interval = 2
+
+[axes]
+phases = p1, p1+p2
+EOF
+A="runs/phases=p1"
+B="runs/phases=p1+p2"
+
+# last_done FILE: the step of the last "done" event of a metrics file.
+last_done() {
+  python3 -c 'import json, sys
+print([e for e in map(json.loads, open(sys.argv[1])) if e["event"] == "done"][-1]["step"])' "$1"
+}
+
+step "--emit-makefile | make -f - -j2 trains, evaluates and finishes both runs"
+expect 0 xl-ablate grid.ini --tokens tokens.h5 --out runs --threads 1 --emit-makefile
+cp out Makefile.emitted
+grep -qx "BIN := $XL_BIN" Makefile.emitted || fail "the Makefile does not call the tools in $XL_BIN"
+grep -qx "SHELL := bash" Makefile.emitted || fail "no SHELL := bash"
+[ -f runs/grid.json ] || fail "--emit-makefile did not write runs/grid.json"
+make -f - -j2 <Makefile.emitted >make1.log 2>&1 || {
+  sed 's/^/  | /' make1.log >&2
+  fail "make failed"
+}
+for r in "$A" "$B"; do
+  for f in run.json p1.h5 p1.jsonl dev.jsonl test.jsonl done.stamp; do
+    [ -f "$r/$f" ] || fail "$r/$f is missing"
+  done
+done
+[ -f "$B/p2.h5" ] && [ -f "$B/p2.jsonl" ] || fail "the two-phase run has no phase 2"
+[ ! -e "$A/p2.h5" ] || fail "the phase-1 run has a phase 2"
+# Equal budgets: 8 steps in phase 1, or 5 in phase 1 and 3 more in phase 2.
+[ "$(last_done "$A/p1.jsonl")" = 8 ] || fail "phase-1-only run did not train 8 steps"
+[ "$(last_done "$B/p1.jsonl")" = 5 ] || fail "two-phase run did not train 5 steps in phase 1"
+[ "$(last_done "$B/p2.jsonl")" = 8 ] || fail "two-phase run did not reach step 8 in phase 2"
+[ "$(json "$A/dev.jsonl" 'j["bpc"] > 0')" = True ] || fail "no dev bpc: $(cat "$A/dev.jsonl")"
+no_temp_files "$A"
+no_temp_files "$B"
+
+step "a second make does nothing"
+sum1=$(cat "$A"/*.jsonl "$B"/*.jsonl | md5sum)
+make -f - -j2 <Makefile.emitted >make2.log 2>&1 || fail "second make failed: $(cat make2.log)"
+grep -q "Nothing to be done" make2.log || fail "second make did something: $(cat make2.log)"
+[ "$(cat "$A"/*.jsonl "$B"/*.jsonl | md5sum)" = "$sum1" ] || fail "second make changed the results"
+
+step "a phase without its stamp resumes from its checkpoint"
+rm "$B/p2.stamp"
+make -f - -j2 <Makefile.emitted >make3.log 2>&1 || fail "make failed: $(cat make3.log)"
+grep -q "phase 2 (resuming)" make3.log || fail "phase 2 did not resume: $(cat make3.log)"
+! grep -q "phases=p1: phase" make3.log || fail "the finished run was trained again: $(cat make3.log)"
+grep -c '"event":"start"' "$B/p2.jsonl" | grep -qx 2 || fail "no resumed start in p2.jsonl"
+[ "$(last_done "$B/p2.jsonl")" = 8 ] || fail "the resumed phase went past its budget"
+
+step "xl-ablate GRID runs make itself and prints the table (nothing left to train)"
+expect 0 xl-ablate grid.ini --tokens tokens.h5 --out runs --jobs 2 --threads 1
+grep -q "^| phases=p1 | p1 | [0-9.]* | [0-9.]* | [0-9]* | [0-9]* | " out || fail "no finished phases=p1 row: $(cat out)"
+grep -q "^| phases=p1+p2 | p1+p2 | [0-9.]* | [0-9.]* | [0-9]* | [0-9]*, [0-9]* | " out ||
+  fail "no finished phases=p1+p2 row with two times per batch: $(cat out)"
+grep -q "2 of 2 runs finished" out || fail "$(cat out)"
+cmp -s runs/Makefile Makefile.emitted || fail "runs/Makefile differs from what --emit-makefile printed"
+
+step "report: md, tsv, jsonl and a plot"
+expect 0 xl-ablate report runs
+grep -q "^| run | phases | dev bpc | test bpc | parameters | ms/batch | wall time | peak RSS MB | status |" out ||
+  fail "no table header: $(cat out)"
+[ "$(grep -c ' | done |$' out)" -eq 2 ] || fail "expected two finished runs: $(cat out)"
+expect 0 xl-ablate report runs --format tsv
+[ "$(wc -l <out)" -eq 3 ] || fail "expected a header and two rows: $(cat out)"
+expect 0 xl-ablate report runs --format jsonl
+python3 - out <<'EOF' || fail "bad jsonl report: $(cat out)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["run"] for r in rows] == ["phases=p1", "phases=p1+p2"], rows
+assert all(r["finished"] and r["dev"] > 0 and r["test"] > 0 and r["parameters"] > 0 for r in rows), rows
+assert len(rows[1]["ms_per_batch"]) == 2 and rows[1]["steps"] == [5, 8], rows
+EOF
+if command -v gnuplot >/dev/null; then
+  expect 0 xl-ablate report runs --plot valid.png
+  [ "$(head -c 4 valid.png | tail -c 3)" = PNG ] || fail "valid.png is not a PNG"
+fi
+# An unfinished run is listed as such.
+mkdir runs2
+cp -r "$A" runs2/
+rm runs2/phases=p1/test.jsonl
+expect 0 xl-ablate report runs2
+grep -q "evaluating" out || fail "unfinished run not listed as such: $(cat out)"
+
+step "bad grids and arguments"
+sed 's/^n-head = 2/n-heads = 2/' grid.ini >bad.ini
+expect 78 xl-ablate bad.ini --tokens tokens.h5 --out runs3
+stderr_is_one_line "bad.ini:" "n-heads"
+[ ! -e runs3 ] || fail "a bad grid created its output directory"
+printf '[grid]\nbase-config = %s\nbudget = 5\n[axes]\nsch-beta = 0\n' "$XL_SOURCE_DIR/share/xl/configs/tiny.ini" >bad2.ini
+expect 78 xl-ablate bad2.ini --tokens tokens.h5 --out runs3
+stderr_is_one_line "bad2.ini:3" "budget"
+sed 's/^d-inner = 32/d-inner = 48/' grid.ini >changed.ini
+expect 78 xl-ablate changed.ini --tokens tokens.h5 --out runs --emit-makefile
+stderr_is_one_line "run.json" "remove"
+expect 66 xl-ablate grid.ini --tokens missing.h5 --out runs3
+stderr_is_one_line "missing.h5"
+expect 64 xl-ablate grid.ini --tokens tokens.h5
+stderr_is_one_line "--out"
+expect 66 xl-ablate report nowhere
+stderr_is_one_line "nowhere"
+
+echo "ablate: all checks passed"

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Failures end with a sysexits(3) status and one line on stderr naming the culprit, and leave no
+# half-written output or temp file behind: 64 usage, 65 bad data, 66 no input, 73 cannot create.
+source "$(dirname "$0")/common.bash"
+
+make_mixed_text text.txt 20000
+expect 0 xl-build-vocab --mode byte text.txt -o v.tsv
+expect 0 xl-tokenize --vocab v.tsv text.txt -o good.h5
+GOOD_SIZE=$(stat -c %s good.h5)
+
+step "66: missing input"
+expect 66 xl-build-vocab missing.txt
+stderr_is_one_line missing.txt
+expect 66 xl-tokenize --mode byte missing.txt -o out.h5
+stderr_is_one_line missing.txt
+[ ! -e out.h5 ] || fail "a failed xl-tokenize left out.h5"
+expect 66 xl-tokenize --vocab missing.tsv text.txt -o out.h5
+stderr_is_one_line missing.tsv
+expect 66 xl-tokenize -q --mode byte --train text.txt --valid missing-valid.txt -o out.h5
+stderr_is_one_line missing-valid.txt
+expect 66 xl-inspect missing.h5
+stderr_is_one_line missing.h5
+expect 66 xl-tokenize --decode all missing.h5
+stderr_is_one_line missing.h5
+expect 66 xl-tokenize -c missing.ini --dump-config
+stderr_is_one_line missing.ini
+expect 66 xl-build-vocab .
+stderr_is_one_line "directory"
+no_temp_files .
+
+step "65: a text file where tokens are expected"
+expect 65 xl-inspect text.txt
+stderr_is_one_line text.txt "not an HDF5 file"
+expect 65 xl-tokenize --decode all text.txt
+stderr_is_one_line text.txt "not an HDF5 file"
+[ ! -s out ] || fail "--decode of a text file wrote on stdout"
+expect 65 xl-inspect - <text.txt
+stderr_is_one_line "<stdin>" "not an HDF5 file"
+expect 65 xl-tokenize --decode all - <text.txt
+stderr_is_one_line "<stdin>"
+expect 65 xl-inspect - </dev/null
+stderr_is_one_line "<stdin>" "empty"
+# A vocab given where a tokens file is expected, and a tokens file given as a vocab.
+expect 65 xl-tokenize --decode all v.tsv
+stderr_is_one_line v.tsv
+expect 65 xl-tokenize --vocab good.h5 text.txt -o out.h5
+stderr_is_one_line good.h5 "not an xl vocab"
+[ ! -e out.h5 ] || fail "a failed xl-tokenize left out.h5"
+
+step "65: a truncated HDF5 file"
+for n in 8 512 $((GOOD_SIZE / 2)) $((GOOD_SIZE - 1)); do
+  head -c $n good.h5 >trunc.h5
+  expect 65 xl-inspect trunc.h5
+  stderr_is_one_line trunc.h5
+  expect 65 xl-tokenize --decode all trunc.h5
+  stderr_is_one_line trunc.h5
+  [ ! -s out ] || fail "--decode of a truncated file ($n bytes) wrote on stdout"
+  expect 65 xl-inspect - <trunc.h5
+  stderr_is_one_line "<stdin>"
+done
+expect 65 xl-tokenize --decode nosuch good.h5
+stderr_is_one_line good.h5 "nosuch" "train, valid, test"
+
+step "65: invalid UTF-8 in char mode (0 with --allow-invalid-utf8)"
+printf 'abc\xffdef\n' >bad-utf8.txt
+expect 65 xl-tokenize -q --mode char bad-utf8.txt -o bad.h5
+stderr_is_one_line bad-utf8.txt "invalid UTF-8" "byte 3"
+[ ! -e bad.h5 ] || fail "a failed xl-tokenize left bad.h5"
+expect 65 xl-tokenize -q --mode char --train text.txt --valid bad-utf8.txt -o bad.h5
+stderr_is_one_line bad-utf8.txt "invalid UTF-8" "byte 3"
+expect 65 xl-build-vocab --mode char text.txt bad-utf8.txt -o bad.tsv
+stderr_is_one_line bad-utf8.txt "invalid UTF-8"
+[ ! -e bad.tsv ] || fail "a failed xl-build-vocab left bad.tsv"
+expect 0 xl-tokenize --mode char --allow-invalid-utf8 bad-utf8.txt -o bad.h5
+expect 0 xl-build-vocab --mode char --allow-invalid-utf8 bad-utf8.txt -o bad.tsv
+expect 0 xl-tokenize --mode byte bad-utf8.txt -o bad-byte.h5
+no_temp_files .
+
+step "73: output that cannot be created, or exists without -f"
+expect 73 xl-tokenize --vocab v.tsv text.txt -o /nonexistent-dir/x.h5
+stderr_is_one_line /nonexistent-dir/x.h5
+expect 73 xl-build-vocab text.txt -o /nonexistent-dir/v.tsv
+stderr_is_one_line /nonexistent-dir/v.tsv
+expect 73 xl-tokenize --decode all good.h5 -o /nonexistent-dir/x.txt
+stderr_is_one_line /nonexistent-dir/x.txt
+cp good.h5 existing.h5
+echo "keep me" >existing.tsv
+expect 73 xl-tokenize --vocab v.tsv text.txt -o existing.h5
+stderr_is_one_line existing.h5 "-f"
+same_bytes existing.h5 good.h5 "existing output refused without -f must stay untouched"
+expect 73 xl-build-vocab text.txt -o existing.tsv
+stderr_is_one_line existing.tsv
+[ "$(cat existing.tsv)" = "keep me" ] || fail "existing.tsv was changed without -f"
+expect 0 xl-tokenize --vocab v.tsv text.txt -o existing.h5 -f
+expect 0 xl-inspect existing.h5
+expect 0 xl-build-vocab text.txt -o existing.tsv --force
+head -1 existing.tsv | grep -q '^#xl-vocab 1 ' || fail "-f did not replace existing.tsv"
+mkdir adir
+expect 73 xl-build-vocab text.txt -o adir -f
+stderr_is_one_line adir
+no_temp_files .
+
+step "64: usage errors"
+for t in xl-build-vocab xl-tokenize xl-inspect; do
+  expect 64 "$t" --no-such-option
+  stderr_is_one_line "no-such-option"
+  [ ! -s out ] || fail "$t wrote on stdout after a usage error"
+done
+expect 64 xl-build-vocab --mode nonsense text.txt
+stderr_is_one_line nonsense
+expect 64 xl-tokenize --vocab v.tsv --mode byte text.txt -o out.h5
+stderr_is_one_line "--vocab"
+expect 64 xl-tokenize text.txt -o out.h5
+stderr_is_one_line "--mode"
+expect 64 xl-tokenize --mode byte --train text.txt text.txt -o out.h5
+stderr_is_one_line "--train"
+expect 64 xl-inspect a.h5 b.h5
+stderr_is_one_line
+expect 64 xl-build-vocab --min-count notanumber text.txt
+stderr_is_one_line min-count
+
+step "64: bad --split"
+for spec in abc 0.5,0.6 0.9,0.05 -0.1,1.1 0.9,,0.1 5X,1,1 30000,1 0.7,0.1,0.1,0.1 ""; do
+  expect 64 xl-tokenize -q --vocab v.tsv --split "$spec" text.txt -o out.h5
+  stderr_is_one_line "split"
+  [ ! -e out.h5 ] || fail "--split '$spec' left out.h5"
+done
+# Fractions may include a zero part; token counts are counts.
+expect 0 xl-tokenize --vocab v.tsv --split 0.95,0.05,0 text.txt -o zero.h5
+expect 0 xl-inspect --json zero.h5
+[ "$(json out '[s["tokens"] for s in j["splits"]][2]')" -eq 0 ] || fail "--split 0.95,0.05,0: test is not empty"
+[ "$(json out '[s["tokens"] for s in j["splits"]][0]')" -gt 1000 ] || fail "--split 0.95,0.05,0 was read as token counts"
+expect 0 xl-tokenize --vocab v.tsv --split 10K,2K,1K text.txt -o counts.h5
+expect 0 xl-inspect --json counts.h5
+[ "$(json out '[s["tokens"] for s in j["splits"]]')" = "[10000, 2000, 1000]" ] || fail "--split 10K,2K,1K: $(json out '[s["tokens"] for s in j["splits"]]')"
+no_temp_files .
+
+step "64: binary output to a terminal is refused; text is not"
+if command -v script >/dev/null && script -qec true /dev/null >/dev/null 2>&1; then
+  # `script` runs the command on a pseudo-terminal; -e returns the command's status.
+  tty_status() {
+    local s=0
+    script -qec "$1" /dev/null >tty.out 2>&1 </dev/null || s=$?
+    echo $s
+  }
+  [ "$(tty_status "$XL_BIN/xl-tokenize --vocab v.tsv text.txt")" -eq 64 ] || fail "xl-tokenize wrote HDF5 to a terminal: $(cat tty.out)"
+  grep -q -- "-o" tty.out || fail "the refusal does not suggest -o: $(cat tty.out)"
+  [ "$(tty_status "$XL_BIN/xl-tokenize --vocab v.tsv text.txt -o -")" -eq 64 ] || fail "-o - to a terminal was not refused"
+  [ "$(tty_status "$XL_BIN/xl-tokenize --vocab v.tsv text.txt | cat >/dev/null")" -eq 0 ] || fail "a pipe was taken for a terminal"
+  [ "$(tty_status "$XL_BIN/xl-build-vocab text.txt")" -eq 0 ] || fail "a text vocab to a terminal was refused: $(cat tty.out)"
+  [ "$(tty_status "$XL_BIN/xl-inspect good.h5")" -eq 0 ] || fail "xl-inspect to a terminal was refused: $(cat tty.out)"
+  [ "$(tty_status "$XL_BIN/xl-tokenize --decode valid good.h5")" -eq 0 ] || fail "--decode to a terminal was refused"
+else
+  echo "skipped: no usable script(1) for the terminal checks"
+fi
+
+step "a signal removes the temp file of an unfinished output"
+mkfifo slow-input
+xl-tokenize --mode byte slow-input -o signalled.h5 2>sig.err &
+pid=$!
+for _ in $(seq 200); do
+  compgen -G 'signalled.h5.tmp.*' >/dev/null && break
+  sleep 0.05
+done
+compgen -G 'signalled.h5.tmp.*' >/dev/null || { kill $pid; fail "xl-tokenize did not create its temp output before reading"; }
+kill -TERM $pid
+s=0
+wait $pid || s=$?
+[ $s -eq 143 ] || fail "SIGTERM: exit status $s, expected 143"
+[ ! -e signalled.h5 ] || fail "an interrupted xl-tokenize left signalled.h5"
+no_temp_files .
+
+echo "exit_codes: all checks passed"
