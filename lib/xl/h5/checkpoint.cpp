@@ -1,3 +1,4 @@
+#include "xl/util/clock.h"
 #include "xl/h5/checkpoint.h"
 
 #include <ctime>
@@ -10,13 +11,6 @@
 
 namespace xl::h5 {
 namespace {
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 // The tensor groups, in file order, with the Checkpoint member each one holds.
 struct GroupSlot {

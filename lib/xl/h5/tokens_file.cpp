@@ -1,3 +1,4 @@
+#include "xl/util/clock.h"
 #include "xl/h5/tokens_file.h"
 
 #include <ctime>
@@ -6,13 +7,6 @@
 
 namespace xl::h5 {
 namespace {
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 constexpr hsize_t kChunk = 1 << 18;  // 2^18 tokens: chunk I/O stays under HDF5's 1 MiB cache
 

@@ -6,20 +6,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "xl/util/clock.h"
 #include "xl/util/error.h"
 
 namespace xl::train {
-
-std::string utc_timestamp() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  char buf[40];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", std::gmtime(&t));
-  char out[48];
-  std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms));
-  return out;
-}
 
 MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool append, bool force)
     : path_(path), tool_(tool) {
@@ -32,7 +22,7 @@ MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool ap
 
 void MetricsLog::write(const std::string& event, nlohmann::json fields) {
   if (!out_) return;
-  nlohmann::json j = {{"t", utc_timestamp()}, {"tool", tool_}, {"event", event}};
+  nlohmann::json j = {{"t", utc_now_ms()}, {"tool", tool_}, {"event", event}};
   j.update(fields);
   *out_ << j.dump() << '\n';
   out_->flush();

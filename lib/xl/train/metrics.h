@@ -20,6 +20,5 @@ class MetricsLog {
   std::string path_, tool_;
 };
 
-std::string utc_timestamp();
 
 }  // namespace xl::train
