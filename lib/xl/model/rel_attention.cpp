@@ -93,16 +93,16 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     const torch::Tensor& weight = qkv_net->weight;
     torch::Tensor w_q = weight.narrow(0, 0, h * dh);
     torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
-    torch::Tensor w_r = r_net->weight;
-    if (!perm.empty()) {
-      // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay.
-      auto idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
-      w_kv = w_kv.view({2, h, dh, d_model}).index_select(1, idx).reshape({2 * h * dh, d_model});
-      w_r = w_r.view({h, dh, d_model}).index_select(0, idx).reshape({h * dh, d_model});
-    }
+    const torch::Tensor& w_r = r_net->weight;
+    // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay. The heads
+    // are gathered while the projections are laid out heads-first anyway, so SCH copies no weights
+    // and keeps nothing extra for backward (the paper's "no additional memory").
+    torch::Tensor perm_idx;
+    if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
     // Heads first ([H, B, T, dh]): the positional term then is one batched GEMM over heads.
     torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh}).permute({2, 0, 1, 3});
-    torch::Tensor kv = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh}).permute({2, 3, 0, 1, 4}).contiguous();
+    torch::Tensor kv_view = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh}).permute({2, 3, 0, 1, 4});
+    torch::Tensor kv = perm_idx.defined() ? kv_view.index_select(1, perm_idx) : kv_view.contiguous();
     torch::Tensor key = kv[0].view({h * b, k, dh});
     torch::Tensor value = kv[1].view({h * b, k, dh});
     torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
@@ -114,6 +114,7 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     for (const auto& blk : blocks) {
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
       torch::Tensor r_k = torch::linear(pos, w_r).view({blk.table, h, dh}).permute({1, 2, 0});
+      if (perm_idx.defined()) r_k = r_k.index_select(0, perm_idx);
       bds.push_back(torch::bmm(q_v, r_k).view({h * b, t, blk.table}));
     }
     torch::Tensor probs = relative_attention_probs(ac, bds, blocks, pass.mask(t, m, w.device()), 1.0 / std::sqrt(double(dh)));

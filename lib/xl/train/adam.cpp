@@ -1,11 +1,58 @@
 #include "xl/train/adam.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <map>
 
+#include "xl/model/parallel.h"
 #include "xl/util/error.h"
 
 namespace xl::train {
+namespace {
+
+// One fused pass of torch.optim.Adam's update over a float parameter: reads p, g, m, v once and
+// writes p, m, v once, where the tensor ops take ten passes and two temporaries. Same arithmetic
+// and operation order: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
+struct AdamScalars {
+  float b1, one_minus_b1, b2, one_minus_b2, sqrt_bc2, eps, step_size;
+};
+
+void adam_range_scalar(const AdamScalars& a, float* p, const float* g, float* m, float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = a.b1 * m[i] + a.one_minus_b1 * g[i];
+    v[i] = a.b2 * v[i] + a.one_minus_b2 * g[i] * g[i];
+    p[i] -= a.step_size * (m[i] / (std::sqrt(v[i]) / a.sqrt_bc2 + a.eps));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void adam_range_avx2(const AdamScalars& a, float* p, const float* g, float* m,
+                                                         float* v, int64_t n) {
+  const __m256 b1 = _mm256_set1_ps(a.b1), c1 = _mm256_set1_ps(a.one_minus_b1), b2 = _mm256_set1_ps(a.b2),
+               c2 = _mm256_set1_ps(a.one_minus_b2), s2 = _mm256_set1_ps(a.sqrt_bc2), eps = _mm256_set1_ps(a.eps),
+               step = _mm256_set1_ps(a.step_size);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 gi = _mm256_loadu_ps(g + i);
+    __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
+    __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), s2), eps);
+    __m256 pi = _mm256_sub_ps(_mm256_loadu_ps(p + i), _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    _mm256_storeu_ps(p + i, pi);
+  }
+  adam_range_scalar(a, p + i, g + i, m + i, v + i, n - i);
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+bool fusable(const torch::Tensor& p, const torch::Tensor& g) {
+  return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && p.device().is_cpu() &&
+         p.is_contiguous() && g.is_contiguous();
+}
+
+}  // namespace
 
 Adam::Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts) : opts_(opts) {
   for (auto& [name, p] : params) {
@@ -22,11 +69,22 @@ int Adam::step(double lr) {
     if (!g.defined()) continue;
     ++s.steps;
     ++updated;
-    // The same arithmetic as torch.optim.Adam.
+    const double bc1 = 1 - std::pow(opts_.beta1, static_cast<double>(s.steps));
+    const double bc2 = 1 - std::pow(opts_.beta2, static_cast<double>(s.steps));
+    if (fusable(s.param, g)) {
+      const AdamScalars a{float(opts_.beta1), float(1 - opts_.beta1), float(opts_.beta2), float(1 - opts_.beta2),
+                          float(std::sqrt(bc2)), float(opts_.eps), float(lr / bc1)};
+      float *p = s.param.data_ptr<float>(), *m = s.exp_avg.data_ptr<float>(), *v = s.exp_avg_sq.data_ptr<float>();
+      const float* gp = g.data_ptr<float>();
+      xl::model::parallel_for(0, s.param.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+        if (kHaveAvx2) adam_range_avx2(a, p + b, gp + b, m + b, v + b, e - b);
+        else adam_range_scalar(a, p + b, gp + b, m + b, v + b, e - b);
+      });
+      continue;
+    }
+    // Other dtypes and layouts: the same arithmetic with tensor ops.
     s.exp_avg.mul_(opts_.beta1).add_(g, 1 - opts_.beta1);
     s.exp_avg_sq.mul_(opts_.beta2).addcmul_(g, g, 1 - opts_.beta2);
-    double bc1 = 1 - std::pow(opts_.beta1, static_cast<double>(s.steps));
-    double bc2 = 1 - std::pow(opts_.beta2, static_cast<double>(s.steps));
     torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opts_.eps);
     s.param.addcdiv_(s.exp_avg, denom, -lr / bc1);
   }
@@ -41,7 +99,12 @@ double Adam::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
   double sq = 0;
   for (auto& s : slots_)
-    if (s.param.grad().defined()) sq += s.param.grad().pow(2).sum().item<double>();
+    if (s.param.grad().defined()) {
+      const torch::Tensor& g = s.param.grad();
+      // A dot product reads the gradient once; pow(2).sum() writes a temporary first.
+      torch::Tensor flat = g.is_contiguous() ? g.view(-1) : g.reshape(-1);
+      sq += torch::dot(flat, flat).item<double>();
+    }
   double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
     double coef = max_norm / (norm + 1e-6);
