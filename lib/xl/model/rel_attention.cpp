@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "xl/model/batched_matmul.h"
 #include "xl/model/fused_dropout.h"
 #include "xl/model/rel_softmax.h"
 
@@ -107,7 +108,7 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     torch::Tensor value = kv[1].view({h * b, k, dh});
     torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
     torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h, b * t, dh});
-    torch::Tensor ac = torch::bmm(q_u, key.transpose(1, 2));
+    torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
 
     auto blocks = key_blocks(mem, pass.position, t);
     std::vector<torch::Tensor> bds;
@@ -115,11 +116,11 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
       torch::Tensor r_k = torch::linear(pos, w_r).view({blk.table, h, dh}).permute({1, 2, 0});
       if (perm_idx.defined()) r_k = r_k.index_select(0, perm_idx);
-      bds.push_back(torch::bmm(q_v, r_k).view({h * b, t, blk.table}));
+      bds.push_back(batched_matmul(q_v, r_k).view({h * b, t, blk.table}));
     }
     torch::Tensor probs = relative_attention_probs(ac, bds, blocks, pass.mask(t, m, w.device()), 1.0 / std::sqrt(double(dh)));
     if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
-    torch::Tensor vec = torch::bmm(probs, value).view({h, b, t, dh});
+    torch::Tensor vec = batched_matmul(probs, value).view({h, b, t, dh});
     if (head_mask.defined()) vec = vec * head_mask.view({h, 1, 1, 1});
     vec = vec.permute({1, 2, 0, 3}).reshape({b, t, h * dh});
     // Dropout fused with the residual: w + dropout(o_net(vec)).
