@@ -26,6 +26,8 @@ expect 66 xl-tokenize -c missing.ini --dump-config
 stderr_is_one_line missing.ini
 expect 66 xl-build-vocab .
 stderr_is_one_line "directory"
+expect 66 xl-inspect .
+stderr_is_one_line "directory"
 no_temp_files .
 
 step "65: a text file where tokens are expected"

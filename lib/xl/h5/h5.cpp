@@ -113,7 +113,10 @@ File File::open(const std::string& path, const std::string& what) {
   XL_CHECK(fp, kExitNoInput, path << ": " << std::strerror(errno));
   char head[8] = {0};
   size_t n = std::fread(head, 1, 8, fp);
+  const bool read_error = std::ferror(fp);  // e.g. a directory: fopen succeeds, reading fails
+  const int err = errno;
   std::fclose(fp);
+  XL_CHECK(!read_error, kExitNoInput, path << ": " << std::strerror(err));
   if (!has_hdf5_signature(std::string(head, n)))
     fail(path, kExitDataErr, "not an HDF5 file (expected " + what + ")");
   File f;
