@@ -16,6 +16,7 @@
 
 #include "xl/cli/tool_main.h"
 #include "xl/model/cross_head.h"
+#include "xl/model/parallel.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     int steps = argc > 3 ? std::atoi(argv[3]) : 5;
     std::string skip_name = argc > 4 ? argv[4] : "none";
     double beta = argc > 5 ? std::atof(argv[5]) : 0.0;
-    xl::cli::set_threads(2);
+    xl::model::set_threads(2);
     BenchConfig bc = lookup(name);
     ModelConfig cfg;
     cfg.n_token = 256;

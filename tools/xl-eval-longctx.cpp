@@ -9,6 +9,7 @@
 #include "xl/h5/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/model/model_io.h"
+#include "xl/model/parallel.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
     XL_CHECK(!(xl::io::is_stdio(per_token_path) && xl::io::is_stdio(cli.output())), xl::kExitUsage,
              "--per-token - and the rows cannot both go to stdout (use -o FILE for the rows)");
 
-    xl::cli::set_threads(cli.threads());
+    xl::model::set_threads(cli.threads());
     torch::manual_seed(cli.seed());
     const torch::Device device = xl::eval::parse_device(cli.device());
 

@@ -7,6 +7,7 @@
 #include "xl/eval/generate.h"
 #include "xl/h5/checkpoint.h"
 #include "xl/model/model_io.h"
+#include "xl/model/parallel.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
     XL_CHECK(gs.sampling.top_k >= 0, xl::kExitUsage, "--top-k must not be negative");
     XL_CHECK(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1, xl::kExitUsage, "--top-p must be in (0, 1]");
 
-    xl::cli::set_threads(cli.threads());
+    xl::model::set_threads(cli.threads());
     torch::manual_seed(cli.seed());
     const torch::Device device = xl::eval::parse_device(cli.device());
     std::string prompt_text;

@@ -13,6 +13,7 @@
 #include "xl/h5/tokens_file.h"
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
+#include "xl/model/parallel.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
     cli.add_output(true, "a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
     cli.add_compute();
     if (!cli.parse(argc, argv)) return 0;
-    cli::set_threads(cli.threads());
+    xl::model::set_threads(cli.threads());
     XL_CHECK(cli.has("checkpoint"), kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-prune-heads --help)");
     const std::string mode = cli.get<std::string>("mode"), format = cli.get<std::string>("format");
     XL_CHECK(mode == "ablate-one" || mode == "importance" || mode == "iterative", kExitUsage,

@@ -1,6 +1,7 @@
 // xl-train-phase1: Skip-Retain training (layers skipped with p_skip keep their old memory) with SCH attention.
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
+#include "xl/model/parallel.h"
 #include "xl/train/train_options.h"
 
 int main(int argc, char** argv) {
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
                           "  xl-train-phase1 --resume tokens.h5 -o p1.h5 --max-steps 20000"});
     xl::train::add_training_options(cli, xl::train::Phase::kOne);
     if (!cli.parse(argc, argv)) return 0;
-    xl::cli::set_threads(cli.threads());
+    xl::model::set_threads(cli.threads());
     return xl::train::run_training(xl::train::training_request(cli, xl::train::Phase::kOne, argc, argv));
   });
 }

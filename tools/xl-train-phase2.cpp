@@ -1,6 +1,7 @@
 // xl-train-phase2: the vanilla phase: training resumed from a phase-1 checkpoint without skipping.
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
+#include "xl/model/parallel.h"
 #include "xl/train/train_options.h"
 
 int main(int argc, char** argv) {
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
                           "  xl-train-phase2 --init p1.h5 --reset-schedule --max-steps 40000 tokens.h5 -o p2.h5"});
     xl::train::add_training_options(cli, xl::train::Phase::kTwo);
     if (!cli.parse(argc, argv)) return 0;
-    xl::cli::set_threads(cli.threads());
+    xl::model::set_threads(cli.threads());
     return xl::train::run_training(xl::train::training_request(cli, xl::train::Phase::kTwo, argc, argv));
   });
 }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "xl/cli/tool_main.h"
+#include "xl/model/parallel.h"
 #include "xl/util/error.h"
 
 namespace xl::analysis {
@@ -43,7 +44,7 @@ HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<
   std::atomic<int64_t> done{0};
   std::mutex progress_mutex;
   const int workers = std::max(1, std::min<int>(jobs, static_cast<int>(work.size())));
-  if (workers > 1) cli::set_threads(1);
+  if (workers > 1) xl::model::set_threads(1);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(workers));
   auto worker = [&](int w, model::TransformerXL model) {
     try {

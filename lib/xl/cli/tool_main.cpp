@@ -8,14 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include <torch/torch.h>
+#include <string>
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
-
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace xl::cli {
 namespace {
@@ -45,11 +42,6 @@ void prepare_torch_environment(char** argv) {
 
 }  // namespace
 
-void set_threads(int n) {
-  torch::set_num_threads(n);
-  if (openblas_set_num_threads) openblas_set_num_threads(n);
-}
-
 int pending_signal() { return g_signal.load(); }
 
 void catch_stop_signals() {
@@ -78,13 +70,11 @@ int run_tool(const std::string& name, int argc, char** argv, Runtime runtime,
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: out of memory\n", name.c_str());
     return kExitSoftware;
-  } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    // One line: LibTorch's errors (c10::Error) append a backtrace after their message.
+    std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
     std::fprintf(stderr, "%s: internal error: %s\n", name.c_str(), msg.c_str());
-    return kExitSoftware;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", name.c_str(), e.what());
     return kExitSoftware;
   }
 }

@@ -2,34 +2,14 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 
+#include "xl/model/blas.h"
 #include "xl/model/parallel.h"
 
 namespace xl::model {
 namespace {
-
-// The BLAS that LibTorch loaded, found at run time so that no link dependency is added.
-struct Blas {
-  using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                         const int*, const float*, const int*, const float*, float*, const int*);
-  Sgemm sgemm = nullptr;
-  void (*set_threads)(int) = nullptr;  // OpenBLAS only: run single-threaded inside our threads
-  int (*get_threads)() = nullptr;
-};
-
-const Blas& blas() {
-  static const Blas b = [] {
-    Blas r;
-    r.sgemm = reinterpret_cast<Blas::Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
-    r.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    return r;
-  }();
-  return b;
-}
 
 // How BLAS (column-major) reads one matrix of a batch [N, R, C] in place: 'N' with leading dimension
 // stride(1) when rows are contiguous, 'T' with stride(2) when columns are.

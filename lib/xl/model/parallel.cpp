@@ -7,6 +7,8 @@
 #include <exception>
 #include <mutex>
 
+#include "xl/model/blas.h"
+
 namespace xl::model {
 namespace {
 
@@ -54,6 +56,11 @@ void run_share(void* data) {
 }
 
 }  // namespace
+
+void set_threads(int n) {
+  at::set_num_threads(n);
+  if (blas().set_threads) blas().set_threads(n);
+}
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
   if (begin >= end) return;

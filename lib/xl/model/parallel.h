@@ -8,6 +8,9 @@
 
 namespace xl::model {
 
+// Applies --threads to LibTorch (intra-op) and OpenBLAS.
+void set_threads(int n);
+
 // Calls f(b, e) on disjoint subranges covering [begin, end), in parallel when the range exceeds
 // `grain` and no parallel region is active; one subrange per thread.
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
