@@ -14,14 +14,18 @@ def last(evs, kind):
 print(f"# xl pipeline summary: {d}\n")
 print("| phase | steps | tokens | train time | best valid | tok/s | peak RSS MB |")
 print("|---|---:|---:|---:|---:|---:|---:|")
+before = 0  # steps and tokens count on from phase 1: a phase's own tokens are the difference
 for phase in ("p1", "p2"):
     evs = events(os.path.join(d, phase + ".jsonl"))
-    done, train = last(evs, "done"), last(evs, "train")
+    done = last(evs, "done")
     valid = [e for e in evs if e.get("event") == "valid"]
     best = min(valid, key=lambda e: e["loss"]) if valid else {}
     metric = "bpc" if "bpc" in best else "ppl"
-    print(f"| {phase} | {done.get('step', '')} | {done.get('tokens', '')} | {done.get('elapsed', 0):.0f} s | "
-          f"{best.get(metric, float('nan')):.4f} {metric} | {train.get('tok_per_s', 0):.0f} | {done.get('peak_rss_mb', 0):.0f} |")
+    own = done.get("tokens", before) - before
+    rate = own / done["elapsed"] if done.get("elapsed") else 0
+    print(f"| {phase} | {done.get('step', '')} | {own} | {done.get('elapsed', 0):.0f} s | "
+          f"{best.get(metric, float('nan')):.4f} {metric} | {rate:.0f} | {done.get('peak_rss_mb', 0):.0f} |")
+    before = done.get("tokens", before)
 rows = events(os.path.join(d, "eval.jsonl"))
 if rows:
     metric = "bpc" if "bpc" in rows[0] else "ppl"

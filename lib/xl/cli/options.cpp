@@ -3,6 +3,7 @@
 #include <H5public.h>
 #include <torch/version.h>
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <iostream>
@@ -182,6 +183,12 @@ std::string Options::config_text() const {
     }
   }
   return os.str();
+}
+
+po::typed_value<double>* real_value(double default_value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", default_value);
+  return po::value<double>()->default_value(default_value, text);
 }
 
 std::string command_line(int argc, char** argv) {

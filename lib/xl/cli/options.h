@@ -65,6 +65,9 @@ class Options {
   bool binary_output_ = false;
 };
 
+// A real-valued option whose default --help shows as written: 0.1, not Boost's 0.10000000000000001.
+po::typed_value<double>* real_value(double default_value);
+
 // The command line as one string, for provenance attributes.
 std::string command_line(int argc, char** argv);
 

@@ -66,8 +66,8 @@ void add_training_options(cli::Options& cli, Phase phase) {
         ("d-head", po::value<int64_t>()->default_value(m.d_head), "width of each head")
         ("d-inner", po::value<int64_t>()->default_value(m.d_inner), "feed-forward width")
         ("d-embed", po::value<int64_t>()->default_value(m.d_embed), "embedding width (0: d-model)")
-        ("dropout", po::value<double>()->default_value(m.dropout), "dropout on embeddings, attention output and feed-forward")
-        ("dropatt", po::value<double>()->default_value(m.dropatt), "dropout on attention probabilities")
+        ("dropout", cli::real_value(m.dropout), "dropout on embeddings, attention output and feed-forward")
+        ("dropatt", cli::real_value(m.dropatt), "dropout on attention probabilities")
         ("pre-lnorm", po::value<bool>()->default_value(m.pre_lnorm), "layer norm before each sublayer")
         ("untie-r", po::value<bool>()->default_value(m.untie_r), "u, v biases per layer")
         ("clamp-len", po::value<int64_t>()->default_value(m.clamp_len), "clamp relative distances (0: off)")
@@ -76,8 +76,8 @@ void add_training_options(cli::Options& cli, Phase phase) {
         ("div-val", po::value<int64_t>()->default_value(m.div_val), "adaptive embedding width divisor")
         ("tie-weight", po::value<bool>()->default_value(m.tie_weight), "tie output and input embeddings")
         ("tie-projs", po::value<std::string>()->default_value(""), "per cluster 0/1: tie output projections, e.g. 0,1,1,1")
-        ("init-std", po::value<double>()->default_value(m.init_std), "N(0, init-std) weights")
-        ("proj-init-std", po::value<double>()->default_value(m.proj_init_std), "N(0, proj-init-std) adaptive projections");
+        ("init-std", cli::real_value(m.init_std), "N(0, init-std) weights")
+        ("proj-init-std", cli::real_value(m.proj_init_std), "N(0, proj-init-std) adaptive projections");
   }
   cli.add("Batching")
       ("tgt-len", po::value<int64_t>()->default_value(d.tgt_len), "segment length")
@@ -85,34 +85,34 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("batch-size", po::value<int64_t>()->default_value(d.batch_size), "parallel streams")
       ("batch-chunk", po::value<int64_t>()->default_value(d.batch_chunk), "gradient accumulation chunks (each keeps its own memory)");
   cli.add("Optimization")
-      ("lr", po::value<double>()->default_value(d.lr), "Adam learning rate")
+      ("lr", cli::real_value(d.lr), "Adam learning rate")
       ("lr-schedule", po::value<std::string>()->default_value(d.lr_schedule), "cosine, constant or cyclic-cosine")
       ("warmup-steps", po::value<int64_t>()->default_value(d.warmup_steps), "linear warm-up steps")
       ("schedule-steps", po::value<int64_t>()->default_value(d.schedule_steps), "cosine period (0: max-steps)")
-      ("eta-min", po::value<double>()->default_value(d.eta_min), "final learning rate of the cosine")
-      ("clip", po::value<double>()->default_value(d.clip), "global gradient-norm clipping (0: off)")
-      ("adam-beta1", po::value<double>()->default_value(d.adam_beta1), "Adam beta1")
-      ("adam-beta2", po::value<double>()->default_value(d.adam_beta2), "Adam beta2")
-      ("adam-eps", po::value<double>()->default_value(d.adam_eps), "Adam epsilon");
+      ("eta-min", cli::real_value(d.eta_min), "final learning rate of the cosine")
+      ("clip", cli::real_value(d.clip), "global gradient-norm clipping (0: off)")
+      ("adam-beta1", cli::real_value(d.adam_beta1), "Adam beta1")
+      ("adam-beta2", cli::real_value(d.adam_beta2), "Adam beta2")
+      ("adam-eps", cli::real_value(d.adam_eps), "Adam epsilon");
   if (phase == Phase::kOne) {
     cli.add("Skip-Retain and cross-head attention")
         ("skip-schedule", po::value<std::string>()->default_value(d.skip_schedule),
          "none, linear (eq. 1), uniform (eq. 2), no-first (3), no-last (4), no-first-last (5)")
-        ("skip-p", po::value<double>()->default_value(d.skip_p), "p of the uniform and no-* schedules")
-        ("sch-beta", po::value<double>()->default_value(d.sch_beta), "stochastic cross-head attention probability (0: off)");
+        ("skip-p", cli::real_value(d.skip_p), "p of the uniform and no-* schedules")
+        ("sch-beta", cli::real_value(d.sch_beta), "stochastic cross-head attention probability (0: off)");
   } else {
     cli.add("Phase 2")
         ("init", po::value<std::string>(), "phase-1 checkpoint to start from (required; - reads a pipe)")
         ("reset-optimizer", po::bool_switch(), "start with fresh Adam moments")
         ("reset-schedule", po::bool_switch(), "restart the learning-rate schedule")
-        ("sch-beta", po::value<double>()->default_value(d.sch_beta), "stochastic cross-head attention probability (default: phase 1's)");
+        ("sch-beta", cli::real_value(d.sch_beta), "stochastic cross-head attention probability (default: phase 1's)");
   }
   cli.add("Budget and stopping")
       ("max-steps", po::value<int64_t>()->default_value(d.max_steps), "stop at this step (counted from phase 1's start; 0: none)")
       ("max-tokens", po::value<std::string>()->default_value("0"), "stop after this many training tokens (K/M/G suffixes)")
       ("time-budget", po::value<std::string>()->default_value("0"), "stop after this much wall time of this phase (90s, 15m, 2h)")
       ("stop-window", po::value<int64_t>()->default_value(d.stop_window), "the paper's rule: stop when validation improves by")
-      ("stop-min-delta", po::value<double>()->default_value(d.stop_min_delta), "  less than this over stop-window steps");
+      ("stop-min-delta", cli::real_value(d.stop_min_delta), "  less than this over stop-window steps");
   cli.add("Validation and logging")
       ("eval-interval", po::value<int64_t>()->default_value(d.eval_interval), "validate and checkpoint every N steps (0: at the end only)")
       ("eval-tgt-len", po::value<int64_t>()->default_value(d.eval_tgt_len), "validation segment length (0: tgt-len)")
