@@ -9,22 +9,16 @@
 
 #include "xl/analysis/ablation.h"
 #include "xl/util/error.h"
+#include "test_support.h"
 
 using namespace xl;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTiny = std::string(XL_SOURCE_DIR) + "/share/xl/configs/tiny.ini";
+using xl::test::TempDir;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/xl-ablation-test.XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+const std::string kTiny = std::string(XL_SOURCE_DIR) + "/share/xl/configs/tiny.ini";
 
 void write(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
@@ -280,13 +274,13 @@ TEST(Ablation, MakefileRunsUnderMake) {
   auto g = parse("p1-steps = 10\np2-steps = 5\n[run a'b]\nlabel = it's\n[run c]\nphases = p1+p2\n");
   analysis::MakefileSettings s;
   s.bin_dir = "/opt/xl/bin";
-  s.out_dir = tmp.path + "/out";
-  s.tokens = tmp.path + "/tokens.h5";
+  s.out_dir = tmp.path() + "/out";
+  s.tokens = tmp.path() + "/tokens.h5";
   write(s.tokens, "");
-  write(tmp.path + "/Makefile", analysis::makefile_text(g, s));
-  std::string cmd = "make -n -f " + tmp.path + "/Makefile > " + tmp.path + "/plan 2>&1";
+  write(tmp.path() + "/Makefile", analysis::makefile_text(g, s));
+  std::string cmd = "make -n -f " + tmp.path() + "/Makefile > " + tmp.path() + "/plan 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  std::ifstream in(tmp.path + "/plan");
+  std::ifstream in(tmp.path() + "/plan");
   std::string plan((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(count(plan, "xl-train-phase1"), 2u) << plan;
   EXPECT_EQ(count(plan, "xl-train-phase2"), 1u) << plan;
@@ -295,7 +289,7 @@ TEST(Ablation, MakefileRunsUnderMake) {
 
 TEST(Ablation, ReportReadsFinishedAndUnfinishedRuns) {
   TempDir tmp;
-  const std::string d = tmp.path;
+  const std::string d = tmp.path();
   auto g = parse("p1-steps = 10\np2-steps = 5\ntable-rows = run\ntable-cols = phases\n"
                  "[run base]\nlabel = Transformer-XL\n[run skip]\n[axes]\nphases = p1,p1+p2\n");
   ASSERT_EQ(g.runs.size(), 4u);

@@ -17,6 +17,7 @@
 #include "xl/text/vocab.h"
 #include "xl/util/error.h"
 #include "xl/util/sha256.h"
+#include "test_support.h"
 
 namespace fs = std::filesystem;
 using xl::data::split_lengths;
@@ -25,36 +26,8 @@ using xl::text::VocabType;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xl-corpus-test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  // Writes `bytes` to NAME in the directory and returns its path.
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::string path = (fs::path(path_) / name).string();
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
-  }
-
- private:
-  std::string path_;
-};
-
-int error_code(const std::function<void()>& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const xl::Error& e) {
-    if (what) *what = e.what();
-    return e.code();
-  }
-  return 0;
-}
+using xl::test::TempDir;
+using xl::test::error_code;
 
 using Lengths = std::vector<int64_t>;
 

@@ -16,43 +16,15 @@
 #include "xl/h5/tokens_file.h"
 #include "xl/text/vocab.h"
 #include "xl/util/error.h"
+#include "test_support.h"
 
 namespace fs = std::filesystem;
 using namespace xl::h5;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xl-h5-test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
-
-// The exit code of the xl::Error `f` throws (0 when it throws none); its message in *what.
-int error_code(const std::function<void()>& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const xl::Error& e) {
-    if (what) *what = e.what();
-    return e.code();
-  }
-  return 0;
-}
+using xl::test::TempDir;
+using xl::test::error_code;
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

@@ -15,6 +15,7 @@
 #include "xl/model/model_io.h"
 #include "xl/model/torch_import.h"
 #include "xl/util/error.h"
+#include "test_support.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -22,6 +23,8 @@ using xl::h5::TensorList;
 namespace fs = std::filesystem;
 
 namespace {
+
+using xl::test::error_code;
 
 ModelConfig char_config() {
   ModelConfig c;
@@ -98,16 +101,6 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 
 TensorList round_trip(const TensorList& sd) {
   return parse_torch_state_dict(torch_state_dict_bytes(sd), "", "mem.pt");
-}
-
-int error_code(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const xl::Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  return 0;
 }
 
 Tensor loss(TransformerXL& m) {
