@@ -205,6 +205,23 @@ TEST(RelAttention, CrossHeadPermutationEqualsNaivePerHeadSwap) {
   identity.perm = {0, 1, 2, 3};
   EXPECT_TRUE(torch::equal(module_attention(f, w, mem, runs, position, identity),
                            module_attention(f, w, mem, runs, position, plain)));
+  // Gradients through the permuted heads: directional derivatives by central differences.
+  auto wg = w.clone().requires_grad_();
+  auto probe = torch::randn_like(got);
+  std::vector<Tensor> wrt{wg, f.attn->qkv_net->weight, f.attn->r_net->weight};
+  auto objective = [&] { return (module_attention(f, wg, mem, runs, position, s) * probe).sum(); };
+  auto grads = torch::autograd::grad({objective()}, wrt);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    auto dir = torch::randn_like(wrt[i]);
+    const double eps = 1e-6;
+    wrt[i].add_(dir, eps);
+    const double up = objective().item<double>();
+    wrt[i].add_(dir, -2 * eps);
+    const double down = objective().item<double>();
+    wrt[i].add_(dir, eps);
+    EXPECT_NEAR((up - down) / (2 * eps), (grads[i] * dir).sum().item<double>(), 1e-6) << "tensor " << i;
+  }
 }
 
 TEST(RelAttention, HeadMaskOfOnesIsNoMaskAndMaskingActsOnlyThroughThatHead) {

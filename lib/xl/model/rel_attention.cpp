@@ -8,6 +8,29 @@
 #include "xl/model/rel_softmax.h"
 
 namespace xl::model {
+namespace {
+
+// SCH's gather: [B, K, S, H, dh] (a projection's output viewed per head) -> contiguous
+// [S, H, B, K, dh] with head h taken from head perm[h]. The backward writes the gradient straight
+// into the projection's [B, K, S, H, dh] layout, in one buffer that the projection's backward uses
+// as it is (index_select's backward would zero-fill a second buffer of that size first).
+class PermutedHeadsFirst : public torch::autograd::Function<PermutedHeadsFirst> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& perm) {
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    ctx->saved_data["perm"] = perm;
+    return x.permute({2, 3, 0, 1, 4}).index_select(1, perm);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    torch::Tensor grad = torch::empty(ctx->saved_data["sizes"].toIntVector(), grad_out[0].options());
+    grad.permute({2, 3, 0, 1, 4}).index_copy_(1, ctx->saved_data["perm"].toTensor(), grad_out[0]);
+    return {grad, torch::Tensor()};
+  }
+};
+
+}  // namespace
 
 torch::Tensor AttentionPass::positional(int64_t d_max, int64_t count, const torch::TensorOptions& opts) {
   auto key = std::make_pair(d_max, count);
@@ -95,15 +118,18 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     torch::Tensor w_q = weight.narrow(0, 0, h * dh);
     torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
     const torch::Tensor& w_r = r_net->weight;
-    // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay. The heads
-    // are gathered while the projections are laid out heads-first anyway, so SCH copies no weights
-    // and keeps nothing extra for backward (the paper's "no additional memory").
-    torch::Tensor perm_idx;
-    if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
     // Heads first ([H, B, T, dh]): the positional term then is one batched GEMM over heads.
     torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh}).permute({2, 0, 1, 3});
-    torch::Tensor kv_view = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh}).permute({2, 3, 0, 1, 4});
-    torch::Tensor kv = perm_idx.defined() ? kv_view.index_select(1, perm_idx) : kv_view.contiguous();
+    torch::Tensor kv_proj = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh});
+    // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay. The heads
+    // are gathered while the projections are laid out heads-first anyway, so SCH copies no weights.
+    torch::Tensor perm_idx, kv;
+    if (perm.empty()) {
+      kv = kv_proj.permute({2, 3, 0, 1, 4}).contiguous();
+    } else {
+      perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
+      kv = PermutedHeadsFirst::apply(kv_proj, perm_idx);
+    }
     torch::Tensor key = kv[0].view({h * b, k, dh});
     torch::Tensor value = kv[1].view({h * b, k, dh});
     torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
