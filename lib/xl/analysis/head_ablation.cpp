@@ -6,7 +6,6 @@
 #include <mutex>
 #include <thread>
 
-#include "xl/cli/tool_main.h"
 #include "xl/model/parallel.h"
 #include "xl/util/error.h"
 

@@ -35,8 +35,8 @@ bool usable(const torch::Tensor& a, const torch::Tensor& b) {
          a.size(2) < INT32_MAX;
 }
 
+// The product itself; the caller has checked usable().
 torch::Tensor product(const torch::Tensor& a_in, const torch::Tensor& b_in) {
-  if (!usable(a_in, b_in)) return torch::bmm(a_in, b_in);
   RECORD_FUNCTION("xl::batched_matmul", std::vector<c10::IValue>());
   const Blas& l = blas();
   const int64_t n = a_in.size(0);
@@ -87,8 +87,8 @@ class BatchedMatmul : public torch::autograd::Function<BatchedMatmul> {
     const torch::Tensor& b = saved[1];
     const torch::Tensor& g = grad_out[0];
     torch::Tensor ga, gb;
-    if (ctx->needs_input_grad(0)) ga = product(g, b.transpose(1, 2));
-    if (ctx->needs_input_grad(1)) gb = product(a.transpose(1, 2), g);
+    if (ctx->needs_input_grad(0)) ga = batched_matmul(g, b.transpose(1, 2));
+    if (ctx->needs_input_grad(1)) gb = batched_matmul(a.transpose(1, 2), g);
     return {ga, gb};
   }
 };

@@ -102,7 +102,7 @@ double Adam::clip_grad_norm(double max_norm) {
     if (s.param.grad().defined()) {
       const torch::Tensor& g = s.param.grad();
       // A dot product reads the gradient once; pow(2).sum() writes a temporary first.
-      torch::Tensor flat = g.is_contiguous() ? g.view(-1) : g.reshape(-1);
+      torch::Tensor flat = g.reshape(-1);
       sq += torch::dot(flat, flat).item<double>();
     }
   double norm = std::sqrt(sq);
