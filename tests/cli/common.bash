@@ -71,7 +71,7 @@ same_bytes() {
 # no_temp_files DIR: no PATH.tmp.PID file of an interrupted or failed output is left in DIR.
 no_temp_files() {
   local left
-  left=$(find "$1" -maxdepth 1 -name '*.tmp.*' | head -5)
+  left=$(find "$1" -maxdepth 1 -name '*.tmp.*')
   [ -z "$left" ] || fail "temporary files left behind: $left"
 }
 

@@ -36,7 +36,7 @@ same_checkpoint() {  # same parameters, optimizer state and memories
 
 step "the loss falls"
 expect 0 $T --max-steps 120 tokens.h5 -o p1.h5 --metrics p1.jsonl
-first=$(grep '"event":"train"' p1.jsonl | head -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["loss"])')
+first=$(grep -m1 '"event":"train"' p1.jsonl | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["loss"])')
 last=$(grep '"event":"train"' p1.jsonl | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["loss"])')
 python3 -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)" || fail "loss did not fall: $first -> $last"
 grep -q '"event":"valid"' p1.jsonl || fail "no validation event"
