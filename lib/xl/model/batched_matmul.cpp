@@ -58,16 +58,9 @@ torch::Tensor product(const torch::Tensor& a_in, const torch::Tensor& b_in) {
   // bmm per step); large ones run as fast on BLAS's threads, without a GEMM buffer per calling thread
   // (base eval: +100 MB peak RSS when split).
   constexpr int64_t kSplitMaxMacs = int64_t{1} << 22;
-  if (threads > 1 && n >= threads && l.set_threads && l.get_threads && int64_t{m} * p * k <= kSplitMaxMacs) {
-    const int blas_threads = l.get_threads();
-    l.set_threads(1);
-    try {
-      parallel_for(0, n, 1, gemms);
-    } catch (...) {
-      l.set_threads(blas_threads);
-      throw;
-    }
-    l.set_threads(blas_threads);
+  if (threads > 1 && n >= threads && l.set_threads && int64_t{m} * p * k <= kSplitMaxMacs) {
+    SingleThreadedBlas single;
+    parallel_for(0, n, 1, gemms);
   } else {
     gemms(0, n);
   }

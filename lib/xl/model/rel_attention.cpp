@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "xl/model/batched_matmul.h"
+#include "xl/model/chunked_attention.h"
 #include "xl/model/fused_dropout.h"
 #include "xl/model/rel_softmax.h"
 
@@ -133,20 +134,36 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     torch::Tensor key = kv[0].view({h * b, k, dh});
     torch::Tensor value = kv[1].view({h * b, k, dh});
     torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
-    torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h, b * t, dh});
-    torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
+    torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h * b, t, dh});
+    const double scale = 1.0 / std::sqrt(double(dh));
+    torch::Tensor mask = pass.mask(t, m, w.device());
+    // Positional keys [H, P, dh] of one distance table, gathered for SCH.
+    auto positional_keys = [&](const KeyBlock& blk) {
+      torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
+      torch::Tensor r_k = torch::linear(pos, w_r).view({blk.table, h, dh}).transpose(0, 1);
+      return perm_idx.defined() ? r_k.index_select(0, perm_idx) : r_k;
+    };
 
     auto blocks = key_blocks(mem, pass.position, t);
-    std::vector<torch::Tensor> bds;
-    for (const auto& blk : blocks) {
-      torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
-      torch::Tensor r_k = torch::linear(pos, w_r).view({blk.table, h, dh}).permute({1, 2, 0});
-      if (perm_idx.defined()) r_k = r_k.index_select(0, perm_idx);
-      bds.push_back(batched_matmul(q_v, r_k).view({h * b, t, blk.table}));
+    torch::Tensor vec;
+    // (same_length without memory hides every key: left to the general path, as before.)
+    const bool chunked = blocks.size() == 1 && !(pass.training && pass.dropatt > 0) &&
+                         !(pass.same_length && pass.mem_len == 0) && chunked_attention_usable(q_u);
+    if (chunked) {
+      vec = chunked_relative_attention(q_u, q_v, key, value, positional_keys(blocks[0]), mask, scale);
+    } else {
+      // The general path: whole score matrices, memory runs of any age, attention dropout, any dtype.
+      torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
+      std::vector<torch::Tensor> bds;
+      for (const auto& blk : blocks) {
+        torch::Tensor r_k = positional_keys(blk).transpose(1, 2);
+        bds.push_back(batched_matmul(q_v.reshape({h, b * t, dh}), r_k).view({h * b, t, blk.table}));
+      }
+      torch::Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
+      if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
+      vec = batched_matmul(probs, value);
     }
-    torch::Tensor probs = relative_attention_probs(ac, bds, blocks, pass.mask(t, m, w.device()), 1.0 / std::sqrt(double(dh)));
-    if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
-    torch::Tensor vec = batched_matmul(probs, value).view({h, b, t, dh});
+    vec = vec.view({h, b, t, dh});
     if (head_mask.defined()) vec = vec * head_mask.view({h, 1, 1, 1});
     vec = vec.permute({1, 2, 0, 3}).reshape({b, t, h * dh});
     // Dropout fused with the residual: w + dropout(o_net(vec)).

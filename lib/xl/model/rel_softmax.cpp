@@ -1,7 +1,7 @@
 #include "xl/model/rel_softmax.h"
 
 #include "xl/model/parallel.h"
-#include <immintrin.h>
+#include "xl/model/row_kernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -26,59 +26,6 @@ struct Layout {
   std::vector<KeyBlock> blocks;
 };
 
-// ---- row kernels -------------------------------------------------------------------------------
-
-// s[j] = (a[j] + b[j]) * scale
-template <typename T>
-__attribute__((always_inline)) inline void add_scale(const T* a, const T* b, T* s, int64_t n, T scale) {
-  for (int64_t j = 0; j < n; ++j) s[j] = (a[j] + b[j]) * scale;
-}
-__attribute__((target_clones("avx2", "default"))) void add_scale_f(const float* a, const float* b, float* s, int64_t n,
-                                                                   float scale) {
-  add_scale<float>(a, b, s, n, scale);
-}
-
-template <typename T>
-inline T dot_scalar(const T* a, const T* b, int64_t n) {
-  T s = 0;
-  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
-  }
-  for (; j + 8 <= n; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-  __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-  float r = _mm_cvtss_f32(h);
-  for (; j < n; ++j) r += a[j] * b[j];
-  return r;
-}
-
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-
-inline float dot(const float* a, const float* b, int64_t n) { return kHaveAvx2 ? dot_avx2(a, b, n) : dot_scalar(a, b, n); }
-inline double dot(const double* a, const double* b, int64_t n) { return dot_scalar(a, b, n); }
-
-// gs[j] = p[j] * (g[j] - d) * scale  (_softmax_backward_data, then the scale)
-template <typename T>
-__attribute__((always_inline)) inline void softmax_grad(const T* p, const T* g, T* gs, int64_t n, T d, T scale) {
-  for (int64_t j = 0; j < n; ++j) gs[j] = p[j] * (g[j] - d) * scale;
-}
-__attribute__((target_clones("avx2", "default"))) void softmax_grad_f(const float* p, const float* g, float* gs,
-                                                                      int64_t n, float d, float scale) {
-  softmax_grad<float>(p, g, gs, n, d, scale);
-}
-
 template <typename T>
 __attribute__((always_inline)) inline void add_into(T* dst, const T* src, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
@@ -99,8 +46,7 @@ void forward_rows(const Layout& L, const T* ac, const std::vector<const T*>& bds
       const KeyBlock& blk = L.blocks[b];
       // relative_shift_view: element (n, i, j) of the block reads flat n*T*P + i*(P-1) + j + T-1.
       const T* src = bds[b] + n * L.t * blk.table + i * (blk.table - 1) + L.t - 1;
-      if constexpr (std::is_same_v<T, float>) add_scale_f(a + blk.col, src, s + blk.col, blk.len, scale);
-      else add_scale<T>(a + blk.col, src, s + blk.col, blk.len, scale);
+      rows::add_scale(a + blk.col, src, s + blk.col, blk.len, scale);
     }
     if (mask) {
       const bool* mrow = mask + i * L.k;
@@ -151,9 +97,7 @@ void backward_batch(const Layout& L, const T* p, const T* g, T* gac, const std::
     const T* pr = p + r * L.k;
     const T* gr = g + r * L.k;
     T* gs = gac + r * L.k;
-    const T d = dot(gr, pr, L.k);
-    if constexpr (std::is_same_v<T, float>) softmax_grad_f(pr, gr, gs, L.k, d, scale);
-    else softmax_grad<T>(pr, gr, gs, L.k, d, scale);
+    rows::softmax_grad(pr, gr, gs, L.k, rows::dot(gr, pr, L.k), scale);
     for (size_t b = 0; b < L.blocks.size(); ++b) {
       const KeyBlock& blk = L.blocks[b];
       T* tab = gbd[b] + n * L.t * blk.table;

@@ -1,0 +1,28 @@
+// The attention core of one layer (content and positional scores, relative shift, mask, softmax,
+// weighted values), forward and backward, computed in blocks of query rows that touch only the
+// keys some row of the block can see. Under the causal mask a quarter of a Transformer-XL layer's
+// score matrix is hidden when memory and segment are equally long; the full-matrix path computes it
+// all and throws it away. A block's scores also stay in cache from its GEMMs through the softmax.
+// GEMMs go straight to BLAS, single-threaded, with the blocks spread over the threads.
+//
+// Covers the common case: float32 on the CPU with a BLAS, one positional table (the memory ends
+// where the segment starts), no attention dropout. Everything else takes the general path
+// (relative_attention_probs and batched products), against which this one is tested.
+#pragma once
+#include <torch/torch.h>
+
+namespace xl::model {
+
+// Whether chunked_relative_attention can run on tensors like q.
+bool chunked_attention_usable(const torch::Tensor& q);
+
+// q_u, q_v: [N, T, dh] queries plus the content / positional bias, N = H x B head-major;
+// key, value: [N, K, dh]; r: [H, K, dh] positional keys, row p for distance K - 1 - p;
+// mask: [T, K] bool (true = not seen); it must hide every key j > K - T + i from query i
+// (no query sees its future), and leave each query at least one key.
+// Returns [N, T, dh] = softmax(scale * (q_u key^T + shift(q_v r^T)) masked) value, differentiable.
+torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
+                                         const torch::Tensor& value, const torch::Tensor& r, const torch::Tensor& mask,
+                                         double scale);
+
+}  // namespace xl::model

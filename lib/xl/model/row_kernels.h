@@ -1,0 +1,27 @@
+// Vectorized loops over one row of attention scores, shared by the full-matrix softmax
+// (rel_softmax) and the blocked attention core (chunked_attention). float rows use AVX2 when the
+// CPU has it; double rows (the tests' precision) run plain loops.
+#pragma once
+#include <cstdint>
+
+namespace xl::model::rows {
+
+float dot(const float* a, const float* b, int64_t n);
+double dot(const double* a, const double* b, int64_t n);
+
+// s[j] = (a[j] + b[j]) * scale
+void add_scale(const float* a, const float* b, float* s, int64_t n, float scale);
+void add_scale(const double* a, const double* b, double* s, int64_t n, double scale);
+
+// gs[j] = p[j] * (g[j] - d) * scale: softmax's backward with d = dot(p, g), then the scale.
+// gs may be g.
+void softmax_grad(const float* p, const float* g, float* gs, int64_t n, float d, float scale);
+void softmax_grad(const double* p, const double* g, double* gs, int64_t n, double d, double scale);
+
+// s[j] = hidden[j] ? -inf : (a[j] + b[j]) * scale; returns the largest s[j].
+float masked_scores(const float* a, const float* b, const bool* hidden, float* s, int64_t n, float scale);
+
+// Softmax of a row of scores in place (hidden entries -inf become exactly 0), given its maximum.
+void softmax(float* x, int64_t n, float max);
+
+}  // namespace xl::model::rows
