@@ -131,8 +131,11 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
       kv = PermutedHeadsFirst::apply(kv_proj, perm_idx);
     }
-    torch::Tensor key = kv[0].view({h * b, k, dh});
-    torch::Tensor value = kv[1].view({h * b, k, dh});
+    // unbind: its backward stacks the two gradients into one buffer (indexing kv[0] and kv[1] would
+    // zero-fill a kv-sized gradient for each and add them).
+    auto key_value = kv.unbind(0);
+    torch::Tensor key = key_value[0].view({h * b, k, dh});
+    torch::Tensor value = key_value[1].view({h * b, k, dh});
     torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
     torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h * b, t, dh});
     const double scale = 1.0 / std::sqrt(double(dh));
