@@ -1,7 +1,8 @@
 // The blocked attention core (float32, BLAS) against the full-matrix path computed in double
 // (itself checked against the naive loop in model_attention_test): outputs and all five gradients,
-// for segments shorter and longer than a block of query rows, memories of every length, causal and
-// same_length masks. Also: no gradient => the same output without keeping probabilities.
+// for segments shorter and longer than a block of query rows, memories of every length and age
+// (Skip-Retain runs), causal and same_length masks. Also: no gradient => the same output without
+// keeping probabilities.
 #include <gtest/gtest.h>
 
 #include "xl/model/batched_matmul.h"
@@ -14,25 +15,43 @@ using torch::Tensor;
 namespace {
 
 struct Case {
-  int64_t heads, batch, t, m, dh;
-  bool same_length;
-  int64_t mem_len;
+  int64_t heads, batch, t, dh;
+  std::vector<MemoryRun> runs;  // the memory, oldest first, before a segment at position 1000
+  bool same_length = false;
+  int64_t mem_len = 0;
 };
+
+constexpr int64_t kPosition = 1000;
+
+int64_t memory_length(const Case& c) {
+  int64_t m = 0;
+  for (const auto& r : c.runs) m += r.length;
+  return m;
+}
+
+std::vector<KeyBlock> key_blocks(const Case& c) {
+  LayerMemory mem;
+  mem.runs = c.runs;
+  return RelMultiHeadAttnImpl::key_blocks(mem, kPosition, c.t);
+}
 
 Tensor mask_for(const Case& c) {
   AttentionPass pass;
   pass.same_length = c.same_length;
   pass.mem_len = c.mem_len;
-  return pass.mask(c.t, c.m, torch::kCPU);
+  return pass.mask(c.t, memory_length(c), torch::kCPU);
 }
 
 // The general path: whole score matrices, fused shift + mask + softmax, batched products.
 Tensor full_matrix(const Case& c, const Tensor& q_u, const Tensor& q_v, const Tensor& key, const Tensor& value,
-                   const Tensor& r, const Tensor& mask, double scale) {
-  const int64_t k = c.m + c.t;
+                   const std::vector<Tensor>& tables, const Tensor& mask, double scale) {
+  const auto blocks = key_blocks(c);
   Tensor ac = torch::bmm(q_u, key.transpose(1, 2));
-  Tensor bd = torch::bmm(q_v.reshape({c.heads, c.batch * c.t, c.dh}), r.transpose(1, 2)).view({-1, c.t, k});
-  Tensor probs = relative_attention_probs(ac, {bd}, {KeyBlock{0, k, k - 1, k}}, mask, scale);
+  std::vector<Tensor> bds;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    bds.push_back(torch::bmm(q_v.reshape({c.heads, c.batch * c.t, c.dh}), tables[b].transpose(1, 2))
+                      .view({-1, c.t, blocks[b].table}));
+  Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
   return torch::bmm(probs, value);
 }
 
@@ -47,38 +66,54 @@ void expect_near(const Tensor& got, const Tensor& want, const char* what) {
 
 TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
   if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  auto fresh = [](int64_t m) { return m > 0 ? std::vector<MemoryRun>{{kPosition - m, m}} : std::vector<MemoryRun>{}; };
   const std::vector<Case> cases = {
-      {2, 2, 1, 0, 8, false, 0},    {2, 2, 5, 0, 8, false, 0},     {2, 3, 64, 64, 8, false, 64},
-      {3, 2, 70, 30, 16, false, 70}, {2, 2, 130, 130, 8, false, 130}, {2, 2, 200, 7, 4, false, 200},
-      {2, 2, 70, 70, 8, true, 70},  {2, 1, 130, 40, 8, true, 90},   {1, 2, 3, 300, 8, false, 300},
+      {2, 2, 1, 8, fresh(0)},
+      {2, 2, 5, 8, fresh(0)},
+      {2, 3, 64, 8, fresh(64), false, 64},
+      {3, 2, 70, 16, fresh(30), false, 70},
+      {2, 2, 130, 8, fresh(130), false, 130},
+      {2, 2, 200, 4, fresh(7), false, 200},
+      {2, 2, 70, 8, fresh(70), true, 70},
+      {2, 1, 130, 8, fresh(40), true, 90},
+      {1, 2, 3, 8, fresh(300), false, 300},
+      // Skip-Retain: a memory left by a skipped layer, and one of several runs of different ages.
+      {2, 2, 70, 8, {{kPosition - 70 - 60, 60}}, false, 60},
+      {2, 2, 100, 8, {{kPosition - 400, 30}, {kPosition - 250, 50}, {kPosition - 90, 20}}, false, 100},
+      {2, 1, 80, 8, {{kPosition - 300, 50}, {kPosition - 40, 40}}, true, 70},
   };
   torch::manual_seed(11);
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << "H=" << c.heads << " B=" << c.batch << " T=" << c.t << " M=" << c.m
-                                    << " dh=" << c.dh << " same_length=" << c.same_length);
-    const int64_t n = c.heads * c.batch, k = c.m + c.t;
+    SCOPED_TRACE(testing::Message() << "H=" << c.heads << " B=" << c.batch << " T=" << c.t << " M="
+                                    << memory_length(c) << " runs=" << c.runs.size() << " dh=" << c.dh
+                                    << " same_length=" << c.same_length);
+    const int64_t n = c.heads * c.batch, k = memory_length(c) + c.t;
+    const auto blocks = key_blocks(c);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
     auto make = [](std::vector<int64_t> shape) { return torch::randn(shape).mul_(2).requires_grad_(true); };
     Tensor q_u = make({n, c.t, c.dh}), q_v = make({n, c.t, c.dh}), key = make({n, k, c.dh});
-    Tensor value = make({n, k, c.dh}), r = make({c.heads, k, c.dh});
+    Tensor value = make({n, k, c.dh});
+    std::vector<Tensor> tables;
+    for (const auto& b : blocks) tables.push_back(make({c.heads, b.table, c.dh}));
     const Tensor mask = mask_for(c);
     const Tensor grad_out = torch::randn({n, c.t, c.dh});
 
-    Tensor got = chunked_relative_attention(q_u, q_v, key, value, r, mask, scale);
-    std::vector<Tensor> inputs = {q_u, q_v, key, value, r};
+    Tensor got = chunked_relative_attention(q_u, q_v, key, value, tables, blocks, mask, scale);
+    std::vector<Tensor> inputs = {q_u, q_v, key, value};
+    inputs.insert(inputs.end(), tables.begin(), tables.end());
     auto got_grads = torch::autograd::grad({got}, inputs, {grad_out});
 
     std::vector<Tensor> wide;
     for (const auto& x : inputs) wide.push_back(x.detach().to(torch::kFloat64).requires_grad_(true));
-    Tensor want = full_matrix(c, wide[0], wide[1], wide[2], wide[3], wide[4], mask, scale);
+    Tensor want = full_matrix(c, wide[0], wide[1], wide[2], wide[3], {wide.begin() + 4, wide.end()}, mask, scale);
     auto want_grads = torch::autograd::grad({want}, wide, {grad_out.to(torch::kFloat64)});
 
     expect_near(got, want, "output");
-    const char* names[] = {"d q_u", "d q_v", "d key", "d value", "d r"};
-    for (size_t i = 0; i < inputs.size(); ++i) expect_near(got_grads[i], want_grads[i], names[i]);
+    const char* names[] = {"d q_u", "d q_v", "d key", "d value"};
+    for (size_t i = 0; i < inputs.size(); ++i) expect_near(got_grads[i], want_grads[i], i < 4 ? names[i] : "d table");
 
     torch::NoGradGuard no_grad;
-    Tensor inference = chunked_relative_attention(q_u, q_v, key, value, r, mask, scale);
+    Tensor inference = chunked_relative_attention(q_u, q_v, key, value, tables, blocks, mask, scale);
     EXPECT_TRUE(torch::equal(inference, got.detach())) << "inference differs from the training forward";
   }
 }
@@ -87,5 +122,5 @@ TEST(ChunkedAttention, RefusesAMaskThatShowsAQueryItsFuture) {
   if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
   Tensor q = torch::randn({2, 4, 8}), kv = torch::randn({2, 6, 8}), r = torch::randn({1, 6, 8});
   Tensor mask = torch::zeros({4, 6}, torch::kBool);  // query 0 would see keys 3..5, which follow it
-  EXPECT_THROW(chunked_relative_attention(q, q, kv, kv, r, mask, 0.5), c10::Error);
+  EXPECT_THROW(chunked_relative_attention(q, q, kv, kv, {r}, {KeyBlock{0, 6, 5, 6}}, mask, 0.5), c10::Error);
 }

@@ -158,16 +158,16 @@ TEST(RelAttention, MatchesNaiveLoopOverShapesMemoryLengthsAndOptions) {
 }
 
 // float32 takes the blocked path (chunked_attention): segments longer than a block of query rows,
-// with SCH, causal and same_length masks, against the naive loop in double.
+// with SCH, causal and same_length masks, fresh and older memory, against the naive loop in double.
 TEST(RelAttention, Float32BlockedPathMatchesNaiveLoop) {
-  for (bool same_length : {false, true}) {
+  for (auto [same_length, gap] : {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 25}}) {
     Fixture f(3);
     NaiveSettings s;
     s.same_length = same_length;
     s.mem_len = 60;
     s.perm = {1, 2, 0};
     const int64_t t = 70, m = 50, position = 100;
-    std::vector<MemoryRun> runs{{position - m, m}};
+    std::vector<MemoryRun> runs{{position - gap - m, m}};
     auto w = torch::randn({1, t, f.cfg.d_model}, torch::kFloat64);
     auto mem = torch::randn({1, m, f.cfg.d_model}, torch::kFloat64);
     auto want = naive_attention(f.attn, w, mem, positions_of(runs, position, t), position, f.u, f.v, s);
@@ -175,7 +175,7 @@ TEST(RelAttention, Float32BlockedPathMatchesNaiveLoop) {
     f.u = f.u.to(torch::kFloat32);
     f.v = f.v.to(torch::kFloat32);
     auto got = module_attention(f, w.to(torch::kFloat32), mem.to(torch::kFloat32), runs, position, s);
-    SCOPED_TRACE(testing::Message() << "same_length=" << same_length);
+    SCOPED_TRACE(testing::Message() << "same_length=" << same_length << " gap=" << gap);
     expect_close(got.to(torch::kFloat64), want, 1e-4);
   }
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "xl/model/blas.h"
@@ -18,157 +19,236 @@ namespace {
 // large enough for efficient GEMMs.
 constexpr int64_t kBlockRows = 64;
 
-// Query rows [i0, i0 + rows) see keys [0, width); their positional scores need the table rows
-// [table_lo, table_lo + table_width) (query i, key j reads table row j + T - 1 - i).
-struct Block {
-  int64_t i0 = 0, rows = 0, width = 0, table_lo = 0, table_width = 0;
+// What the queries of one row block see of one key block: its score columns [col, col + width)
+// and the table rows [lo, lo + table_width) their positional scores read (query i, key col + j
+// reads table row j + T - 1 - i). Width 0 when none of them sees the key block.
+struct TableSlice {
+  int64_t col = 0, width = 0, lo = 0, table_width = 0;
+};
+
+// Query rows [i0, i0 + rows) see keys [0, width).
+struct RowBlock {
+  int64_t i0 = 0, rows = 0, width = 0;
+  std::vector<TableSlice> slices;  // one per key block
+  int64_t table_scores = 0;        // sum of rows x table_width: the positional scores' buffer
 };
 
 struct Geometry {
-  int64_t n = 0, t = 0, k = 0, dh = 0, batch = 0;  // N = heads x batch
-  std::vector<int64_t> visible;                   // per query: 1 + its last visible key
-  std::vector<Block> blocks;
+  int64_t n = 0, t = 0, k = 0, dh = 0, heads = 0, batch = 0;  // N = heads x batch
+  std::vector<KeyBlock> keys;
+  std::vector<int64_t> visible;  // per query: 1 + its last visible key
+  std::vector<RowBlock> blocks;
+  int64_t buffer = 0;            // floats of scratch one thread needs for any row block
 };
 
-Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& key, const torch::Tensor& r,
-                  const torch::Tensor& mask) {
+Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& key, const std::vector<torch::Tensor>& tables,
+                  const std::vector<KeyBlock>& keys, const torch::Tensor& mask) {
   Geometry g;
-  g.n = q_u.size(0), g.t = q_u.size(1), g.dh = q_u.size(2), g.k = key.size(1);
-  TORCH_CHECK(r.size(0) > 0 && g.n % r.size(0) == 0 && r.size(1) == g.k && r.size(2) == g.dh,
-              "positional keys must be [H, K, dh]");
+  g.n = q_u.size(0), g.t = q_u.size(1), g.dh = q_u.size(2), g.k = key.size(1), g.keys = keys;
+  TORCH_CHECK(!keys.empty() && tables.size() == keys.size(), "one positional table per key block");
+  g.heads = tables[0].size(0);
+  TORCH_CHECK(g.heads > 0 && g.n % g.heads == 0, "positional tables must be [H, P, dh] with N = H x B");
+  g.batch = g.n / g.heads;
+  int64_t col = 0;
+  for (size_t b = 0; b < keys.size(); ++b) {
+    TORCH_CHECK(keys[b].col == col && keys[b].len > 0, "key blocks must tile the keys in order");
+    TORCH_CHECK(tables[b].dim() == 3 && tables[b].size(0) == g.heads && tables[b].size(1) == keys[b].table &&
+                    tables[b].size(2) == g.dh && keys[b].table >= g.t,
+                "positional table ", b, " must be [H, P, dh] with P >= T");
+    col += keys[b].len;
+  }
+  TORCH_CHECK(col == g.k, "key blocks must cover all ", g.k, " keys");
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == g.t && mask.size(1) == g.k, "mask must be [T, K]");
-  g.batch = g.n / r.size(0);
   const bool* hidden = mask.data_ptr<bool>();
   g.visible.resize(g.t);
   for (int64_t i = 0; i < g.t; ++i) {
     int64_t last = g.k - 1;
     while (last >= 0 && hidden[i * g.k + last]) --last;
     TORCH_CHECK(last >= 0, "query ", i, " sees no key");
-    TORCH_CHECK(last <= g.k - g.t + i, "query ", i, " sees a later key");
     g.visible[i] = last + 1;
+    for (const KeyBlock& kb : keys) {
+      const int64_t seen = std::min(kb.len, g.visible[i] - kb.col);
+      TORCH_CHECK(seen <= 0 || seen - 1 + g.t - 1 - i < kb.table, "query ", i, " sees a later key");
+    }
   }
   for (int64_t i0 = 0; i0 < g.t; i0 += kBlockRows) {
-    Block b;
-    b.i0 = i0;
-    b.rows = std::min(kBlockRows, g.t - i0);
-    b.width = *std::max_element(g.visible.begin() + i0, g.visible.begin() + i0 + b.rows);
-    b.table_lo = g.t - (i0 + b.rows);
-    b.table_width = std::min(g.k - b.table_lo, b.width + b.rows - 1);
-    g.blocks.push_back(b);
+    RowBlock rb;
+    rb.i0 = i0;
+    rb.rows = std::min(kBlockRows, g.t - i0);
+    rb.width = *std::max_element(g.visible.begin() + i0, g.visible.begin() + i0 + rb.rows);
+    for (const KeyBlock& kb : keys) {
+      TableSlice s;
+      s.col = kb.col;
+      s.width = std::clamp<int64_t>(rb.width - kb.col, 0, kb.len);
+      s.lo = g.t - (i0 + rb.rows);
+      s.table_width = s.width > 0 ? std::min(kb.table - s.lo, s.width + rb.rows - 1) : 0;
+      rb.table_scores += rb.rows * s.table_width;
+      rb.slices.push_back(s);
+    }
+    g.buffer = std::max(g.buffer, 2 * rb.rows * rb.width + rb.table_scores);
+    g.blocks.push_back(rb);
   }
   return g;
 }
 
 struct Operands {
-  const float *q_u, *q_v, *key, *value, *r;
+  const float *q_u, *q_v, *key, *value;
+  std::vector<const float*> tables;
   const bool* mask;
   float scale;
 };
 
-// out [N, T, dh]. probs [N, T, K] keeps the probabilities for backward (entries past a block's
-// width are left unset); without it they live in a per-thread block buffer.
+// out [N, T, dh]. probs [N, T, K] keeps the probabilities for backward (entries past a row block's
+// width are left unset); without it they live in the thread's scratch.
 void forward_blocks(const Geometry& g, const Operands& x, float* out, float* probs) {
   const int64_t nb = static_cast<int64_t>(g.blocks.size()), dh = g.dh;
   SingleThreadedBlas single;
   parallel_for(0, g.n * nb, 1, [&](int64_t task0, int64_t task1) {
-    std::vector<float> buffer(static_cast<size_t>(kBlockRows * (3 * g.k + kBlockRows)));
+    std::vector<float> buffer(static_cast<size_t>(g.buffer));
+    std::vector<const float*> scores_of(g.keys.size());
     for (int64_t task = task0; task < task1; ++task) {
-      const int64_t n = task / nb;
-      const Block& b = g.blocks[task % nb];
-      const float* q_u = x.q_u + (n * g.t + b.i0) * dh;
-      const float* q_v = x.q_v + (n * g.t + b.i0) * dh;
-      const float* key = x.key + n * g.k * dh;
+      const int64_t n = task / nb, head = n / g.batch;
+      const RowBlock& rb = g.blocks[task % nb];
+      const float* q_u = x.q_u + (n * g.t + rb.i0) * dh;
+      const float* q_v = x.q_v + (n * g.t + rb.i0) * dh;
       const float* value = x.value + n * g.k * dh;
-      const float* r = x.r + ((n / g.batch) * g.k + b.table_lo) * dh;
       float* ac = buffer.data();
-      float* bd = ac + b.rows * b.width;
-      float* p = probs ? probs + (n * g.t + b.i0) * g.k : bd + b.rows * b.table_width;
-      const int64_t ldp = probs ? g.k : b.width;
-      sgemm_row_major(false, true, b.rows, b.width, dh, q_u, dh, key, dh, 0, ac, b.width);
-      sgemm_row_major(false, true, b.rows, b.table_width, dh, q_v, dh, r, dh, 0, bd, b.table_width);
-      for (int64_t row = 0; row < b.rows; ++row) {
-        const int64_t i = b.i0 + row, seen = g.visible[i];
-        const int64_t shift = b.rows - 1 - row;  // key j of this query reads bd column j + shift
-        float* pr = p + row * ldp;
-        const float max = rows::masked_scores(ac + row * b.width, bd + row * b.table_width + shift,
-                                              x.mask + i * g.k, pr, seen, x.scale);
-        rows::softmax(pr, seen, max);
-        std::fill(pr + seen, pr + b.width, 0.0f);
+      float* bd = ac + rb.rows * rb.width;
+      float* p = probs ? probs + (n * g.t + rb.i0) * g.k : bd + rb.table_scores;
+      const int64_t ldp = probs ? g.k : rb.width;
+      sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, dh, x.key + n * g.k * dh, dh, 0, ac, rb.width);
+      for (size_t b = 0; b < g.keys.size(); ++b) {
+        const TableSlice& s = rb.slices[b];
+        if (s.table_width == 0) continue;
+        const float* table = x.tables[b] + (head * g.keys[b].table + s.lo) * dh;
+        sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, dh, table, dh, 0, bd, s.table_width);
+        scores_of[b] = bd;
+        bd += rb.rows * s.table_width;
       }
-      sgemm_row_major(false, false, b.rows, dh, b.width, p, ldp, value, dh, 0, out + (n * g.t + b.i0) * dh, dh);
+      for (int64_t row = 0; row < rb.rows; ++row) {
+        const int64_t i = rb.i0 + row, seen = g.visible[i];
+        const int64_t shift = rb.rows - 1 - row;  // key col + j of this query reads table column j + shift
+        float* pr = p + row * ldp;
+        float max = -std::numeric_limits<float>::infinity();
+        for (size_t b = 0; b < g.keys.size(); ++b) {
+          const TableSlice& s = rb.slices[b];
+          const int64_t len = std::min(s.width, seen - s.col);
+          if (len <= 0) continue;
+          max = std::max(max, rows::masked_scores(ac + row * rb.width + s.col,
+                                                  scores_of[b] + row * s.table_width + shift,
+                                                  x.mask + i * g.k + s.col, pr + s.col, len, x.scale));
+        }
+        rows::softmax(pr, seen, max);
+        std::fill(pr + seen, pr + rb.width, 0.0f);
+      }
+      sgemm_row_major(false, false, rb.rows, dh, rb.width, p, ldp, value, dh, 0, out + (n * g.t + rb.i0) * dh, dh);
     }
   });
 }
 
 struct Gradients {
   float *q_u, *q_v, *key, *value;
-  float* r_per_n;  // [N, K, dh]: heads share r over the batch; summed afterwards
+  std::vector<float*> tables_per_n;  // [N, P_b, dh]: a head's table serves its whole batch; summed after
 };
 
 void backward_blocks(const Geometry& g, const Operands& x, const float* probs, const float* grad_out,
                      const Gradients& d) {
   const int64_t dh = g.dh, kd = g.k * dh;
   SingleThreadedBlas single;
-  // One task per (head, sequence): the key, value and table gradients accumulate over its blocks.
+  // One task per (head, sequence): the key, value and table gradients accumulate over its row blocks.
   parallel_for(0, g.n, 1, [&](int64_t n0, int64_t n1) {
-    std::vector<float> buffer(static_cast<size_t>(kBlockRows * (2 * g.k + kBlockRows)));
+    std::vector<float> buffer(static_cast<size_t>(g.buffer));
     for (int64_t n = n0; n < n1; ++n) {
+      const int64_t head = n / g.batch;
       const float* key = x.key + n * kd;
       const float* value = x.value + n * kd;
       float* d_key = d.key + n * kd;
       float* d_value = d.value + n * kd;
-      float* d_r = d.r_per_n + n * kd;
       std::fill(d_key, d_key + kd, 0.0f);
       std::fill(d_value, d_value + kd, 0.0f);
-      std::fill(d_r, d_r + kd, 0.0f);
-      for (const Block& b : g.blocks) {
-        const int64_t at = (n * g.t + b.i0) * dh;
-        const float* p = probs + (n * g.t + b.i0) * g.k;
+      for (size_t b = 0; b < g.keys.size(); ++b) {
+        float* d_table = d.tables_per_n[b] + n * g.keys[b].table * dh;
+        std::fill(d_table, d_table + g.keys[b].table * dh, 0.0f);
+      }
+      for (const RowBlock& rb : g.blocks) {
+        const int64_t at = (n * g.t + rb.i0) * dh;
+        const float* p = probs + (n * g.t + rb.i0) * g.k;
         const float* go = grad_out + at;
-        const float* r = x.r + ((n / g.batch) * g.k + b.table_lo) * dh;
-        float* gs = buffer.data();                  // d(probs), then d(scores)
-        float* g_bd = gs + b.rows * b.width;        // d(scores) in table columns
-        sgemm_row_major(false, true, b.rows, b.width, dh, go, dh, value, dh, 0, gs, b.width);
-        sgemm_row_major(true, false, b.width, dh, b.rows, p, g.k, go, dh, 1, d_value, dh);
-        for (int64_t row = 0; row < b.rows; ++row) {
-          const int64_t seen = g.visible[b.i0 + row], shift = b.rows - 1 - row;
+        float* gs = buffer.data();  // d(probs), then d(scores)
+        sgemm_row_major(false, true, rb.rows, rb.width, dh, go, dh, value, dh, 0, gs, rb.width);
+        sgemm_row_major(true, false, rb.width, dh, rb.rows, p, g.k, go, dh, 1, d_value, dh);
+        for (int64_t row = 0; row < rb.rows; ++row) {
+          const int64_t seen = g.visible[rb.i0 + row];
           const float* pr = p + row * g.k;
-          float* gr = gs + row * b.width;
+          float* gr = gs + row * rb.width;
           rows::softmax_grad(pr, gr, gr, seen, rows::dot(pr, gr, seen), x.scale);
-          std::fill(gr + seen, gr + b.width, 0.0f);
-          float* tr = g_bd + row * b.table_width;
-          std::fill(tr, tr + shift, 0.0f);
-          std::memcpy(tr + shift, gr, sizeof(float) * static_cast<size_t>(seen));
-          std::fill(tr + shift + seen, tr + b.table_width, 0.0f);
+          std::fill(gr + seen, gr + rb.width, 0.0f);
         }
-        sgemm_row_major(false, false, b.rows, dh, b.width, gs, b.width, key, dh, 0, d.q_u + at, dh);
-        sgemm_row_major(true, false, b.width, dh, b.rows, gs, b.width, x.q_u + at, dh, 1, d_key, dh);
-        sgemm_row_major(false, false, b.rows, dh, b.table_width, g_bd, b.table_width, r, dh, 0, d.q_v + at, dh);
-        sgemm_row_major(true, false, b.table_width, dh, b.rows, g_bd, b.table_width, x.q_v + at, dh, 1,
-                        d_r + b.table_lo * dh, dh);
+        sgemm_row_major(false, false, rb.rows, dh, rb.width, gs, rb.width, key, dh, 0, d.q_u + at, dh);
+        sgemm_row_major(true, false, rb.width, dh, rb.rows, gs, rb.width, x.q_u + at, dh, 1, d_key, dh);
+        // Positional scores: d(scores) moved to table columns, one key block at a time.
+        float* g_bd = gs + rb.rows * rb.width;
+        float beta = 0;
+        for (size_t b = 0; b < g.keys.size(); ++b) {
+          const TableSlice& s = rb.slices[b];
+          if (s.table_width == 0) continue;
+          for (int64_t row = 0; row < rb.rows; ++row) {
+            const int64_t shift = rb.rows - 1 - row;
+            const int64_t len = std::clamp<int64_t>(g.visible[rb.i0 + row] - s.col, 0, s.width);
+            float* tr = g_bd + row * s.table_width;
+            std::fill(tr, tr + s.table_width, 0.0f);
+            std::memcpy(tr + shift, gs + row * rb.width + s.col, sizeof(float) * static_cast<size_t>(len));
+          }
+          const float* table = x.tables[b] + (head * g.keys[b].table + s.lo) * dh;
+          float* d_table = d.tables_per_n[b] + (n * g.keys[b].table + s.lo) * dh;
+          sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width, table, dh, beta, d.q_v + at, dh);
+          sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, dh, 1, d_table, dh);
+          beta = 1;
+        }
+        if (beta == 0) std::fill(d.q_v + at, d.q_v + at + rb.rows * dh, 0.0f);  // sees no key: cannot happen
       }
     }
   });
 }
 
 Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
-                  const torch::Tensor& value, const torch::Tensor& r, const torch::Tensor& mask, double scale) {
-  return {q_u.data_ptr<float>(), q_v.data_ptr<float>(), key.data_ptr<float>(), value.data_ptr<float>(),
-          r.data_ptr<float>(),   mask.data_ptr<bool>(),  static_cast<float>(scale)};
+                  const torch::Tensor& value, const std::vector<torch::Tensor>& tables, const torch::Tensor& mask,
+                  double scale) {
+  Operands x{q_u.data_ptr<float>(), q_v.data_ptr<float>(), key.data_ptr<float>(), value.data_ptr<float>(), {},
+             mask.data_ptr<bool>(), static_cast<float>(scale)};
+  for (const auto& t : tables) x.tables.push_back(t.data_ptr<float>());
+  return x;
+}
+
+std::vector<int64_t> flatten(const std::vector<KeyBlock>& keys) {
+  std::vector<int64_t> v;
+  for (const KeyBlock& kb : keys) v.insert(v.end(), {kb.col, kb.len, kb.d_max, kb.table});
+  return v;
+}
+
+std::vector<KeyBlock> unflatten(const std::vector<int64_t>& v) {
+  std::vector<KeyBlock> keys;
+  for (size_t i = 0; i + 3 < v.size(); i += 4) keys.push_back({v[i], v[i + 1], v[i + 2], v[i + 3]});
+  return keys;
 }
 
 class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativeAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_u,
                                const torch::Tensor& q_v, const torch::Tensor& key, const torch::Tensor& value,
-                               const torch::Tensor& r, const torch::Tensor& mask, double scale) {
+                               torch::TensorList tables, const std::vector<int64_t>& keys, const torch::Tensor& mask,
+                               double scale) {
     RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
-    const Geometry g = geometry(q_u, key, r, mask);
+    const std::vector<torch::Tensor> table_list = tables.vec();
+    const Geometry g = geometry(q_u, key, table_list, unflatten(keys), mask);
     torch::Tensor out = torch::empty_like(q_u);
     torch::Tensor probs = torch::empty({g.n, g.t, g.k}, q_u.options());
-    forward_blocks(g, operands(q_u, q_v, key, value, r, mask, scale), out.data_ptr<float>(),
+    forward_blocks(g, operands(q_u, q_v, key, value, table_list, mask, scale), out.data_ptr<float>(),
                    probs.data_ptr<float>());
-    ctx->save_for_backward({q_u, q_v, key, value, r, probs});
+    std::vector<torch::Tensor> saved = {q_u, q_v, key, value, probs};
+    saved.insert(saved.end(), table_list.begin(), table_list.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["keys"] = keys;
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
     return out;
@@ -178,19 +258,26 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
                                                  torch::autograd::variable_list grad_out) {
     RECORD_FUNCTION("xl::chunked_attention_backward", std::vector<c10::IValue>());
     auto s = ctx->get_saved_variables();
-    const torch::Tensor &q_u = s[0], &q_v = s[1], &key = s[2], &value = s[3], &r = s[4], &probs = s[5];
+    const torch::Tensor &q_u = s[0], &q_v = s[1], &key = s[2], &value = s[3], &probs = s[4];
+    const std::vector<torch::Tensor> tables(s.begin() + 5, s.end());
     const torch::Tensor mask = ctx->saved_data["mask"].toTensor();
-    const Geometry g = geometry(q_u, key, r, mask);
+    const Geometry g = geometry(q_u, key, tables, unflatten(ctx->saved_data["keys"].toIntVector()), mask);
     torch::Tensor d_q_u = torch::empty_like(q_u), d_q_v = torch::empty_like(q_v);
     torch::Tensor d_key = torch::empty_like(key), d_value = torch::empty_like(value);
-    torch::Tensor d_r_per_n = torch::empty({g.n, g.k, g.dh}, r.options());
+    std::vector<torch::Tensor> d_tables_per_n;
+    Gradients d{d_q_u.data_ptr<float>(), d_q_v.data_ptr<float>(), d_key.data_ptr<float>(), d_value.data_ptr<float>(),
+                {}};
+    for (const KeyBlock& kb : g.keys) {
+      d_tables_per_n.push_back(torch::empty({g.n, kb.table, g.dh}, q_u.options()));
+      d.tables_per_n.push_back(d_tables_per_n.back().data_ptr<float>());
+    }
     torch::Tensor go = grad_out[0].contiguous();
-    backward_blocks(g, operands(q_u, q_v, key, value, r, mask, ctx->saved_data["scale"].toDouble()),
-                    probs.data_ptr<float>(), go.data_ptr<float>(),
-                    {d_q_u.data_ptr<float>(), d_q_v.data_ptr<float>(), d_key.data_ptr<float>(),
-                     d_value.data_ptr<float>(), d_r_per_n.data_ptr<float>()});
-    torch::Tensor d_r = d_r_per_n.view({r.size(0), g.batch, g.k, g.dh}).sum(1);
-    return {d_q_u, d_q_v, d_key, d_value, d_r, torch::Tensor(), torch::Tensor()};
+    backward_blocks(g, operands(q_u, q_v, key, value, tables, mask, ctx->saved_data["scale"].toDouble()),
+                    probs.data_ptr<float>(), go.data_ptr<float>(), d);
+    torch::autograd::variable_list grads = {d_q_u, d_q_v, d_key, d_value};
+    for (const torch::Tensor& t : d_tables_per_n) grads.push_back(t.view({g.heads, g.batch, t.size(1), g.dh}).sum(1));
+    grads.insert(grads.end(), {torch::Tensor(), torch::Tensor(), torch::Tensor()});  // keys, mask, scale
+    return grads;
   }
 };
 
@@ -201,19 +288,24 @@ bool chunked_attention_usable(const torch::Tensor& q) {
 }
 
 torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
-                                         const torch::Tensor& value, const torch::Tensor& r, const torch::Tensor& mask,
+                                         const torch::Tensor& value, const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                          double scale) {
   TORCH_CHECK(chunked_attention_usable(q_u), "chunked_relative_attention: float32 CPU tensors and a BLAS needed");
-  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), k = key.contiguous(), v = value.contiguous(),
-                rc = r.contiguous(), m = mask.to(torch::kBool).contiguous();
-  const bool grad = torch::GradMode::is_enabled() &&
-                    (qu.requires_grad() || qv.requires_grad() || k.requires_grad() || v.requires_grad() ||
-                     rc.requires_grad());
-  if (grad) return ChunkedRelativeAttention::apply(qu, qv, k, v, rc, m, scale);
+  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), k = key.contiguous(), v = value.contiguous();
+  torch::Tensor m = mask.to(torch::kBool).contiguous();
+  std::vector<torch::Tensor> tc;
+  bool grad = torch::GradMode::is_enabled() &&
+              (qu.requires_grad() || qv.requires_grad() || k.requires_grad() || v.requires_grad());
+  for (const auto& t : tables) {
+    tc.push_back(t.contiguous());
+    grad = grad || (torch::GradMode::is_enabled() && t.requires_grad());
+  }
+  if (grad) return ChunkedRelativeAttention::apply(qu, qv, k, v, torch::TensorList(tc), flatten(blocks), m, scale);
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
-  const Geometry g = geometry(qu, k, rc, m);
+  const Geometry g = geometry(qu, k, tc, blocks, m);
   torch::Tensor out = torch::empty_like(qu);
-  forward_blocks(g, operands(qu, qv, k, v, rc, m, scale), out.data_ptr<float>(), nullptr);
+  forward_blocks(g, operands(qu, qv, k, v, tc, m, scale), out.data_ptr<float>(), nullptr);
   return out;
 }
 

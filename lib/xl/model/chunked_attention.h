@@ -5,11 +5,15 @@
 // all and throws it away. A block's scores also stay in cache from its GEMMs through the softmax.
 // GEMMs go straight to BLAS, single-threaded, with the blocks spread over the threads.
 //
-// Covers the common case: float32 on the CPU with a BLAS, one positional table (the memory ends
-// where the segment starts), no attention dropout. Everything else takes the general path
-// (relative_attention_probs and batched products), against which this one is tested.
+// Covers float32 on the CPU with a BLAS and no attention dropout, with memories of any age
+// (Skip-Retain). Everything else takes the general path (relative_attention_probs and batched
+// products), against which this one is tested.
 #pragma once
 #include <torch/torch.h>
+
+#include <vector>
+
+#include "xl/model/rel_softmax.h"
 
 namespace xl::model {
 
@@ -17,12 +21,15 @@ namespace xl::model {
 bool chunked_attention_usable(const torch::Tensor& q);
 
 // q_u, q_v: [N, T, dh] queries plus the content / positional bias, N = H x B head-major;
-// key, value: [N, K, dh]; r: [H, K, dh] positional keys, row p for distance K - 1 - p;
-// mask: [T, K] bool (true = not seen); it must hide every key j > K - T + i from query i
-// (no query sees its future), and leave each query at least one key.
-// Returns [N, T, dh] = softmax(scale * (q_u key^T + shift(q_v r^T)) masked) value, differentiable.
+// key, value: [N, K, dh]; blocks: the keys' blocks as for relative_attention_probs, and for each
+// tables[b]: [H, P_b, dh] its positional keys (query i, key col_b + j reads row j + T - 1 - i);
+// mask: [T, K] bool (true = not seen); it must hide every key whose table row would be past the
+// table (no query sees its future), and leave each query at least one key.
+// Returns [N, T, dh] = softmax(scale * (q_u key^T + shift(q_v tables^T)) masked) value,
+// differentiable.
 torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
-                                         const torch::Tensor& value, const torch::Tensor& r, const torch::Tensor& mask,
+                                         const torch::Tensor& value, const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                          double scale);
 
 }  // namespace xl::model

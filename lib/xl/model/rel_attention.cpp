@@ -150,12 +150,14 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     auto blocks = key_blocks(mem, pass.position, t);
     torch::Tensor vec;
     // (same_length without memory hides every key: left to the general path, as before.)
-    const bool chunked = blocks.size() == 1 && !(pass.training && pass.dropatt > 0) &&
-                         !(pass.same_length && pass.mem_len == 0) && chunked_attention_usable(q_u);
+    const bool chunked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
+                         chunked_attention_usable(q_u);
     if (chunked) {
-      vec = chunked_relative_attention(q_u, q_v, key, value, positional_keys(blocks[0]), mask, scale);
+      std::vector<torch::Tensor> tables;
+      for (const auto& blk : blocks) tables.push_back(positional_keys(blk));
+      vec = chunked_relative_attention(q_u, q_v, key, value, tables, blocks, mask, scale);
     } else {
-      // The general path: whole score matrices, memory runs of any age, attention dropout, any dtype.
+      // The general path: whole score matrices, attention dropout, any dtype.
       torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
       std::vector<torch::Tensor> bds;
       for (const auto& blk : blocks) {
