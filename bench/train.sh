@@ -38,7 +38,7 @@ for c, ph in res.items():
         e["phase%d" % p] = {
             "skip": rs[0]["skip"], "beta": rs[0]["beta"],
             "tokens_per_s": statistics.median([r["tokens_per_s"] for r in rs]),
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+            "peak_rss_mb": statistics.median([r["peak_rss_mb"] for r in rs]),
             "mfu": statistics.median([r["mfu"] for r in rs]),
         }
     if "phase1" in e and "phase2" in e:

@@ -140,11 +140,13 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h * b, t, dh});
     const double scale = 1.0 / std::sqrt(double(dh));
     torch::Tensor mask = pass.mask(t, m, w.device());
-    // Positional keys [H, P, dh] of one distance table, gathered for SCH.
+    // Positional keys [H, P, dh] of one distance table, gathered for SCH like the keys (the gather
+    // costs what the transpose's copy costs without SCH: phase 1 needs no more memory than phase 2).
     auto positional_keys = [&](const KeyBlock& blk) {
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
-      torch::Tensor r_k = torch::linear(pos, w_r).view({blk.table, h, dh}).transpose(0, 1);
-      return perm_idx.defined() ? r_k.index_select(0, perm_idx) : r_k;
+      torch::Tensor r_k = torch::linear(pos, w_r);
+      if (!perm_idx.defined()) return r_k.view({blk.table, h, dh}).transpose(0, 1);
+      return PermutedHeadsFirst::apply(r_k.view({1, blk.table, 1, h, dh}), perm_idx).view({h, blk.table, dh});
     };
 
     auto blocks = key_blocks(mem, pass.position, t);
