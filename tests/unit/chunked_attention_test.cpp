@@ -42,17 +42,25 @@ Tensor mask_for(const Case& c) {
   return pass.mask(c.t, memory_length(c), torch::kCPU);
 }
 
-// The general path: whole score matrices, fused shift + mask + softmax, batched products.
-Tensor full_matrix(const Case& c, const Tensor& q_u, const Tensor& q_v, const Tensor& key, const Tensor& value,
-                   const std::vector<Tensor>& tables, const Tensor& mask, double scale) {
+// The general path from per-head copies: whole score matrices, fused shift + mask + softmax,
+// batched products; SCH by gathering the source heads' keys, values and tables. [B, T, H, dh].
+Tensor full_matrix(const Case& c, const std::vector<int64_t>& heads, const Tensor& q_u, const Tensor& q_v,
+                   const Tensor& kv, const std::vector<Tensor>& tables, const Tensor& mask, double scale) {
   const auto blocks = key_blocks(c);
-  Tensor ac = torch::bmm(q_u, key.transpose(1, 2));
+  const int64_t n = c.heads * c.batch, k = kv.size(1);
+  Tensor source = torch::tensor(heads, torch::kLong);
+  auto per_head = [&](const Tensor& x) { return x.permute({2, 0, 1, 3}).reshape({n, -1, c.dh}); };
+  Tensor kv_src = kv.index_select(3, source);
+  Tensor key = per_head(kv_src.select(2, 0)), value = per_head(kv_src.select(2, 1));
+  Tensor ac = torch::bmm(per_head(q_u), key.transpose(1, 2));
   std::vector<Tensor> bds;
-  for (size_t b = 0; b < blocks.size(); ++b)
-    bds.push_back(torch::bmm(q_v.reshape({c.heads, c.batch * c.t, c.dh}), tables[b].transpose(1, 2))
-                      .view({-1, c.t, blocks[b].table}));
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    Tensor r = tables[b].index_select(1, source).permute({1, 2, 0});  // [H, dh, P]
+    bds.push_back(torch::bmm(per_head(q_v).reshape({c.heads, c.batch * c.t, c.dh}), r).view({n, c.t, -1}));
+  }
   Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
-  return torch::bmm(probs, value);
+  EXPECT_EQ(k, probs.size(2));
+  return torch::bmm(probs, value).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
 }
 
 void expect_near(const Tensor& got, const Tensor& want, const char* what) {
@@ -87,40 +95,49 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
     SCOPED_TRACE(testing::Message() << "H=" << c.heads << " B=" << c.batch << " T=" << c.t << " M="
                                     << memory_length(c) << " runs=" << c.runs.size() << " dh=" << c.dh
                                     << " same_length=" << c.same_length);
-    const int64_t n = c.heads * c.batch, k = memory_length(c) + c.t;
+    const int64_t k = memory_length(c) + c.t;
     const auto blocks = key_blocks(c);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
     auto make = [](std::vector<int64_t> shape) { return torch::randn(shape).mul_(2).requires_grad_(true); };
-    Tensor q_u = make({n, c.t, c.dh}), q_v = make({n, c.t, c.dh}), key = make({n, k, c.dh});
-    Tensor value = make({n, k, c.dh});
+    Tensor q_u = make({c.batch, c.t, c.heads, c.dh}), q_v = make({c.batch, c.t, c.heads, c.dh});
+    Tensor kv = make({c.batch, k, 2, c.heads, c.dh});
     std::vector<Tensor> tables;
-    for (const auto& b : blocks) tables.push_back(make({c.heads, b.table, c.dh}));
+    for (const auto& b : blocks) tables.push_back(make({b.table, c.heads, c.dh}));
     const Tensor mask = mask_for(c);
-    const Tensor grad_out = torch::randn({n, c.t, c.dh});
+    const Tensor grad_out = torch::randn({c.batch, c.t, c.heads, c.dh});
+    std::vector<int64_t> own(c.heads), shifted(c.heads);
+    for (int64_t h = 0; h < c.heads; ++h) own[h] = h, shifted[h] = (h + 1) % c.heads;
 
-    Tensor got = chunked_relative_attention(q_u, q_v, key, value, tables, blocks, mask, scale);
-    std::vector<Tensor> inputs = {q_u, q_v, key, value};
-    inputs.insert(inputs.end(), tables.begin(), tables.end());
-    auto got_grads = torch::autograd::grad({got}, inputs, {grad_out});
+    for (const auto& heads : {own, shifted}) {  // without and with SCH
+      SCOPED_TRACE(testing::Message() << "SCH=" << (heads != own));
+      Tensor got = chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads == own ? std::vector<int64_t>{} : heads,
+                                              mask, scale);
+      std::vector<Tensor> inputs = {q_u, q_v, kv};
+      inputs.insert(inputs.end(), tables.begin(), tables.end());
+      auto got_grads = torch::autograd::grad({got}, inputs, {grad_out});
 
-    std::vector<Tensor> wide;
-    for (const auto& x : inputs) wide.push_back(x.detach().to(torch::kFloat64).requires_grad_(true));
-    Tensor want = full_matrix(c, wide[0], wide[1], wide[2], wide[3], {wide.begin() + 4, wide.end()}, mask, scale);
-    auto want_grads = torch::autograd::grad({want}, wide, {grad_out.to(torch::kFloat64)});
+      std::vector<Tensor> wide;
+      for (const auto& x : inputs) wide.push_back(x.detach().to(torch::kFloat64).requires_grad_(true));
+      Tensor want = full_matrix(c, heads, wide[0], wide[1], wide[2], {wide.begin() + 3, wide.end()}, mask, scale);
+      auto want_grads = torch::autograd::grad({want}, wide, {grad_out.to(torch::kFloat64)});
 
-    expect_near(got, want, "output");
-    const char* names[] = {"d q_u", "d q_v", "d key", "d value"};
-    for (size_t i = 0; i < inputs.size(); ++i) expect_near(got_grads[i], want_grads[i], i < 4 ? names[i] : "d table");
+      expect_near(got, want, "output");
+      const char* names[] = {"d q_u", "d q_v", "d kv"};
+      for (size_t i = 0; i < inputs.size(); ++i) expect_near(got_grads[i], want_grads[i], i < 3 ? names[i] : "d table");
 
-    torch::NoGradGuard no_grad;
-    Tensor inference = chunked_relative_attention(q_u, q_v, key, value, tables, blocks, mask, scale);
-    EXPECT_TRUE(torch::equal(inference, got.detach())) << "inference differs from the training forward";
+      torch::NoGradGuard no_grad;
+      Tensor inference = chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads, mask, scale);
+      EXPECT_TRUE(torch::equal(inference, got.detach())) << "inference differs from the training forward";
+    }
   }
 }
 
 TEST(ChunkedAttention, RefusesAMaskThatShowsAQueryItsFuture) {
   if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
-  Tensor q = torch::randn({2, 4, 8}), kv = torch::randn({2, 6, 8}), r = torch::randn({1, 6, 8});
+  Tensor q = torch::randn({1, 4, 2, 8}), kv = torch::randn({1, 6, 2, 2, 8}), r = torch::randn({6, 2, 8});
   Tensor mask = torch::zeros({4, 6}, torch::kBool);  // query 0 would see keys 3..5, which follow it
-  EXPECT_THROW(chunked_relative_attention(q, q, kv, kv, {r}, {KeyBlock{0, 6, 5, 6}}, mask, 0.5), c10::Error);
+  EXPECT_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {}, mask, 0.5), c10::Error);
+  mask = torch::ones({4, 6}).triu(3).to(torch::kBool);  // causal: accepted, but heads must be a permutation
+  EXPECT_NO_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {1, 0}, mask, 0.5));
+  EXPECT_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {1, 1}, mask, 0.5), c10::Error);
 }

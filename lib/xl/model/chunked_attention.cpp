@@ -34,27 +34,48 @@ struct RowBlock {
 };
 
 struct Geometry {
-  int64_t n = 0, t = 0, k = 0, dh = 0, heads = 0, batch = 0;  // N = heads x batch
+  int64_t batch = 0, t = 0, heads = 0, dh = 0, k = 0;  // tasks n = b x heads + h
   std::vector<KeyBlock> keys;
+  std::vector<int64_t> source;   // SCH: head h reads keys, values and tables of head source[h]
   std::vector<int64_t> visible;  // per query: 1 + its last visible key
   std::vector<RowBlock> blocks;
   int64_t buffer = 0;            // floats of scratch one thread needs for any row block
+
+  int64_t n() const { return batch * heads; }
+  // Row strides of the token-major layouts.
+  int64_t ld_q() const { return heads * dh; }       // q_u, q_v, out: [B, T, H, dh]
+  int64_t ld_kv() const { return 2 * heads * dh; }  // kv: [B, K, 2, H, dh]
+  int64_t ld_table() const { return heads * dh; }   // tables: [P, H, dh]
+  // Offsets of task n's first row.
+  int64_t q_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * ld_q() + (n % heads) * dh; }
+  int64_t key_at(int64_t n) const { return (n / heads) * k * ld_kv() + source[n % heads] * dh; }
+  int64_t value_at(int64_t n) const { return key_at(n) + heads * dh; }
+  int64_t table_at(int64_t n, int64_t row) const { return row * ld_table() + source[n % heads] * dh; }
 };
 
-Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& key, const std::vector<torch::Tensor>& tables,
-                  const std::vector<KeyBlock>& keys, const torch::Tensor& mask) {
+Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
+                  const std::vector<KeyBlock>& keys, const std::vector<int64_t>& source, const torch::Tensor& mask) {
   Geometry g;
-  g.n = q_u.size(0), g.t = q_u.size(1), g.dh = q_u.size(2), g.k = key.size(1), g.keys = keys;
+  TORCH_CHECK(q_u.dim() == 4, "queries must be [B, T, H, dh]");
+  g.batch = q_u.size(0), g.t = q_u.size(1), g.heads = q_u.size(2), g.dh = q_u.size(3), g.keys = keys;
+  TORCH_CHECK(kv.dim() == 5 && kv.size(0) == g.batch && kv.size(2) == 2 && kv.size(3) == g.heads &&
+                  kv.size(4) == g.dh,
+              "keys and values must be [B, K, 2, H, dh]");
+  g.k = kv.size(1);
+  g.source = source;
+  if (g.source.empty())
+    for (int64_t h = 0; h < g.heads; ++h) g.source.push_back(h);
+  std::vector<int64_t> sorted = g.source;
+  std::sort(sorted.begin(), sorted.end());
+  TORCH_CHECK(static_cast<int64_t>(sorted.size()) == g.heads, "heads must be a permutation");
+  for (int64_t h = 0; h < g.heads; ++h) TORCH_CHECK(sorted[h] == h, "heads must be a permutation");
   TORCH_CHECK(!keys.empty() && tables.size() == keys.size(), "one positional table per key block");
-  g.heads = tables[0].size(0);
-  TORCH_CHECK(g.heads > 0 && g.n % g.heads == 0, "positional tables must be [H, P, dh] with N = H x B");
-  g.batch = g.n / g.heads;
   int64_t col = 0;
   for (size_t b = 0; b < keys.size(); ++b) {
     TORCH_CHECK(keys[b].col == col && keys[b].len > 0, "key blocks must tile the keys in order");
-    TORCH_CHECK(tables[b].dim() == 3 && tables[b].size(0) == g.heads && tables[b].size(1) == keys[b].table &&
+    TORCH_CHECK(tables[b].dim() == 3 && tables[b].size(0) == keys[b].table && tables[b].size(1) == g.heads &&
                     tables[b].size(2) == g.dh && keys[b].table >= g.t,
-                "positional table ", b, " must be [H, P, dh] with P >= T");
+                "positional table ", b, " must be [P, H, dh] with P >= T");
     col += keys[b].len;
   }
   TORCH_CHECK(col == g.k, "key blocks must cover all ", g.k, " keys");
@@ -92,36 +113,36 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& key, const std:
 }
 
 struct Operands {
-  const float *q_u, *q_v, *key, *value;
+  const float *q_u, *q_v, *kv;
   std::vector<const float*> tables;
   const bool* mask;
   float scale;
 };
 
-// out [N, T, dh]. probs [N, T, K] keeps the probabilities for backward (entries past a row block's
-// width are left unset); without it they live in the thread's scratch.
+// out [B, T, H, dh]. probs [N, T, K] keeps the probabilities for backward (entries past a row
+// block's width are left unset); without it they live in the thread's scratch.
 void forward_blocks(const Geometry& g, const Operands& x, float* out, float* probs) {
   const int64_t nb = static_cast<int64_t>(g.blocks.size()), dh = g.dh;
   SingleThreadedBlas single;
-  parallel_for(0, g.n * nb, 1, [&](int64_t task0, int64_t task1) {
+  parallel_for(0, g.n() * nb, 1, [&](int64_t task0, int64_t task1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer));
     std::vector<const float*> scores_of(g.keys.size());
     for (int64_t task = task0; task < task1; ++task) {
-      const int64_t n = task / nb, head = n / g.batch;
+      const int64_t n = task / nb;
       const RowBlock& rb = g.blocks[task % nb];
-      const float* q_u = x.q_u + (n * g.t + rb.i0) * dh;
-      const float* q_v = x.q_v + (n * g.t + rb.i0) * dh;
-      const float* value = x.value + n * g.k * dh;
+      const float* q_u = x.q_u + g.q_at(n, rb.i0);
+      const float* q_v = x.q_v + g.q_at(n, rb.i0);
       float* ac = buffer.data();
       float* bd = ac + rb.rows * rb.width;
       float* p = probs ? probs + (n * g.t + rb.i0) * g.k : bd + rb.table_scores;
       const int64_t ldp = probs ? g.k : rb.width;
-      sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, dh, x.key + n * g.k * dh, dh, 0, ac, rb.width);
+      sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), x.kv + g.key_at(n), g.ld_kv(), 0, ac,
+                      rb.width);
       for (size_t b = 0; b < g.keys.size(); ++b) {
         const TableSlice& s = rb.slices[b];
         if (s.table_width == 0) continue;
-        const float* table = x.tables[b] + (head * g.keys[b].table + s.lo) * dh;
-        sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, dh, table, dh, 0, bd, s.table_width);
+        sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), x.tables[b] + g.table_at(n, s.lo),
+                        g.ld_table(), 0, bd, s.table_width);
         scores_of[b] = bd;
         bd += rb.rows * s.table_width;
       }
@@ -141,42 +162,37 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
         rows::softmax(pr, seen, max);
         std::fill(pr + seen, pr + rb.width, 0.0f);
       }
-      sgemm_row_major(false, false, rb.rows, dh, rb.width, p, ldp, value, dh, 0, out + (n * g.t + rb.i0) * dh, dh);
+      sgemm_row_major(false, false, rb.rows, dh, rb.width, p, ldp, x.kv + g.value_at(n), g.ld_kv(), 0,
+                      out + g.q_at(n, rb.i0), g.ld_q());
     }
   });
 }
 
 struct Gradients {
-  float *q_u, *q_v, *key, *value;
-  std::vector<float*> tables_per_n;  // [N, P_b, dh]: a head's table serves its whole batch; summed after
+  float *q_u, *q_v, *kv;               // layouts of the operands; kv zero on entry
+  std::vector<float*> tables_per_batch;  // [B, P_b, H, dh], zero on entry: summed over B after
 };
 
 void backward_blocks(const Geometry& g, const Operands& x, const float* probs, const float* grad_out,
                      const Gradients& d) {
-  const int64_t dh = g.dh, kd = g.k * dh;
+  const int64_t dh = g.dh;
   SingleThreadedBlas single;
-  // One task per (head, sequence): the key, value and table gradients accumulate over its row blocks.
-  parallel_for(0, g.n, 1, [&](int64_t n0, int64_t n1) {
+  // One task per (sequence, head): its key, value and table gradients accumulate over its row blocks
+  // (SCH's permutation sends each task to its own source head, so no two tasks write the same rows).
+  parallel_for(0, g.n(), 1, [&](int64_t n0, int64_t n1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer));
     for (int64_t n = n0; n < n1; ++n) {
-      const int64_t head = n / g.batch;
-      const float* key = x.key + n * kd;
-      const float* value = x.value + n * kd;
-      float* d_key = d.key + n * kd;
-      float* d_value = d.value + n * kd;
-      std::fill(d_key, d_key + kd, 0.0f);
-      std::fill(d_value, d_value + kd, 0.0f);
-      for (size_t b = 0; b < g.keys.size(); ++b) {
-        float* d_table = d.tables_per_n[b] + n * g.keys[b].table * dh;
-        std::fill(d_table, d_table + g.keys[b].table * dh, 0.0f);
-      }
+      const float* key = x.kv + g.key_at(n);
+      const float* value = x.kv + g.value_at(n);
+      float* d_key = d.kv + g.key_at(n);
+      float* d_value = d.kv + g.value_at(n);
       for (const RowBlock& rb : g.blocks) {
-        const int64_t at = (n * g.t + rb.i0) * dh;
+        const int64_t at = g.q_at(n, rb.i0);
         const float* p = probs + (n * g.t + rb.i0) * g.k;
         const float* go = grad_out + at;
         float* gs = buffer.data();  // d(probs), then d(scores)
-        sgemm_row_major(false, true, rb.rows, rb.width, dh, go, dh, value, dh, 0, gs, rb.width);
-        sgemm_row_major(true, false, rb.width, dh, rb.rows, p, g.k, go, dh, 1, d_value, dh);
+        sgemm_row_major(false, true, rb.rows, rb.width, dh, go, g.ld_q(), value, g.ld_kv(), 0, gs, rb.width);
+        sgemm_row_major(true, false, rb.width, dh, rb.rows, p, g.k, go, g.ld_q(), 1, d_value, g.ld_kv());
         for (int64_t row = 0; row < rb.rows; ++row) {
           const int64_t seen = g.visible[rb.i0 + row];
           const float* pr = p + row * g.k;
@@ -184,8 +200,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           rows::softmax_grad(pr, gr, gr, seen, rows::dot(pr, gr, seen), x.scale);
           std::fill(gr + seen, gr + rb.width, 0.0f);
         }
-        sgemm_row_major(false, false, rb.rows, dh, rb.width, gs, rb.width, key, dh, 0, d.q_u + at, dh);
-        sgemm_row_major(true, false, rb.width, dh, rb.rows, gs, rb.width, x.q_u + at, dh, 1, d_key, dh);
+        sgemm_row_major(false, false, rb.rows, dh, rb.width, gs, rb.width, key, g.ld_kv(), 0, d.q_u + at, g.ld_q());
+        sgemm_row_major(true, false, rb.width, dh, rb.rows, gs, rb.width, x.q_u + at, g.ld_q(), 1, d_key, g.ld_kv());
         // Positional scores: d(scores) moved to table columns, one key block at a time.
         float* g_bd = gs + rb.rows * rb.width;
         float beta = 0;
@@ -199,23 +215,25 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
             std::fill(tr, tr + s.table_width, 0.0f);
             std::memcpy(tr + shift, gs + row * rb.width + s.col, sizeof(float) * static_cast<size_t>(len));
           }
-          const float* table = x.tables[b] + (head * g.keys[b].table + s.lo) * dh;
-          float* d_table = d.tables_per_n[b] + (n * g.keys[b].table + s.lo) * dh;
-          sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width, table, dh, beta, d.q_v + at, dh);
-          sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, dh, 1, d_table, dh);
+          const int64_t table_rows = g.keys[b].table * g.ld_table();
+          float* d_table = d.tables_per_batch[b] + (n / g.heads) * table_rows + g.table_at(n, s.lo);
+          sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width,
+                          x.tables[b] + g.table_at(n, s.lo), g.ld_table(), beta, d.q_v + at, g.ld_q());
+          sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, g.ld_q(), 1,
+                          d_table, g.ld_table());
           beta = 1;
         }
-        if (beta == 0) std::fill(d.q_v + at, d.q_v + at + rb.rows * dh, 0.0f);  // sees no key: cannot happen
+        if (beta == 0)  // sees no key: cannot happen (geometry checks), but never leave rows unset
+          for (int64_t row = 0; row < rb.rows; ++row) std::fill_n(d.q_v + at + row * g.ld_q(), dh, 0.0f);
       }
     }
   });
 }
 
-Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
-                  const torch::Tensor& value, const std::vector<torch::Tensor>& tables, const torch::Tensor& mask,
-                  double scale) {
-  Operands x{q_u.data_ptr<float>(), q_v.data_ptr<float>(), key.data_ptr<float>(), value.data_ptr<float>(), {},
-             mask.data_ptr<bool>(), static_cast<float>(scale)};
+Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
+                  const std::vector<torch::Tensor>& tables, const torch::Tensor& mask, double scale) {
+  Operands x{q_u.data_ptr<float>(), q_v.data_ptr<float>(), kv.data_ptr<float>(), {}, mask.data_ptr<bool>(),
+             static_cast<float>(scale)};
   for (const auto& t : tables) x.tables.push_back(t.data_ptr<float>());
   return x;
 }
@@ -235,20 +253,21 @@ std::vector<KeyBlock> unflatten(const std::vector<int64_t>& v) {
 class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativeAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_u,
-                               const torch::Tensor& q_v, const torch::Tensor& key, const torch::Tensor& value,
-                               torch::TensorList tables, const std::vector<int64_t>& keys, const torch::Tensor& mask,
-                               double scale) {
+                               const torch::Tensor& q_v, const torch::Tensor& kv, torch::TensorList tables,
+                               const std::vector<int64_t>& keys, const std::vector<int64_t>& heads,
+                               const torch::Tensor& mask, double scale) {
     RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
     const std::vector<torch::Tensor> table_list = tables.vec();
-    const Geometry g = geometry(q_u, key, table_list, unflatten(keys), mask);
+    const Geometry g = geometry(q_u, kv, table_list, unflatten(keys), heads, mask);
     torch::Tensor out = torch::empty_like(q_u);
-    torch::Tensor probs = torch::empty({g.n, g.t, g.k}, q_u.options());
-    forward_blocks(g, operands(q_u, q_v, key, value, table_list, mask, scale), out.data_ptr<float>(),
+    torch::Tensor probs = torch::empty({g.n(), g.t, g.k}, q_u.options());
+    forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale), out.data_ptr<float>(),
                    probs.data_ptr<float>());
-    std::vector<torch::Tensor> saved = {q_u, q_v, key, value, probs};
+    std::vector<torch::Tensor> saved = {q_u, q_v, kv, probs};
     saved.insert(saved.end(), table_list.begin(), table_list.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["keys"] = keys;
+    ctx->saved_data["heads"] = heads;
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
     return out;
@@ -258,26 +277,25 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
                                                  torch::autograd::variable_list grad_out) {
     RECORD_FUNCTION("xl::chunked_attention_backward", std::vector<c10::IValue>());
     auto s = ctx->get_saved_variables();
-    const torch::Tensor &q_u = s[0], &q_v = s[1], &key = s[2], &value = s[3], &probs = s[4];
-    const std::vector<torch::Tensor> tables(s.begin() + 5, s.end());
+    const torch::Tensor &q_u = s[0], &q_v = s[1], &kv = s[2], &probs = s[3];
+    const std::vector<torch::Tensor> tables(s.begin() + 4, s.end());
     const torch::Tensor mask = ctx->saved_data["mask"].toTensor();
-    const Geometry g = geometry(q_u, key, tables, unflatten(ctx->saved_data["keys"].toIntVector()), mask);
-    torch::Tensor d_q_u = torch::empty_like(q_u), d_q_v = torch::empty_like(q_v);
-    torch::Tensor d_key = torch::empty_like(key), d_value = torch::empty_like(value);
-    std::vector<torch::Tensor> d_tables_per_n;
-    Gradients d{d_q_u.data_ptr<float>(), d_q_v.data_ptr<float>(), d_key.data_ptr<float>(), d_value.data_ptr<float>(),
-                {}};
-    for (const KeyBlock& kb : g.keys) {
-      d_tables_per_n.push_back(torch::empty({g.n, kb.table, g.dh}, q_u.options()));
-      d.tables_per_n.push_back(d_tables_per_n.back().data_ptr<float>());
+    const Geometry g = geometry(q_u, kv, tables, unflatten(ctx->saved_data["keys"].toIntVector()),
+                                ctx->saved_data["heads"].toIntVector(), mask);
+    torch::Tensor d_q_u = torch::empty_like(q_u), d_q_v = torch::empty_like(q_v), d_kv = torch::zeros_like(kv);
+    std::vector<torch::Tensor> d_tables_per_batch;
+    Gradients d{d_q_u.data_ptr<float>(), d_q_v.data_ptr<float>(), d_kv.data_ptr<float>(), {}};
+    for (const torch::Tensor& t : tables) {
+      d_tables_per_batch.push_back(torch::zeros({g.batch, t.size(0), g.heads, g.dh}, t.options()));
+      d.tables_per_batch.push_back(d_tables_per_batch.back().data_ptr<float>());
     }
     torch::Tensor go = grad_out[0].contiguous();
-    backward_blocks(g, operands(q_u, q_v, key, value, tables, mask, ctx->saved_data["scale"].toDouble()),
+    backward_blocks(g, operands(q_u, q_v, kv, tables, mask, ctx->saved_data["scale"].toDouble()),
                     probs.data_ptr<float>(), go.data_ptr<float>(), d);
-    torch::autograd::variable_list grads = {d_q_u, d_q_v, d_key, d_value};
-    for (const torch::Tensor& t : d_tables_per_n) grads.push_back(t.view({g.heads, g.batch, t.size(1), g.dh}).sum(1));
-    grads.insert(grads.end(), {torch::Tensor(), torch::Tensor(), torch::Tensor()});  // keys, mask, scale
-    return grads;
+    torch::autograd::variable_list grads = {d_q_u, d_q_v, d_kv};
+    for (const torch::Tensor& t : d_tables_per_batch) grads.push_back(g.batch == 1 ? t[0] : t.sum(0));
+    grads.insert(grads.end(), {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()});
+    return grads;  // keys, heads, mask, scale: none
   }
 };
 
@@ -287,25 +305,25 @@ bool chunked_attention_usable(const torch::Tensor& q) {
   return blas().sgemm && q.scalar_type() == torch::kFloat && q.device().is_cpu();
 }
 
-torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
-                                         const torch::Tensor& value, const std::vector<torch::Tensor>& tables,
-                                         const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
-                                         double scale) {
+torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
+                                         const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
+                                         const torch::Tensor& mask, double scale) {
   TORCH_CHECK(chunked_attention_usable(q_u), "chunked_relative_attention: float32 CPU tensors and a BLAS needed");
-  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), k = key.contiguous(), v = value.contiguous();
+  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), kvc = kv.contiguous();
   torch::Tensor m = mask.to(torch::kBool).contiguous();
   std::vector<torch::Tensor> tc;
-  bool grad = torch::GradMode::is_enabled() &&
-              (qu.requires_grad() || qv.requires_grad() || k.requires_grad() || v.requires_grad());
+  bool grad = qu.requires_grad() || qv.requires_grad() || kvc.requires_grad();
   for (const auto& t : tables) {
     tc.push_back(t.contiguous());
-    grad = grad || (torch::GradMode::is_enabled() && t.requires_grad());
+    grad = grad || t.requires_grad();
   }
-  if (grad) return ChunkedRelativeAttention::apply(qu, qv, k, v, torch::TensorList(tc), flatten(blocks), m, scale);
+  if (grad && torch::GradMode::is_enabled())
+    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), flatten(blocks), heads, m, scale);
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
-  const Geometry g = geometry(qu, k, tc, blocks, m);
+  const Geometry g = geometry(qu, kvc, tc, blocks, heads, m);
   torch::Tensor out = torch::empty_like(qu);
-  forward_blocks(g, operands(qu, qv, k, v, tc, m, scale), out.data_ptr<float>(), nullptr);
+  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale), out.data_ptr<float>(), nullptr);
   return out;
 }
 

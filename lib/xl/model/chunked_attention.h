@@ -20,16 +20,20 @@ namespace xl::model {
 // Whether chunked_relative_attention can run on tensors like q.
 bool chunked_attention_usable(const torch::Tensor& q);
 
-// q_u, q_v: [N, T, dh] queries plus the content / positional bias, N = H x B head-major;
-// key, value: [N, K, dh]; blocks: the keys' blocks as for relative_attention_probs, and for each
-// tables[b]: [H, P_b, dh] its positional keys (query i, key col_b + j reads row j + T - 1 - i);
-// mask: [T, K] bool (true = not seen); it must hide every key whose table row would be past the
-// table (no query sees its future), and leave each query at least one key.
-// Returns [N, T, dh] = softmax(scale * (q_u key^T + shift(q_v tables^T)) masked) value,
+// Operands stay in the projections' own token-major layouts (no copies into per-head order):
+//   q_u, q_v: [B, T, H, dh] queries plus the content / positional bias;
+//   kv:       [B, K, 2, H, dh] keys (index 0) and values (1);
+//   blocks:   the keys' blocks as for relative_attention_probs, and for each tables[b]: [P_b, H, dh]
+//             its positional keys (query i, key col_b + j reads row j + T - 1 - i);
+//   heads:    SCH: head h reads the keys, values and positional keys of head heads[h] (a
+//             permutation; empty: its own);
+//   mask:     [T, K] bool (true = not seen); it must hide every key whose table row would be past
+//             the table (no query sees its future), and leave each query at least one key.
+// Returns [B, T, H, dh] = softmax(scale * (q_u key^T + shift(q_v tables^T)) masked) value,
 // differentiable.
-torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& key,
-                                         const torch::Tensor& value, const std::vector<torch::Tensor>& tables,
-                                         const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
-                                         double scale);
+torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
+                                         const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
+                                         const torch::Tensor& mask, double scale);
 
 }  // namespace xl::model

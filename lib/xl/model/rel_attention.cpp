@@ -31,6 +31,43 @@ class PermutedHeadsFirst : public torch::autograd::Function<PermutedHeadsFirst> 
   }
 };
 
+// The general path (attention dropout, any dtype): heads first ([H, B, T, dh]) so that the
+// positional term is one batched GEMM over heads; whole score matrices. Returns [H x B, T, dh].
+torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor& kv_proj,
+                                    const std::vector<torch::Tensor>& tables, const std::vector<KeyBlock>& blocks,
+                                    const std::vector<int64_t>& perm, const torch::Tensor& u, const torch::Tensor& v,
+                                    const torch::Tensor& mask, double scale, const AttentionPass& pass) {
+  const int64_t b = q.size(0), t = q.size(1), h = q.size(2), dh = q.size(3), k = kv_proj.size(1);
+  // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay.
+  torch::Tensor perm_idx, kv;
+  if (perm.empty()) {
+    kv = kv_proj.permute({2, 3, 0, 1, 4}).contiguous();
+  } else {
+    perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+    kv = PermutedHeadsFirst::apply(kv_proj, perm_idx);
+  }
+  // unbind: its backward stacks the two gradients into one buffer (indexing kv[0] and kv[1] would
+  // zero-fill a kv-sized gradient for each and add them).
+  auto key_value = kv.unbind(0);
+  torch::Tensor key = key_value[0].view({h * b, k, dh});
+  torch::Tensor value = key_value[1].view({h * b, k, dh});
+  torch::Tensor q_heads = q.permute({2, 0, 1, 3});
+  torch::Tensor q_u = (q_heads + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
+  torch::Tensor q_v = (q_heads + v.view({h, 1, 1, dh})).reshape({h, b * t, dh});
+  torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
+  std::vector<torch::Tensor> bds;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int64_t p = blocks[i].table;
+    torch::Tensor r_k = perm_idx.defined()
+                            ? PermutedHeadsFirst::apply(tables[i].view({1, p, 1, h, dh}), perm_idx).view({h, p, dh})
+                            : tables[i].permute({1, 0, 2});
+    bds.push_back(batched_matmul(q_v, r_k.transpose(1, 2)).view({h * b, t, p}));
+  }
+  torch::Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
+  if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
+  return batched_matmul(probs, value);
+}
+
 }  // namespace
 
 torch::Tensor AttentionPass::positional(int64_t d_max, int64_t count, const torch::TensorOptions& opts) {
@@ -119,60 +156,34 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     torch::Tensor w_q = weight.narrow(0, 0, h * dh);
     torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
     const torch::Tensor& w_r = r_net->weight;
-    // Heads first ([H, B, T, dh]): the positional term then is one batched GEMM over heads.
-    torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh}).permute({2, 0, 1, 3});
+    torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh});
     torch::Tensor kv_proj = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh});
-    // SCH: head i reads keys, values and positional keys of head perm[i]; queries stay. The heads
-    // are gathered while the projections are laid out heads-first anyway, so SCH copies no weights.
-    torch::Tensor perm_idx, kv;
-    if (perm.empty()) {
-      kv = kv_proj.permute({2, 3, 0, 1, 4}).contiguous();
-    } else {
-      perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(w.device()));
-      kv = PermutedHeadsFirst::apply(kv_proj, perm_idx);
-    }
-    // unbind: its backward stacks the two gradients into one buffer (indexing kv[0] and kv[1] would
-    // zero-fill a kv-sized gradient for each and add them).
-    auto key_value = kv.unbind(0);
-    torch::Tensor key = key_value[0].view({h * b, k, dh});
-    torch::Tensor value = key_value[1].view({h * b, k, dh});
-    torch::Tensor q_u = (q + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
-    torch::Tensor q_v = (q + v.view({h, 1, 1, dh})).reshape({h * b, t, dh});
-    const double scale = 1.0 / std::sqrt(double(dh));
-    torch::Tensor mask = pass.mask(t, m, w.device());
-    // Positional keys [H, P, dh] of one distance table, gathered for SCH like the keys (the gather
-    // costs what the transpose's copy costs without SCH: phase 1 needs no more memory than phase 2).
+    // Positional keys [P, H, dh] of one distance table.
     auto positional_keys = [&](const KeyBlock& blk) {
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
-      torch::Tensor r_k = torch::linear(pos, w_r);
-      if (!perm_idx.defined()) return r_k.view({blk.table, h, dh}).transpose(0, 1);
-      return PermutedHeadsFirst::apply(r_k.view({1, blk.table, 1, h, dh}), perm_idx).view({h, blk.table, dh});
+      return torch::linear(pos, w_r).view({blk.table, h, dh});
     };
-
+    const double scale = 1.0 / std::sqrt(double(dh));
+    torch::Tensor mask = pass.mask(t, m, w.device());
     auto blocks = key_blocks(mem, pass.position, t);
-    torch::Tensor vec;
+    std::vector<torch::Tensor> tables;
+    for (const auto& blk : blocks) tables.push_back(positional_keys(blk));
+
+    torch::Tensor vec;  // [B, T, H, dh]
     // (same_length without memory hides every key: left to the general path, as before.)
-    const bool chunked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
-                         chunked_attention_usable(q_u);
-    if (chunked) {
-      std::vector<torch::Tensor> tables;
-      for (const auto& blk : blocks) tables.push_back(positional_keys(blk));
-      vec = chunked_relative_attention(q_u, q_v, key, value, tables, blocks, mask, scale);
+    const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
+                         chunked_attention_usable(q);
+    if (blocked) {
+      // Every operand in the projections' own layout; SCH is a head index inside the kernel.
+      vec = chunked_relative_attention(q + u.view({1, 1, h, dh}), q + v.view({1, 1, h, dh}), kv_proj, tables,
+                                       blocks, perm, mask, scale);
     } else {
-      // The general path: whole score matrices, attention dropout, any dtype.
-      torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
-      std::vector<torch::Tensor> bds;
-      for (const auto& blk : blocks) {
-        torch::Tensor r_k = positional_keys(blk).transpose(1, 2);
-        bds.push_back(batched_matmul(q_v.reshape({h, b * t, dh}), r_k).view({h * b, t, blk.table}));
-      }
-      torch::Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
-      if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
-      vec = batched_matmul(probs, value);
+      vec = full_matrix_attention(q, kv_proj, tables, blocks, perm, u, v, mask, scale, pass)
+                .view({h, b, t, dh})
+                .permute({1, 2, 0, 3});
     }
-    vec = vec.view({h, b, t, dh});
-    if (head_mask.defined()) vec = vec * head_mask.view({h, 1, 1, 1});
-    vec = vec.permute({1, 2, 0, 3}).reshape({b, t, h * dh});
+    if (head_mask.defined()) vec = vec * head_mask.view({1, 1, h, 1});
+    vec = vec.reshape({b, t, h * dh});
     // Dropout fused with the residual: w + dropout(o_net(vec)).
     torch::Tensor sum = fused_dropout_add(o_net(vec), w, dropout, pass.training);
     return pre_lnorm ? sum : layer_norm(sum);
