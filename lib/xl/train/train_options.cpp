@@ -67,7 +67,7 @@ void add_training_options(cli::Options& cli, Phase phase) {
         ("d-inner", po::value<int64_t>()->default_value(m.d_inner), "feed-forward width")
         ("d-embed", po::value<int64_t>()->default_value(m.d_embed), "embedding width (0: d-model)")
         ("dropout", cli::real_value(m.dropout), "dropout on embeddings, attention output and feed-forward")
-        ("dropatt", cli::real_value(m.dropatt), "dropout on attention probabilities")
+        ("dropatt", cli::real_value(m.dropatt), "dropout on attention probabilities (above 0, training takes the slower full-matrix attention)")
         ("pre-lnorm", po::value<bool>()->default_value(m.pre_lnorm), "layer norm before each sublayer")
         ("untie-r", po::value<bool>()->default_value(m.untie_r), "u, v biases per layer")
         ("clamp-len", po::value<int64_t>()->default_value(m.clamp_len), "clamp relative distances (0: off)")
