@@ -2,7 +2,8 @@
 # Model throughput (docs: ../shared/docs/bench-configs.md): forward+backward training steps (loss,
 # backward, clip, Adam, gradients reset: the trainer's step) and forward-only evaluation (no grad,
 # memory 2 x tgt_len) for tiny, small and base. Each measurement is the median of RUNS fresh
-# processes; each process measures the GEMM peak itself and reports MFU against it, peak RSS and
+# processes; each process measures the GEMM peak itself (median of 5 products at 2048^3 and 4096^3,
+# as bench-configs.md defines it) and reports MFU against it, peak RSS and
 # CPU seconds per step. Prints one JSON object on stdout; progress on stderr.
 #
 #   bench/model.sh [BUILD_DIR]     BUILD_DIR: where bench/xl_bench_model is (default: build)
