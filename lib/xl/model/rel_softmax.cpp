@@ -12,12 +12,6 @@
 
 namespace xl::model {
 
-torch::Tensor relative_shift_view(const torch::Tensor& bd, int64_t len) {
-  const int64_t n = bd.size(0), t = bd.size(1), p = bd.size(2);
-  TORCH_CHECK(bd.is_contiguous(), "relative_shift_view needs a contiguous tensor");
-  return bd.as_strided({n, t, len}, {t * p, p - 1, 1}, bd.storage_offset() + t - 1);
-}
-
 namespace {
 
 // Shapes of one call: N x T queries over K keys; per block the column, length and table size.
@@ -44,7 +38,7 @@ void forward_rows(const Layout& L, const T* ac, const std::vector<const T*>& bds
     T* s = out + r * L.k;
     for (size_t b = 0; b < L.blocks.size(); ++b) {
       const KeyBlock& blk = L.blocks[b];
-      // relative_shift_view: element (n, i, j) of the block reads flat n*T*P + i*(P-1) + j + T-1.
+      // The relative shift, in place: element (n, i, j) of the block reads flat n*T*P + i*(P-1) + j + T-1.
       const T* src = bds[b] + n * L.t * blk.table + i * (blk.table - 1) + L.t - 1;
       rows::add_scale(a + blk.col, src, s + blk.col, blk.len, scale);
     }

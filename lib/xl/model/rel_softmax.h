@@ -2,7 +2,8 @@
 //   p = softmax(scale * (AC + shift(BD)) masked),
 // where BD holds, per block of keys, the positional scores of each query against a descending
 // table of distances, and shift(BD)[n, i, j] = BD[n, i, j + T - 1 - i] (Transformer-XL's relative
-// shift) is read in place through a strided view instead of padded copies.
+// shift) is read in place instead of through padded copies. The general path: the blocked one
+// (chunked_attention) covers float32 without attention dropout.
 #pragma once
 #include <torch/torch.h>
 
@@ -18,9 +19,6 @@ struct KeyBlock {
   int64_t d_max = 0;   // distance of table entry 0
   int64_t table = 0;   // P: entries in the table
 };
-
-// The strided view shift(BD) [N, T, len] of bd [N, T, P] (no copy; masked entries read garbage).
-torch::Tensor relative_shift_view(const torch::Tensor& bd, int64_t len);
 
 // ac: [N, T, K]; bds[b]: [N, T, blocks[b].table]; mask: [T, K] bool (true = masked) or undefined.
 torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
