@@ -238,18 +238,6 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
   return x;
 }
 
-std::vector<int64_t> flatten(const std::vector<KeyBlock>& keys) {
-  std::vector<int64_t> v;
-  for (const KeyBlock& kb : keys) v.insert(v.end(), {kb.col, kb.len, kb.d_max, kb.table});
-  return v;
-}
-
-std::vector<KeyBlock> unflatten(const std::vector<int64_t>& v) {
-  std::vector<KeyBlock> keys;
-  for (size_t i = 0; i + 3 < v.size(); i += 4) keys.push_back({v[i], v[i + 1], v[i + 2], v[i + 3]});
-  return keys;
-}
-
 class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativeAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_u,
@@ -258,7 +246,7 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
                                const torch::Tensor& mask, double scale) {
     RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
     const std::vector<torch::Tensor> table_list = tables.vec();
-    const Geometry g = geometry(q_u, kv, table_list, unflatten(keys), heads, mask);
+    const Geometry g = geometry(q_u, kv, table_list, unpack_key_blocks(keys), heads, mask);
     torch::Tensor out = torch::empty_like(q_u);
     torch::Tensor probs = torch::empty({g.n(), g.t, g.k}, q_u.options());
     forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale), out.data_ptr<float>(),
@@ -280,7 +268,7 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const torch::Tensor &q_u = s[0], &q_v = s[1], &kv = s[2], &probs = s[3];
     const std::vector<torch::Tensor> tables(s.begin() + 4, s.end());
     const torch::Tensor mask = ctx->saved_data["mask"].toTensor();
-    const Geometry g = geometry(q_u, kv, tables, unflatten(ctx->saved_data["keys"].toIntVector()),
+    const Geometry g = geometry(q_u, kv, tables, unpack_key_blocks(ctx->saved_data["keys"].toIntVector()),
                                 ctx->saved_data["heads"].toIntVector(), mask);
     torch::Tensor d_q_u = torch::empty_like(q_u), d_q_v = torch::empty_like(q_v), d_kv = torch::zeros_like(kv);
     std::vector<torch::Tensor> d_tables_per_batch;
@@ -319,7 +307,8 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
     grad = grad || t.requires_grad();
   }
   if (grad && torch::GradMode::is_enabled())
-    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), flatten(blocks), heads, m, scale);
+    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), pack_key_blocks(blocks), heads, m,
+                                           scale);
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
   const Geometry g = geometry(qu, kvc, tc, blocks, heads, m);
   torch::Tensor out = torch::empty_like(qu);

@@ -12,6 +12,19 @@
 
 namespace xl::model {
 
+std::vector<int64_t> pack_key_blocks(const std::vector<KeyBlock>& blocks) {
+  std::vector<int64_t> v;
+  for (const KeyBlock& kb : blocks) v.insert(v.end(), {kb.col, kb.len, kb.d_max, kb.table});
+  return v;
+}
+
+std::vector<KeyBlock> unpack_key_blocks(const std::vector<int64_t>& packed) {
+  std::vector<KeyBlock> blocks;
+  for (size_t i = 0; i + 3 < packed.size(); i += 4)
+    blocks.push_back({packed[i], packed[i + 1], packed[i + 2], packed[i + 3]});
+  return blocks;
+}
+
 namespace {
 
 // Shapes of one call: N x T queries over K keys; per block the column, length and table size.
@@ -120,9 +133,7 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
     Layout L{ac.size(0), ac.size(1), ac.size(2), blocks};
     torch::Tensor p = fused_forward(L, ac, bds.vec(), mask, scale);
     ctx->save_for_backward({p});
-    std::vector<int64_t> info;
-    for (const auto& blk : blocks) info.insert(info.end(), {blk.col, blk.len, blk.table});
-    ctx->saved_data["blocks"] = info;
+    ctx->saved_data["blocks"] = pack_key_blocks(blocks);
     ctx->saved_data["scale"] = scale;
     return p;
   }
@@ -131,9 +142,8 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
                                                  torch::autograd::variable_list grad_out) {
     auto p = ctx->get_saved_variables()[0];
     double scale = ctx->saved_data["scale"].toDouble();
-    auto info = ctx->saved_data["blocks"].toIntVector();
-    Layout L{p.size(0), p.size(1), p.size(2), {}};
-    for (size_t i = 0; i < info.size(); i += 3) L.blocks.push_back({info[i], info[i + 1], 0, info[i + 2]});
+
+    Layout L{p.size(0), p.size(1), p.size(2), unpack_key_blocks(ctx->saved_data["blocks"].toIntVector())};
     torch::Tensor g = grad_out[0].contiguous();
     torch::Tensor gac = torch::empty_like(p);
     std::vector<torch::Tensor> gbd;

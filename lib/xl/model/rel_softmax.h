@@ -20,6 +20,10 @@ struct KeyBlock {
   int64_t table = 0;   // P: entries in the table
 };
 
+// KeyBlocks as a flat list of integers and back: how autograd functions keep them for backward.
+std::vector<int64_t> pack_key_blocks(const std::vector<KeyBlock>& blocks);
+std::vector<KeyBlock> unpack_key_blocks(const std::vector<int64_t>& packed);
+
 // ac: [N, T, K]; bds[b]: [N, T, blocks[b].table]; mask: [T, K] bool (true = masked) or undefined.
 torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
