@@ -17,7 +17,7 @@
 
 #include "xl/cli/tool_main.h"
 #include "xl/model/cross_head.h"
-#include "xl/model/parallel.h"
+#include "xl/model/kernels/parallel.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"

@@ -16,8 +16,12 @@ command -v help2man >/dev/null || {
   echo "gen-man: help2man not found (Debian: apt-get install help2man)" >&2
   exit 1
 }
-# The same input gives the same page: a fixed date (move it forward at a release) and locale.
-export SOURCE_DATE_EPOCH=1735689600 # 2025-01-01
+# The same input gives the same page: the release's date (XL_RELEASE_DATE in CMakeLists.txt, moved
+# with the version) and a fixed locale.
+release=$(sed -n 's/^set(XL_RELEASE_DATE "\([0-9-]*\)")/\1/p' "$root/CMakeLists.txt")
+[ -n "$release" ] || { echo "gen-man: no XL_RELEASE_DATE in CMakeLists.txt" >&2; exit 1; }
+SOURCE_DATE_EPOCH=$(date -u -d "$release" +%s)
+export SOURCE_DATE_EPOCH
 export LC_ALL=C
 
 tools=()

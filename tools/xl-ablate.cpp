@@ -1,15 +1,13 @@
 // xl-ablate: runs an ablation grid (the paper's Tables 5-10) through a generated Makefile, and
 // turns its run directories into tables.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <thread>
 
-#include "xl/analysis/ablation.h"
+#include "xl/ablate/grid.h"
+#include "xl/ablate/makefile_plan.h"
+#include "xl/ablate/run_dir.h"
+#include "xl/ablate/run_report.h"
+#include "xl/ablate/tables.h"
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
 #include "xl/util/error.h"
@@ -30,81 +28,10 @@ std::string exe_dir() {
 
 std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
 
-void write_file(const std::string& path, const std::string& text) {
-  io::AtomicOutput out(path, true, false);
-  out.stream() << text;
-  out.commit();
-}
-
-// DIR/grid.json always; DIR/RUN/run.json when missing, and a run whose settings changed is refused.
-void prepare_out_dir(const analysis::Grid& grid, const std::string& out) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  XL_CHECK(!ec, kExitCantCreat, out << ": cannot create directory: " << ec.message());
-  for (const auto& run : grid.runs) {
-    const std::string dir = out + "/" + run.name, path = dir + "/run.json";
-    const nlohmann::json want = analysis::run_json(grid, run);
-    if (fs::exists(path)) {
-      nlohmann::json have;
-      try {
-        std::ifstream in(path);
-        have = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        XL_FAIL(kExitDataErr, path << ": not a run description: " << e.what());
-      }
-      XL_CHECK(analysis::same_training(have, want), kExitConfig,
-               path << ": " << grid.path << " now gives run " << run.name
-                    << " other settings than it was started with; remove " << dir << " to train it again");
-      continue;
-    }
-    fs::create_directories(dir, ec);
-    XL_CHECK(!ec, kExitCantCreat, dir << ": cannot create directory: " << ec.message());
-    write_file(path, want.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  }
-  write_file(out + "/grid.json", analysis::grid_json(grid).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-}
-
-// make -f MAKEFILE -jN with its output on stderr (stdout is for the tables). Returns its status,
-// or 128+N after signal N (the trainings save their checkpoints on the same signal).
-int run_make(const std::string& makefile, int jobs) {
-  std::vector<std::string> args = {"make", "--no-print-directory", "-f", makefile, "-j" + std::to_string(jobs)};
-  XL_INFO("running " << args[0] << " " << args[2] << " " << args[3] << " " << args[4]);
-  cli::catch_stop_signals();
-  pid_t pid = fork();
-  XL_CHECK(pid >= 0, kExitSoftware, "cannot start make: " << std::strerror(errno));
-  if (pid == 0) {
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    dup2(2, 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp("make", argv.data());
-    std::fprintf(stderr, "xl-ablate: cannot run make: %s\n", std::strerror(errno));
-    _exit(69);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    XL_CHECK(errno == EINTR, kExitSoftware, "waiting for make: " << std::strerror(errno));
-  if (int sig = cli::pending_signal()) return 128 + sig;
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
-
-// The exit status a failed run left in DIR/RUN/failed, and that run's name.
-std::pair<int, std::string> failed_run(const analysis::Grid& grid, const std::string& out) {
-  for (const auto& run : grid.runs) {
-    std::ifstream in(out + "/" + run.name + "/failed");
-    int code = 0;
-    if (in >> code && code > 0 && code < 126) return {code, run.name};
-  }
-  return {0, ""};
-}
-
-void print_report(const analysis::AblationReport& rep, const std::string& format) {
-  if (format == "md") io::write_stdout(analysis::report_markdown(rep));
-  else if (format == "tsv") io::write_stdout(analysis::report_tsv(rep));
-  else io::write_stdout(analysis::report_jsonl(rep));
+void print_report(const ablate::AblationReport& rep, const std::string& format) {
+  if (format == "md") io::write_stdout(ablate::report_markdown(rep));
+  else if (format == "tsv") io::write_stdout(ablate::report_tsv(rep));
+  else io::write_stdout(ablate::report_jsonl(rep));
 }
 
 }  // namespace
@@ -138,7 +65,7 @@ int main(int argc, char** argv) {
         ("threads", po::value<int>()->default_value(0), "threads of each tool (0: cores / jobs)")
         ("emit-makefile", po::bool_switch(), "print the Makefile on stdout instead of running it");
     cli.add("Report")
-        ("format", po::value<std::string>()->default_value("md"), "tables as md, tsv or jsonl")
+        ("format", po::value<std::string>()->default_value("md"), "jsonl, md (Markdown tables) or tsv")
         ("plot", po::value<std::string>(), "also draw the validation curves of all runs to FILE.png (gnuplot)");
     cli.positional("args", -1);
     if (!cli.parse(argc, argv)) return 0;
@@ -152,9 +79,9 @@ int main(int argc, char** argv) {
       XL_CHECK(args.size() == 2, kExitUsage, "usage: xl-ablate report DIR [--format md|tsv|jsonl] [--plot FILE.png]");
       XL_CHECK(!cli.has("tokens") && !cli.has("tokens-text") && !cli.has("out") && !cli.get<bool>("emit-makefile"),
                kExitUsage, "report takes only DIR, --format and --plot");
-      auto rep = analysis::read_report(args[1]);
+      auto rep = ablate::read_report(args[1]);
       print_report(rep, format);
-      if (cli.has("plot")) analysis::plot_validation(rep, cli.get<std::string>("plot"));
+      if (cli.has("plot")) ablate::plot_validation(rep, cli.get<std::string>("plot"));
       return 0;
     }
 
@@ -169,8 +96,8 @@ int main(int argc, char** argv) {
 
     const std::string bin = exe_dir();
     XL_CHECK(!bin.empty(), kExitSoftware, "cannot find the directory of xl-ablate (/proc/self/exe)");
-    analysis::Grid grid = analysis::load_grid(args[0], bin);
-    analysis::MakefileSettings ms;
+    ablate::Grid grid = ablate::load_grid(args[0], bin);
+    ablate::MakefileSettings ms;
     ms.bin_dir = bin;
     ms.out_dir = absolute(cli.get<std::string>("out"));
     ms.threads = threads;
@@ -182,30 +109,34 @@ int main(int argc, char** argv) {
       ms.tokens_text = absolute(cli.get<std::string>("tokens-text"));
       XL_CHECK(fs::is_regular_file(ms.tokens_text), kExitNoInput, cli.get<std::string>("tokens-text") << ": no such file");
     }
-    const std::string makefile = analysis::makefile_text(grid, ms);
-    prepare_out_dir(grid, ms.out_dir);
+    const std::string makefile = ablate::makefile_text(grid, ms);
+    ablate::prepare_out_dir(grid, ms.out_dir);
     if (cli.get<bool>("emit-makefile")) {
       io::write_stdout(makefile);
       return 0;
     }
     const std::string path = ms.out_dir + "/Makefile";
-    write_file(path, makefile);
+    {
+      io::AtomicOutput out(path, true, false);
+      out.stream() << makefile;
+      out.commit();
+    }
     XL_INFO(grid.name << ": " << grid.runs.size() << " runs in " << ms.out_dir << ", " << jobs << " at a time, "
                       << threads << " thread" << (threads == 1 ? "" : "s") << " each");
-    const int rc = run_make(path, jobs);
+    const int rc = ablate::run_make(path, jobs);
     if (rc >= 128) {
       XL_WARN("stopped by signal " << rc - 128 << "; run the same command again to resume");
       return rc;
     }
-    print_report(analysis::read_report(ms.out_dir), format);
+    print_report(ablate::read_report(ms.out_dir), format);
     if (rc != 0) {
-      auto [code, run] = failed_run(grid, ms.out_dir);
+      auto [code, run] = ablate::failed_run(grid, ms.out_dir);
       XL_CHECK(code == 0, code,
                "run " << run << " failed (exit " << code << "; see " << ms.out_dir << "/" << run
                       << "/*.log); finished runs are kept, run again to continue");
-      XL_FAIL(rc == 69 ? 69 : kExitSoftware, "make -f " << path << " failed (exit " << rc << ")");
+      XL_FAIL(rc == kExitUnavailable ? kExitUnavailable : kExitSoftware, "make -f " << path << " failed (exit " << rc << ")");
     }
-    if (cli.has("plot")) analysis::plot_validation(analysis::read_report(ms.out_dir), cli.get<std::string>("plot"));
+    if (cli.has("plot")) ablate::plot_validation(ablate::read_report(ms.out_dir), cli.get<std::string>("plot"));
     return 0;
   });
 }

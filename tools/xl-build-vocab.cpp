@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
         ("max-size", xl::cli::po::value<int64_t>()->default_value(0), "word/char: at most this many entries (0: all)")
         ("allow-invalid-utf8", xl::cli::po::bool_switch(), "char: count invalid bytes as <unk> instead of failing");
     cli.positional("input", -1);
-    cli.add_output(false, "the vocab");
+    cli.add_output("the vocab");
     if (!cli.parse(argc, argv)) return 0;
 
     xl::text::VocabOptions opts;

@@ -6,31 +6,20 @@
 #include "xl/cli/tool_main.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/report.h"
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/model/model_io.h"
-#include "xl/model/parallel.h"
+#include "xl/model/kernels/parallel.h"
+#include "xl/options/compute_options.h"
+#include "xl/options/eval_options.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/resources.h"
 
 namespace po = xl::cli::po;
 
 namespace {
-
-std::vector<int64_t> parse_mem_lens(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    XL_CHECK(!item.empty(), xl::kExitUsage, "--mem-len: empty value in '" << text << "'");
-    int64_t v = static_cast<int64_t>(xl::cli::parse_count(item, "--mem-len"));
-    XL_CHECK(std::find(out.begin(), out.end(), v) == out.end(), xl::kExitUsage, "--mem-len: " << v << " is given twice");
-    out.push_back(v);
-  }
-  XL_CHECK(!out.empty(), xl::kExitUsage, "--mem-len: no value");
-  return out;
-}
 
 // A progress line on stderr every 15 s, for long evaluations.
 xl::eval::ProgressFn progress_lines(int64_t mem_len) {
@@ -63,27 +52,20 @@ int main(int argc, char** argv) {
          "memory is full (NVIDIA's convention). The checkpoint's vocab must be the tokens file's.\n"
          "TOKENS may be - (stdin). The checkpoint's head mask, when it has one, is applied.",
          "  xl-eval-longctx p2.h5 enwik8.h5\n"
-         "  xl-eval-longctx --tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length 1 p2.h5 enwik8.h5\n"
-         "  xl-eval-longctx --mem-len 0,512,1600,3800 --format table p2.h5 enwik8.h5\n"
+         "  xl-eval-longctx --tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length true p2.h5 enwik8.h5\n"
+         "  xl-eval-longctx --mem-len 0,512,1600,3800 --format md p2.h5 enwik8.h5\n"
          "  xl-eval-longctx --split valid --max-tokens 100K --per-token nll.h5 p2.h5 enwik8.h5"});
-    cli.add("Evaluation")
+    cli.add("Input")
         ("checkpoint", po::value<std::string>(), "checkpoint (HDF5) to evaluate")
-        ("tokens", po::value<std::string>()->default_value("-"), "tokens file (HDF5; - is stdin)")
-        ("split", po::value<std::string>()->default_value("test"), "split of the tokens file")
-        ("tgt-len", po::value<int64_t>()->default_value(128), "segment length")
-        ("mem-len", po::value<std::string>(), "memory length, or a comma list for a sweep (default: 2 x --tgt-len)")
-        ("clamp-len", po::value<int64_t>()->default_value(-1), "clamp relative distances (-1: the model's, 0: off)")
-        ("same-length", po::value<int>()->default_value(-1), "every query sees mem_len keys: 1, 0 or -1 (the model's)")
-        ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
-        ("warmup", po::bool_switch(), "score only segments whose memory is full (NVIDIA's convention)")
-        ("max-tokens", po::value<std::string>()->default_value("0"), "stop after about this many scored tokens (0: all; K, M suffixes)")
-        ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask")
-        ("format", po::value<std::string>()->default_value("jsonl"), "rows as jsonl, table or tsv")
+        ("tokens", po::value<std::string>()->default_value("-"), "tokens file (HDF5; - is stdin)");
+    xl::options::add_eval_options(cli, "test");
+    cli.add("Output")
+        ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
         ("per-token", po::value<std::string>(), "write each scored token's loss to FILE (HDF5, one group per setting)");
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
-    cli.add_output(false, "the result rows");
-    cli.add_compute();
+    cli.add_output("the result rows");
+    xl::options::add_compute_options(cli);
     if (!cli.parse(argc, argv)) return 0;
 
     XL_CHECK(cli.has("checkpoint"), xl::kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-eval-longctx --help)");
@@ -92,40 +74,31 @@ int main(int argc, char** argv) {
     XL_CHECK(!(xl::io::is_stdio(ckpt_path) && xl::io::is_stdio(tokens_path)), xl::kExitUsage,
              "CHECKPOINT and TOKENS cannot both be stdin");
     const auto format = xl::eval::parse_row_format(cli.get<std::string>("format"));
-    xl::eval::EvalSettings base;
-    base.tgt_len = cli.get<int64_t>("tgt-len");
-    base.batch_size = cli.get<int64_t>("batch-size");
-    base.clamp_len = cli.get<int64_t>("clamp-len");
-    base.same_length = cli.get<int>("same-length");
-    base.warmup = cli.get<bool>("warmup");
-    base.max_tokens = static_cast<int64_t>(xl::cli::parse_count(cli.get<std::string>("max-tokens"), "--max-tokens"));
-    XL_CHECK(base.tgt_len >= 1, xl::kExitUsage, "--tgt-len must be at least 1");
-    XL_CHECK(base.batch_size >= 1, xl::kExitUsage, "--batch-size must be at least 1");
-    XL_CHECK(base.clamp_len >= -1, xl::kExitUsage, "--clamp-len must be -1, 0 or positive");
-    XL_CHECK(base.same_length >= -1 && base.same_length <= 1, xl::kExitUsage, "--same-length must be -1, 0 or 1");
-    const auto mem_lens = parse_mem_lens(cli.has("mem-len") ? cli.get<std::string>("mem-len") : std::to_string(2 * base.tgt_len));
+    const auto request = xl::options::eval_request(cli);
+    xl::eval::EvalSettings base = request.settings;
     const std::string per_token_path = cli.has("per-token") ? cli.get<std::string>("per-token") : "";
     XL_CHECK(!(xl::io::is_stdio(per_token_path) && xl::io::is_stdio(cli.output())), xl::kExitUsage,
              "--per-token - and the rows cannot both go to stdout (use -o FILE for the rows)");
 
-    xl::model::set_threads(cli.threads());
-    torch::manual_seed(cli.seed());
-    const torch::Device device = xl::eval::parse_device(cli.device());
+    const auto compute = xl::options::compute_settings(cli);
+    xl::model::set_threads(compute.threads);
+    torch::manual_seed(compute.seed);
+    const torch::Device device = xl::eval::parse_device(compute.device);
 
     auto tokens = xl::h5::TokensFile::open(tokens_path);
-    const std::string split = cli.get<std::string>("split");
+    const std::string& split = request.split;
     std::vector<int32_t> ids = tokens.read_split(split);  // 65 naming the splits there are
-    auto ckpt = xl::h5::load_checkpoint(ckpt_path, tokens.vocab().sha256(), false);  // 65 on another vocab
+    auto ckpt = xl::checkpoint::load(ckpt_path, tokens.vocab().sha256(), false);  // 65 on another vocab
     auto model = xl::model::model_from_checkpoint(ckpt, xl::io::display_name(ckpt_path));
     if (!cli.get<bool>("ignore-head-mask")) base.head_mask = xl::model::head_mask_of(ckpt);
-    ckpt = xl::h5::Checkpoint();  // the model holds its own copy of the weights
+    ckpt = xl::checkpoint::Checkpoint();  // the model holds its own copy of the weights
     model->to(device);
 
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);
     std::unique_ptr<xl::eval::PerTokenFile> per_token;
     if (!per_token_path.empty()) per_token = std::make_unique<xl::eval::PerTokenFile>(per_token_path, cli.force());
     xl::eval::RowWriter rows(out.stream(), format);
-    for (int64_t mem_len : mem_lens) {
+    for (int64_t mem_len : request.mem_lens) {
       xl::eval::EvalSettings s = base;
       s.mem_len = mem_len;
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
@@ -143,7 +116,7 @@ int main(int argc, char** argv) {
       row.result = result;
       row.scoring_seconds = scoring_seconds;
       row.vocab_type = tokens.vocab().type();
-      row.peak_rss_mb = xl::eval::peak_rss_mb();
+      row.peak_rss_mb = xl::peak_rss_mb();
       rows.write(row);
       if (per_token) per_token->write_group("mem_len_" + std::to_string(mem_len), row);
     }

@@ -5,9 +5,10 @@
 #include "xl/cli/tool_main.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/model/model_io.h"
-#include "xl/model/parallel.h"
+#include "xl/model/kernels/parallel.h"
+#include "xl/options/compute_options.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
         ("echo", po::bool_switch(), "write the prompt before the generated text")
         ("allow-invalid-utf8", po::bool_switch(), "char/word vocabs: map invalid UTF-8 in the prompt to <unk>");
     cli.positional("checkpoint", 1);
-    cli.add_compute();
+    xl::options::add_compute_options(cli);
     if (!cli.parse(argc, argv)) return 0;
 
     XL_CHECK(cli.has("checkpoint"), xl::kExitUsage, "give a CHECKPOINT (see xl-generate --help)");
@@ -84,9 +85,10 @@ int main(int argc, char** argv) {
     XL_CHECK(gs.sampling.top_k >= 0, xl::kExitUsage, "--top-k must not be negative");
     XL_CHECK(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1, xl::kExitUsage, "--top-p must be in (0, 1]");
 
-    xl::model::set_threads(cli.threads());
-    torch::manual_seed(cli.seed());
-    const torch::Device device = xl::eval::parse_device(cli.device());
+    const auto compute = xl::options::compute_settings(cli);
+    xl::model::set_threads(compute.threads);
+    torch::manual_seed(compute.seed);
+    const torch::Device device = xl::eval::parse_device(compute.device);
     std::string prompt_text;
     std::string prompt_name = "--prompt";
     if (cli.has("prompt")) prompt_text = cli.get<std::string>("prompt");
@@ -95,10 +97,10 @@ int main(int argc, char** argv) {
       prompt_text = xl::io::read_text(cli.get<std::string>("prompt-file"));
     }
 
-    auto ckpt = xl::h5::load_checkpoint(ckpt_path, "", false);
+    auto ckpt = xl::checkpoint::load(ckpt_path, "", false);
     auto model = xl::model::model_from_checkpoint(ckpt, xl::io::display_name(ckpt_path));
     const xl::text::Vocab vocab = ckpt.vocab;
-    ckpt = xl::h5::Checkpoint();
+    ckpt = xl::checkpoint::Checkpoint();
     model->to(device);
     xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"));
 
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
     // Decoding is append-only, so each token's text is what it adds after the previous token.
     int32_t prev = prompt.back();
     bool first = true;
-    xl::Rng rng(cli.seed());
+    xl::Rng rng(compute.seed);
     xl::eval::generate(model, prompt, gs, rng, [&](int32_t id) {
       int32_t pair[2] = {prev, id};
       std::string text;

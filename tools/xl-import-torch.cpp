@@ -4,88 +4,45 @@
 
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
-#include "xl/model/torch_import.h"
+#include "xl/interop/torch_pickle.h"
+#include "xl/interop/txl_state_dict.h"
+#include "xl/options/model_options.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/parse.h"
 
 namespace po = xl::cli::po;
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : text + ",") {
-    if (ch == ',' || ch == ' ') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  return out;
-}
-
-std::vector<int64_t> parse_ints(const std::string& text, const std::string& flag) {
-  std::vector<int64_t> out;
-  for (const auto& s : split_list(text)) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(s, &used);
-    } catch (...) {
-    }
-    XL_CHECK(used == s.size() && used > 0, xl::kExitUsage, "--" << flag << ": '" << s << "' is not an integer");
-    out.push_back(v);
-  }
-  return out;
-}
-
-bool parse_bool(const std::string& s, const std::string& flag) {
-  for (const char* t : {"1", "true", "True", "T", "yes", "on"})
-    if (s == t) return true;
-  for (const char* f : {"0", "false", "False", "F", "no", "off"})
-    if (s == f) return false;
-  XL_FAIL(xl::kExitUsage, "--" << flag << ": '" << s << "' is not a boolean (use 1/0, true/false or T/F)");
-}
-
-xl::model::TorchHyperParams hyper_params(const xl::cli::Options& cli) {
-  xl::model::TorchHyperParams h;
-  auto opt_int = [&](const char* name, std::optional<int64_t>& field) {
-    if (cli.has(name)) field = cli.get<int64_t>(name);
+// What the user said about the PyTorch model (the rest is read off the tensors).
+xl::interop::TorchHyperParams hyper_params(const xl::cli::Options& cli) {
+  const auto given = xl::options::given_model(cli);
+  const auto& c = given.config;
+  xl::interop::TorchHyperParams h;
+  if (cli.has("n-token")) h.n_token = cli.get<int64_t>("n-token");
+  auto take = [&](const char* field, auto& out, const auto& value) {
+    if (given.has(field)) out = value;
   };
-  // Switches: given means true; left out means "read it off the tensors" (or PyTorch's default).
-  auto opt_bool = [&](const char* name, std::optional<bool>& field) {
-    if (cli.given(name) && cli.get<bool>(name)) field = true;
-  };
-  opt_int("n-token", h.n_token);
-  opt_int("n-layer", h.n_layer);
-  opt_int("d-model", h.d_model);
-  opt_int("n-head", h.n_head);
-  opt_int("d-head", h.d_head);
-  opt_int("d-inner", h.d_inner);
-  opt_int("d-embed", h.d_embed);
-  opt_int("div-val", h.div_val);
-  opt_int("clamp-len", h.clamp_len);
-  opt_bool("tie-weight", h.tie_weight);
-  if (cli.given("not-tied") && cli.get<bool>("not-tied")) {
-    XL_CHECK(!h.tie_weight, xl::kExitUsage, "give --tie-weight or --not-tied, not both");
-    h.tie_weight = false;
-  }
-  opt_bool("untie-r", h.untie_r);
-  opt_bool("pre-lnorm", h.pre_lnorm);
-  opt_bool("same-length", h.same_length);
-  if (cli.has("cutoffs")) h.cutoffs = parse_ints(cli.get<std::string>("cutoffs"), "cutoffs");
-  if (cli.has("tie-projs")) {
-    std::vector<bool> v;
-    for (const auto& s : split_list(cli.get<std::string>("tie-projs"))) v.push_back(parse_bool(s, "tie-projs"));
-    h.tie_projs = v;
-  }
-  if (cli.has("dropout")) h.dropout = cli.get<double>("dropout");
-  if (cli.has("dropatt")) h.dropatt = cli.get<double>("dropatt");
+  take("n_layer", h.n_layer, c.n_layer);
+  take("d_model", h.d_model, c.d_model);
+  take("n_head", h.n_head, c.n_head);
+  take("d_head", h.d_head, c.d_head);
+  take("d_inner", h.d_inner, c.d_inner);
+  take("d_embed", h.d_embed, c.d_embed);
+  take("div_val", h.div_val, c.div_val);
+  take("clamp_len", h.clamp_len, c.clamp_len);
+  take("cutoffs", h.cutoffs, c.cutoffs);
+  take("tie_projs", h.tie_projs, c.tie_projs);
+  take("tie_weight", h.tie_weight, c.tie_weight);
+  take("untie_r", h.untie_r, c.untie_r);
+  take("pre_lnorm", h.pre_lnorm, c.pre_lnorm);
+  take("same_length", h.same_length, c.same_length);
+  take("dropout", h.dropout, c.dropout);
+  take("dropatt", h.dropatt, c.dropatt);
   return h;
 }
 
@@ -93,18 +50,18 @@ xl::model::TorchHyperParams hyper_params(const xl::cli::Options& cli) {
 void print_flags(const xl::model::ModelConfig& cfg, bool to_stderr) {
   std::ostream& os = to_stderr ? std::cerr : std::cout;
   os << "# xl-import-torch flags:\n"
-     << xl::model::import_flags(cfg) << "\n"
+     << xl::interop::import_flags(cfg) << "\n"
      << "# PyTorch Transformer-XL (pytorch/mem_transformer.py):\n"
-     << xl::model::pytorch_constructor(cfg) << "\n";
+     << xl::interop::pytorch_constructor(cfg) << "\n";
   os.flush();
 }
 
 int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
-  auto ckpt = xl::h5::load_checkpoint(input);
+  auto ckpt = xl::checkpoint::load(input);
   const std::string display = xl::io::display_name(input);
-  auto exported = xl::model::export_torch(ckpt, cli.get<bool>("untie-r"), display);
+  auto exported = xl::interop::export_torch(ckpt, cli.has("untie-r") && cli.get<bool>("untie-r"), display);
   xl::io::AtomicOutput out(cli.output(), cli.force(), true);
-  out.stream() << xl::model::torch_state_dict_bytes(exported.state_dict);
+  out.stream() << xl::interop::torch_state_dict_bytes(exported.state_dict);
   out.commit();
   XL_INFO("wrote " << exported.state_dict.size() << " tensors to " << xl::io::display_name(cli.output()));
   print_flags(exported.config, out.to_stdout());
@@ -129,48 +86,35 @@ int main(int argc, char** argv) {
          "\n"
          "--export writes the xl checkpoint INPUT as a state_dict that MemTransformerLM.load_state_dict() takes\n"
          "(tied tensors under both names) and prints the matching flags and constructor call. Per-layer u, v\n"
-         "biases (untie_r, or pruned heads) need --untie-r (a target with per-layer biases) unless all layers\n"
+         "biases (untie_r, or pruned heads) need --untie-r true (a target with per-layer biases) unless all layers\n"
          "hold the same ones; layers with different head counts cannot be exported (exit 65).",
-         "  xl-import-torch --vocab enwik8-txl.tsv --same-length --clamp-len 820 enwik8-base.pt -o enwik8-base.h5\n"
+         "  xl-import-torch --vocab enwik8-txl.tsv --same-length true --clamp-len 820 enwik8-base.pt -o enwik8-base.h5\n"
          "  xl-import-torch --tokens wt103.h5 --cutoffs 20000,40000,200000 wt103-base.pt -o wt103-base.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
-         "  xl-import-torch --export --untie-r pruned.h5 -o pruned.pt"});
+         "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
         ("input", po::value<std::string>()->default_value("-"), "the state_dict (the checkpoint with --export); - is stdin")
-        ("vocab", po::value<std::string>(), "vocab TSV (man 5 xl-vocab) in the model's id order")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab)")
         ("tokens", po::value<std::string>(), "take the vocab embedded in this tokens file instead")
         ("key", po::value<std::string>(), "the state_dict is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from every tensor name (module.: DataParallel)")
         ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict");
-    cli.add("Model (read off the tensors when left out; checked when given)")
-        ("n-token", po::value<int64_t>(), "vocab size")
-        ("n-layer", po::value<int64_t>(), "layers")
-        ("d-model", po::value<int64_t>(), "model width")
-        ("n-head", po::value<int64_t>(), "attention heads per layer")
-        ("d-head", po::value<int64_t>(), "width of a head")
-        ("d-inner", po::value<int64_t>(), "feed-forward width")
-        ("d-embed", po::value<int64_t>(), "embedding width (default d-model)")
-        ("cutoffs", po::value<std::string>(), "adaptive softmax cutoffs, e.g. 20000,40000,200000")
-        ("div-val", po::value<int64_t>(), "adaptive embedding width divisor")
-        ("tie-weight", po::bool_switch(), "output weights tied to the embedding (PyTorch's default)")
-        ("not-tied", po::bool_switch(), "output weights not tied (PyTorch's --not_tied)")
-        ("tie-projs", po::value<std::string>(), "per cluster: projection tied (e.g. 0,1,1,1 for wt103)")
-        ("untie-r", po::bool_switch(), "per-layer r_w_bias/r_r_bias (layers.L.dec_attn.r_w_bias); with --export: the target has them")
-        ("pre-lnorm", po::bool_switch(), "layer norm before each sublayer (not visible in the tensors)")
-        ("same-length", po::bool_switch(), "every query sees mem_len keys (not visible in the tensors)")
-        ("clamp-len", po::value<int64_t>(), "clamp relative distances (-1 or 0: off; not visible in the tensors)")
-        ("dropout", po::value<double>(), "dropout recorded in the config (for further training)")
-        ("dropatt", po::value<double>(), "attention dropout recorded in the config");
+    cli.add("Vocab size")("n-token", po::value<int64_t>(), "vocab size (read off the tensors when left out)");
+    // The model options of every tool: read off the tensors when left out, checked when given.
+    // pre-lnorm, same-length and clamp-len are not visible in the tensors; with --export,
+    // --untie-r true means the target has per-layer biases.
+    xl::options::add_model_options(cli, xl::options::ModelDefaults::kUnset);
     cli.positional("input", 1);
-    cli.add_output(true, "the checkpoint (the state_dict with --export)");
+    cli.add_output("the checkpoint (the state_dict with --export)");
     if (!cli.parse(argc, argv)) return 0;
 
     const std::string input = cli.get<std::string>("input");
     if (cli.get<bool>("export")) {
-      for (const char* flag : {"vocab", "tokens", "key", "prefix", "n-token", "n-layer", "d-model", "n-head", "d-head",
-                               "d-inner", "d-embed", "cutoffs", "div-val", "tie-weight", "not-tied", "tie-projs",
-                               "pre-lnorm", "same-length", "clamp-len", "dropout", "dropatt"})
+      for (const char* flag : {"vocab", "tokens", "key", "prefix", "n-token"})
         XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --export (the checkpoint has its config)");
+      for (const auto& field : xl::options::given_model(cli).fields)
+        XL_CHECK(field == "untie_r", xl::kExitUsage,
+                 "--" << xl::parse::kebab_case(field) << " does not apply to --export (the checkpoint has its config)");
       return export_state_dict(cli, input);
     }
 
@@ -184,7 +128,7 @@ int main(int argc, char** argv) {
       vocab = xl::h5::TokensFile::open(cli.get<std::string>("tokens")).vocab();
     }
     const std::string display = xl::io::display_name(input);
-    auto sd = xl::model::read_torch_state_dict(input, cli.has("key") ? cli.get<std::string>("key") : "");
+    auto sd = xl::interop::read_torch_state_dict(input, cli.has("key") ? cli.get<std::string>("key") : "");
     // DataParallel writes module.<name>; strip a prefix every name has, or the one asked for.
     std::string prefix = cli.has("prefix") ? cli.get<std::string>("prefix") : "";
     if (prefix.empty() && !sd.empty() &&
@@ -193,11 +137,11 @@ int main(int argc, char** argv) {
     if (!prefix.empty())
       for (auto& [name, t] : sd)
         if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-    auto ckpt = xl::model::import_torch_checkpoint(sd, hyper_params(cli), vocab, display);
-    ckpt.state["command_line"] = xl::cli::command_line(argc, argv);
-    xl::h5::save_checkpoint(cli.output(), ckpt, cli.force());
+    auto ckpt = xl::interop::import_torch_checkpoint(sd, hyper_params(cli), vocab, display);
+    ckpt.state.command_line = xl::cli::command_line(argc, argv);
+    xl::checkpoint::save(cli.output(), ckpt, cli.force());
     auto cfg = xl::model::ModelConfig::from_json(ckpt.model_config, display);
-    XL_INFO("imported " << sd.size() << " tensors (" << ckpt.model.size() << " after tying) as " << xl::model::import_flags(cfg));
+    XL_INFO("imported " << sd.size() << " tensors (" << ckpt.model.size() << " after tying) as " << xl::interop::import_flags(cfg));
     return 0;
   });
 }

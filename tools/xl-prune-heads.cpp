@@ -9,14 +9,18 @@
 #include "xl/analysis/iterative_pruning.h"
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
+#include "xl/eval/metric.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
-#include "xl/model/parallel.h"
+#include "xl/model/kernels/parallel.h"
+#include "xl/options/compute_options.h"
+#include "xl/options/eval_options.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/parse.h"
 
 namespace po = xl::cli::po;
 using namespace xl;
@@ -24,7 +28,7 @@ using namespace xl;
 namespace {
 
 struct Study {
-  h5::Checkpoint ckpt;
+  checkpoint::Checkpoint ckpt;
   std::string path;
   model::TransformerXL make() const {
     auto m = model::model_from_checkpoint(ckpt, path);
@@ -60,16 +64,9 @@ int main(int argc, char** argv) {
         ("tokens", po::value<std::string>()->default_value("-"), "tokens file (- is stdin)")
         ("mode", po::value<std::string>()->default_value("ablate-one"), "ablate-one, importance or iterative")
         ("compare", po::value<std::string>(), "ablate-one: a second checkpoint shown beside the first")
-        ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md or tsv")
+        ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
         ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)");
-    cli.add("Evaluation")
-        ("split", po::value<std::string>()->default_value("valid"), "split to evaluate on")
-        ("tgt-len", po::value<int64_t>()->default_value(128), "segment length")
-        ("mem-len", po::value<int64_t>()->default_value(-1), "memory length (-1: 2 x tgt-len)")
-        ("clamp-len", po::value<int64_t>()->default_value(-1), "clamp relative distances (-1: the model's, 0: off)")
-        ("same-length", po::value<int>()->default_value(-1), "1, 0 or -1 (the model's)")
-        ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
-        ("max-tokens", po::value<std::string>()->default_value("0"), "score about this many tokens per evaluation (0: all)");
+    options::add_eval_options(cli, "valid");
     cli.add("Importance and pruning")
         ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
         ("importance-max-tokens", po::value<std::string>()->default_value("50000"), "tokens used for importance scores (0: all)")
@@ -81,10 +78,10 @@ int main(int argc, char** argv) {
         ("plot", po::value<std::string>(), "iterative: draw the curve to FILE.png (gnuplot)");
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
-    cli.add_output(true, "a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
-    cli.add_compute();
+    cli.add_output("a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
+    options::add_compute_options(cli, {false, false});
     if (!cli.parse(argc, argv)) return 0;
-    xl::model::set_threads(cli.threads());
+    xl::model::set_threads(options::compute_settings(cli).threads);
     XL_CHECK(cli.has("checkpoint"), kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-prune-heads --help)");
     const std::string mode = cli.get<std::string>("mode"), format = cli.get<std::string>("format");
     XL_CHECK(mode == "ablate-one" || mode == "importance" || mode == "iterative", kExitUsage,
@@ -95,29 +92,28 @@ int main(int argc, char** argv) {
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
 
+    const auto request = options::eval_request(cli);
+    XL_CHECK(request.mem_lens.size() == 1, kExitUsage, "--mem-len: xl-prune-heads evaluates at one memory length");
     auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
-    const bool char_level = tokens.vocab().type() != text::VocabType::kWord;
-    Study study{h5::load_checkpoint(cli.get<std::string>("checkpoint"), tokens.vocab().sha256()), cli.get<std::string>("checkpoint")};
-    auto ids = tokens.read_split(cli.get<std::string>("split"));
-    eval::EvalSettings es;
-    es.tgt_len = cli.get<int64_t>("tgt-len");
-    es.mem_len = cli.get<int64_t>("mem-len") >= 0 ? cli.get<int64_t>("mem-len") : 2 * es.tgt_len;
-    es.clamp_len = cli.get<int64_t>("clamp-len");
-    es.same_length = cli.get<int>("same-length");
-    es.batch_size = cli.get<int64_t>("batch-size");
-    es.max_tokens = static_cast<int64_t>(cli::parse_count(cli.get<std::string>("max-tokens"), "--max-tokens"));
-    es.head_mask = model::head_mask_of(study.ckpt);
+    const eval::Metric metric(tokens.vocab().type());
+    Study study{checkpoint::load(cli.get<std::string>("checkpoint"), tokens.vocab().sha256()), cli.get<std::string>("checkpoint")};
+    auto ids = tokens.read_split(request.split);
+    eval::EvalSettings es = request.settings;
+    auto head_mask = [&](const checkpoint::Checkpoint& c) {
+      return request.ignore_head_mask ? torch::Tensor() : model::head_mask_of(c);
+    };
+    es.head_mask = head_mask(study.ckpt);
 
     if (mode == "ablate-one") {
       std::vector<analysis::LabeledAblation> results;
       std::vector<Study> studies{study};
       if (cli.has("compare")) {
         std::string other = cli.get<std::string>("compare");
-        studies.push_back({h5::load_checkpoint(other, tokens.vocab().sha256()), other});
+        studies.push_back({checkpoint::load(other, tokens.vocab().sha256()), other});
       }
       for (const auto& st : studies) {
         eval::EvalSettings s = es;
-        s.head_mask = model::head_mask_of(st.ckpt);
+        s.head_mask = head_mask(st.ckpt);
         auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"),
                                                  [&](int64_t done, int64_t total) {
                                                    XL_DEBUG(st.path << ": " << done << "/" << total << " evaluations");
@@ -125,10 +121,10 @@ int main(int argc, char** argv) {
         XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s");
         results.push_back({st.path, result});
       }
-      if (format == "md") std::cout << analysis::ablation_markdown(results, char_level);
-      else if (format == "tsv") std::cout << analysis::ablation_tsv(results, char_level);
+      if (format == "md") std::cout << analysis::ablation_markdown(results, metric);
+      else if (format == "tsv") std::cout << analysis::ablation_tsv(results, metric);
       else
-        for (const auto& r : results) emit(analysis::ablation_rows(r, char_level));
+        for (const auto& r : results) emit(analysis::ablation_rows(r, metric));
       std::cout.flush();
       return 0;
     }
@@ -138,11 +134,11 @@ int main(int argc, char** argv) {
     is.tgt_len = es.tgt_len;
     is.mem_len = es.mem_len;
     is.batch_size = es.batch_size;
-    is.max_tokens = static_cast<int64_t>(cli::parse_count(cli.get<std::string>("importance-max-tokens"), "--importance-max-tokens"));
+    is.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("importance-max-tokens"), "--importance-max-tokens"));
     is.normalize_layers = cli.get<bool>("normalize-layers");
     is.head_mask = es.head_mask;
     const std::string score_split = cli.get<std::string>("importance-split");
-    auto score_ids = score_split == cli.get<std::string>("split") ? ids : tokens.read_split(score_split);
+    auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split);
 
     if (mode == "importance") {
       torch::Tensor scores = analysis::head_importance(model, score_ids, is);
@@ -155,11 +151,11 @@ int main(int argc, char** argv) {
       std::cout.flush();
       if (write_output) {
         guard.reset();
-        h5::Checkpoint out = study.ckpt;
+        checkpoint::Checkpoint out = study.ckpt;
         out.analysis.erase(std::remove_if(out.analysis.begin(), out.analysis.end(), [](const auto& p) { return p.first == "head_importance"; }),
                            out.analysis.end());
         out.analysis.emplace_back("head_importance", scores);
-        h5::save_checkpoint(cli.output(), out, cli.force());
+        checkpoint::save(cli.output(), out, cli.force());
       }
       return 0;
     }
@@ -169,24 +165,23 @@ int main(int argc, char** argv) {
     sched.max_fraction = cli.get<double>("max-fraction");
     sched.exact_heads = cli.get<int64_t>("prune-heads");
     sched.rescore = cli.get<bool>("rescore");
-    const std::string metric = char_level ? "bpc" : "ppl";
     auto result = analysis::prune_iteratively(model, ids, es, score_ids, is, sched, [&](const analysis::PruningPoint& p) {
       nlohmann::json row = {{"event", "prune"}, {"fraction", p.fraction}, {"pruned", p.pruned}, {"loss", p.loss},
-                            {metric, analysis::metric_of(p.loss, char_level)}};
+                            {metric.name(), metric.of(p.loss)}};
       if (format == "jsonl") std::cout << row.dump() << std::endl;
-      XL_INFO(p.pruned << " heads pruned (" << static_cast<int>(100 * p.fraction + 0.5) << "%): " << metric << " "
-                       << analysis::metric_of(p.loss, char_level));
+      XL_INFO(p.pruned << " heads pruned (" << static_cast<int>(100 * p.fraction + 0.5) << "%): " << metric.name() << " "
+                       << metric.of(p.loss));
     });
     if (format == "md") {
-      std::cout << "| fraction pruned | heads pruned | " << metric << " |\n|---:|---:|---:|\n";
+      std::cout << "| fraction pruned | heads pruned | " << metric.name() << " |\n|---:|---:|---:|\n";
       for (const auto& p : result.curve)
-        std::cout << "| " << p.fraction << " | " << p.pruned << " | " << analysis::metric_of(p.loss, char_level) << " |\n";
+        std::cout << "| " << p.fraction << " | " << p.pruned << " | " << metric.of(p.loss) << " |\n";
     } else if (format == "tsv") {
-      std::cout << "fraction\tpruned\t" << metric << "\n";
-      for (const auto& p : result.curve) std::cout << p.fraction << '\t' << p.pruned << '\t' << analysis::metric_of(p.loss, char_level) << "\n";
+      std::cout << "fraction\tpruned\t" << metric.name() << "\n";
+      for (const auto& p : result.curve) std::cout << p.fraction << '\t' << p.pruned << '\t' << metric.of(p.loss) << "\n";
     }
     std::cout.flush();
-    if (cli.has("plot")) analysis::plot_curve(result.curve, char_level, cli.get<std::string>("plot"));
+    if (cli.has("plot")) analysis::plot_curve(result.curve, metric, cli.get<std::string>("plot"));
     if (write_output) {
       guard.reset();
       auto pruned = model::remove_heads(model, result.keep);
@@ -204,7 +199,7 @@ int main(int argc, char** argv) {
       if (format == "jsonl") std::cout << row.dump() << std::endl;
       XL_INFO("pruned model: " << pruned->parameter_count() << " parameters, evaluates " << t_masked.seconds / std::max(1e-9, t_pruned.seconds)
                                << "x as fast as the masked one (loss " << t_pruned.loss() << " vs " << t_masked.loss() << ")");
-      h5::Checkpoint out = study.ckpt;
+      checkpoint::Checkpoint out = study.ckpt;
       out.phase = "pruned";
       out.model_config = pruned->config.to_json();
       out.model = model::model_tensors(pruned);
@@ -212,7 +207,7 @@ int main(int argc, char** argv) {
       out.memory.clear();
       out.analysis.clear();
       out.analysis.emplace_back("head_importance", result.importance);
-      h5::save_checkpoint(cli.output(), out, cli.force());
+      checkpoint::save(cli.output(), out, cli.force());
     }
     return 0;
   });

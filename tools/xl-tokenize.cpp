@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                           "  xl-tokenize --decode all enwik8.h5 > enwik8.txt"});
     cli.add("Tokenize")
         ("input", po::value<std::string>()->default_value("-"), "input text (or tokens file with --decode)")
-        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab)")
         ("mode,m", po::value<std::string>(), "without --vocab: build a byte, char or word vocab from the train split")
         ("min-count", po::value<int64_t>()->default_value(1), "with --mode: rarer pieces become <unk>")
         ("max-size", po::value<int64_t>()->default_value(0), "with --mode: at most this many entries (0: all)")
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
         ("compress", po::bool_switch(), "store splits with shuffle+deflate")
         ("decode", po::value<std::string>(), "write split NAME (or all) of the tokens file INPUT as text");
     cli.positional("input", 1);
-    cli.add_output(true, "the tokens file (text with --decode)");
+    cli.add_output("the tokens file (text with --decode)");
     if (!cli.parse(argc, argv)) return 0;
 
     const std::string input = cli.get<std::string>("input");

@@ -1,8 +1,9 @@
 // xl-train-phase1: Skip-Retain training (layers skipped with p_skip keep their old memory) with SCH attention.
-#include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
-#include "xl/model/parallel.h"
-#include "xl/train/train_options.h"
+#include "xl/model/kernels/parallel.h"
+#include "xl/options/compute_options.h"
+#include "xl/options/train_options.h"
+#include "xl/train/trainer.h"
 
 int main(int argc, char** argv) {
   return xl::cli::run_tool("xl-train-phase1", argc, argv, xl::cli::Runtime::kTorch, [](int argc, char** argv) {
@@ -19,9 +20,9 @@ int main(int argc, char** argv) {
                           "  xl-tokenize --mode byte --split 0.9,0.05,0.05 enwik8 | xl-train-phase1 -c share/xl/configs/tiny.ini -o p1.h5\n"
                           "  xl-train-phase1 -c tiny.ini --skip-schedule linear --sch-beta 0.1 --time-budget 10m tokens.h5 -o p1.h5 --metrics p1.jsonl\n"
                           "  xl-train-phase1 --resume tokens.h5 -o p1.h5 --max-steps 20000"});
-    xl::train::add_training_options(cli, xl::train::Phase::kOne);
+    xl::options::add_training_options(cli, xl::options::Phase::kOne);
     if (!cli.parse(argc, argv)) return 0;
-    xl::model::set_threads(cli.threads());
-    return xl::train::run_training(xl::train::training_request(cli, xl::train::Phase::kOne, argc, argv));
+    xl::model::set_threads(xl::options::compute_settings(cli).threads);
+    return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kOne, argc, argv));
   });
 }

@@ -44,9 +44,10 @@ expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 32 --mem-len 32 --b
 expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 32 --mem-len 32 --batch-size 1 ckpt.h5 tokens.h5
 [ "$(json out 'j["tokens"]')" -eq $((n - 1)) ] || fail "expected $((n - 1)) tokens: $(cat out)"
 
-step "--format table and tsv"
-expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 8,16 --max-tokens 200 --format table ckpt.h5 tokens.h5
-[ "$(wc -l <out)" -eq 3 ] || fail "table: expected a header and 2 rows: $(cat out)"
+step "--format md and tsv"
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 8,16 --max-tokens 200 --format md ckpt.h5 tokens.h5
+[ "$(wc -l <out)" -eq 4 ] || fail "table: expected a header, a rule and 2 rows: $(cat out)"
+sed -n 2p out | grep -q '^| *-*: |' || fail "no Markdown rule under the header: $(sed -n 2p out)"
 head -1 out | grep -q 'mem_len' || fail "table header lacks mem_len: $(head -1 out)"
 head -1 out | grep -q 'bpc' || fail "table header lacks bpc: $(head -1 out)"
 expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 8 --max-tokens 200 --format tsv ckpt.h5 tokens.h5

@@ -15,333 +15,7 @@ for py in ${XL_TORCH_PYTHON:-} python3 /usr/bin/python3; do
   fi
 done
 
-cat >txl_sd.py <<'EOF'
-# Writes and reads PyTorch Transformer-XL state_dicts, with torch or (--fake) without it.
-#   make CONFIG.json OUT.pt [--drop NAME] [--extra NAME] [--reshape NAME] [--untie NAME]
-#   compare A.pt B.pt           same names, shapes and values (exactly)
-#   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
-import array, collections, json, math, pickle, random, struct, sys, types, zipfile
-
-FAKE = "--fake" in sys.argv
-args = [a for a in sys.argv[1:] if a != "--fake"]
-
-
-def layout(c):
-    """(name, shape) in state_dict order and {alias: canonical} for tied tensors."""
-    d, dh, H, L = c["d_model"], c["d_head"], c["n_head"], c["n_layer"]
-    de = c.get("d_embed") or d
-    div, cut = c.get("div_val", 1), c.get("cutoffs", [])
-    ends = [0] + cut + [c["n_token"]]
-    tie_w, tie_p = c.get("tie_weight", True), c.get("tie_projs", [False] * (len(cut) + 1))
-    names, ties = [], {}
-    if not c.get("untie_r"):
-        names += [("r_w_bias", [H, dh]), ("r_r_bias", [H, dh])]
-    widths = []
-    if div == 1:
-        names.append(("word_emb.emb_layers.0.weight", [c["n_token"], de]))
-        if d != de:
-            names.append(("word_emb.emb_projs.0", [d, de]))
-    else:
-        for i in range(len(ends) - 1):
-            w = de // div ** i
-            widths.append(w)
-            names.append(("word_emb.emb_layers.%d.weight" % i, [ends[i + 1] - ends[i], w]))
-        for i, w in enumerate(widths):
-            names.append(("word_emb.emb_projs.%d" % i, [d, w]))
-    for l in range(L):
-        p = "layers.%d." % l
-        if c.get("untie_r"):
-            names += [(p + "dec_attn.r_w_bias", [H, dh]), (p + "dec_attn.r_r_bias", [H, dh])]
-        names += [(p + "dec_attn.qkv_net.weight", [3 * H * dh, d]), (p + "dec_attn.o_net.weight", [d, H * dh]),
-                  (p + "dec_attn.layer_norm.weight", [d]), (p + "dec_attn.layer_norm.bias", [d]),
-                  (p + "dec_attn.r_net.weight", [H * dh, d]),
-                  (p + "pos_ff.CoreNet.0.weight", [c["d_inner"], d]), (p + "pos_ff.CoreNet.0.bias", [c["d_inner"]]),
-                  (p + "pos_ff.CoreNet.3.weight", [d, c["d_inner"]]), (p + "pos_ff.CoreNet.3.bias", [d]),
-                  (p + "pos_ff.layer_norm.weight", [d]), (p + "pos_ff.layer_norm.bias", [d])]
-    if cut:
-        names += [("crit.cluster_weight", [len(cut), de]), ("crit.cluster_bias", [len(cut)])]
-    if div == 1:
-        names += [("crit.out_layers.0.weight", [c["n_token"], de]), ("crit.out_layers.0.bias", [c["n_token"]])]
-        if tie_w:
-            ties["crit.out_layers.0.weight"] = "word_emb.emb_layers.0.weight"
-        if d != de:
-            for i in range(len(cut) + 1):
-                names.append(("crit.out_projs.%d" % i, [d, de]))
-                if tie_p[i]:
-                    ties["crit.out_projs.%d" % i] = "word_emb.emb_projs.0"
-    else:
-        for i, w in enumerate(widths):
-            names += [("crit.out_layers.%d.weight" % i, [ends[i + 1] - ends[i], w]),
-                      ("crit.out_layers.%d.bias" % i, [ends[i + 1] - ends[i]])]
-            if tie_w:
-                ties["crit.out_layers.%d.weight" % i] = "word_emb.emb_layers.%d.weight" % i
-        for i, w in enumerate(widths):
-            names.append(("crit.out_projs.%d" % i, [d, w]))
-            if tie_p[i]:
-                ties["crit.out_projs.%d" % i] = "word_emb.emb_projs.%d" % i
-    names.append(("pos_emb.inv_freq", [d // 2]))
-    return names, ties
-
-
-def values(c, names, ties):
-    rng = random.Random(1234)
-    vals = {}
-    for n, shape in names:
-        if n in ties:
-            vals[n] = ties[n]  # the canonical name: the very same tensor
-        elif n == "pos_emb.inv_freq":
-            vals[n] = [1 / (10000 ** (i / c["d_model"])) for i in range(0, c["d_model"], 2)]
-        else:
-            vals[n] = [rng.gauss(0, 0.3) for _ in range(math.prod(shape))]
-    return vals
-
-
-def edit(names, opts):
-    if "--drop" in opts:
-        names = [(n, s) for n, s in names if n != opts["--drop"]]
-    if "--extra" in opts:
-        names.append((opts["--extra"], [3]))
-    if "--reshape" in opts:
-        names = [(n, [s[0] + 1] + s[1:] if n == opts["--reshape"] else s) for n, s in names]
-    return names
-
-
-# ---- without torch: the zip/pickle layout of torch.save, written by hand ----
-def fake_save(names, vals, ties, untie, path):
-    torch_mod, utils_mod = types.ModuleType("torch"), types.ModuleType("torch._utils")
-    torch_mod._utils = utils_mod
-    sys.modules["torch"], sys.modules["torch._utils"] = torch_mod, utils_mod
-
-    class FloatStorage:
-        pass
-    FloatStorage.__module__, FloatStorage.__qualname__ = "torch", "FloatStorage"
-    torch_mod.FloatStorage = FloatStorage
-
-    def _rebuild_tensor_v2(*a):
-        raise RuntimeError("not for loading")
-    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
-    utils_mod._rebuild_tensor_v2 = _rebuild_tensor_v2
-
-    class Storage:
-        def __init__(self, key, data):
-            self.key, self.data = key, data
-
-    class Tensor:
-        def __init__(self, storage, shape):
-            self.storage, self.shape = storage, shape
-
-        def __reduce_ex__(self, proto):
-            stride, acc = [], 1
-            for s in reversed(self.shape):
-                stride.insert(0, acc)
-                acc *= s
-            return (_rebuild_tensor_v2, (self.storage, 0, tuple(self.shape), tuple(stride), False,
-                                         collections.OrderedDict()))
-
-    class P(pickle.Pickler):
-        def persistent_id(self, obj):
-            if isinstance(obj, Storage):
-                return ("storage", FloatStorage, obj.key, "cpu", len(obj.data))
-            return None
-
-    sd, tensors, storages = collections.OrderedDict(), {}, []
-    for n, shape in names:
-        if n in ties and n != untie:
-            sd[n] = tensors[ties[n]]
-            continue
-        data = vals[n] if n in vals and not isinstance(vals[n], str) else vals.get(ties.get(n, ""), [0.0])
-        if n == untie:
-            data = [x + 1 for x in data]
-        if math.prod(shape) != len(data):
-            data = [0.5] * math.prod(shape)
-        st = Storage(str(len(storages)), data)
-        storages.append(st)
-        tensors[n] = sd[n] = Tensor(st, shape)
-    sd._metadata = collections.OrderedDict([("", {"version": 1})])
-    import io
-    buf = io.BytesIO()
-    P(buf, protocol=2).dump(sd)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", buf.getvalue())
-        for st in storages:
-            z.writestr("archive/data/" + st.key, array.array("f", st.data).tobytes())
-        z.writestr("archive/version", "3\n")
-
-
-def fake_load(path):
-    z = zipfile.ZipFile(path)
-    pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
-    prefix = pkl[: -len("data.pkl")]
-    codes = {"FloatStorage": "f", "DoubleStorage": "d", "LongStorage": "q", "HalfStorage": "e"}
-
-    class U(pickle.Unpickler):
-        def find_class(self, module, name):
-            if (module, name) == ("collections", "OrderedDict"):
-                return collections.OrderedDict
-            if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-                return lambda st, off, size, stride, *rest: ("T", st, off, tuple(size), tuple(stride))
-            if (module, name) == ("torch.jit._pickle", "restore_type_tag"):
-                return lambda value, tag: value
-            if module == "torch" and name in codes:
-                return codes[name]
-            raise pickle.UnpicklingError("unexpected %s.%s" % (module, name))
-
-        def persistent_load(self, pid):
-            _, code, key, _, numel = pid
-            raw = z.read(prefix + "data/" + key)
-            return struct.unpack("<%d%s" % (numel, code), raw)
-
-    out = collections.OrderedDict()
-    for n, (_, st, off, size, stride) in U(z.open(pkl)).load().items():
-        idx = [off]
-        for s, t in zip(size, stride):
-            idx = [i + k * t for i in idx for k in range(s)]
-        out[n] = (list(size), [st[i] for i in idx])
-    return out
-
-
-# ---- with torch: modules named as MemTransformerLM's, so state_dict() is the real thing ----
-def torch_model(c):
-    import torch
-    from torch import nn
-    names, ties = layout(c)
-    d, dh, H = c["d_model"], c["d_head"], c["n_head"]
-    de = c.get("d_embed") or d
-    div, cut = c.get("div_val", 1), c.get("cutoffs", [])
-    ends = [0] + cut + [c["n_token"]]
-
-    class Attn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv_net = nn.Linear(d, 3 * H * dh, bias=False)
-            self.drop, self.dropatt = nn.Dropout(0.1), nn.Dropout(0.0)
-            self.o_net = nn.Linear(H * dh, d, bias=False)
-            self.layer_norm = nn.LayerNorm(d)
-            self.r_net = nn.Linear(d, H * dh, bias=False)
-            if c.get("untie_r"):
-                self.r_w_bias, self.r_r_bias = nn.Parameter(torch.randn(H, dh)), nn.Parameter(torch.randn(H, dh))
-
-    class FF(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.CoreNet = nn.Sequential(nn.Linear(d, c["d_inner"]), nn.ReLU(inplace=True), nn.Dropout(0.1),
-                                         nn.Linear(c["d_inner"], d), nn.Dropout(0.1))
-            self.layer_norm = nn.LayerNorm(d)
-
-    class Layer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.dec_attn, self.pos_ff = Attn(), FF()
-
-    class Emb(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb_layers, self.emb_projs = nn.ModuleList(), nn.ParameterList()
-            if div == 1:
-                self.emb_layers.append(nn.Embedding(c["n_token"], de))
-                if d != de:
-                    self.emb_projs.append(nn.Parameter(torch.randn(d, de)))
-            else:
-                for i in range(len(ends) - 1):
-                    self.emb_layers.append(nn.Embedding(ends[i + 1] - ends[i], de // div ** i))
-                    self.emb_projs.append(nn.Parameter(torch.randn(d, de // div ** i)))
-
-    class Crit(nn.Module):
-        def __init__(self):
-            super().__init__()
-            if cut:
-                self.cluster_weight = nn.Parameter(torch.randn(len(cut), de))
-                self.cluster_bias = nn.Parameter(torch.randn(len(cut)))
-            self.out_layers, self.out_projs = nn.ModuleList(), nn.ParameterList()
-            if div == 1:
-                self.out_layers.append(nn.Linear(de, c["n_token"]))
-                if d != de:
-                    for i in range(len(cut) + 1):
-                        self.out_projs.append(nn.Parameter(torch.randn(d, de)))
-            else:
-                for i in range(len(ends) - 1):
-                    self.out_layers.append(nn.Linear(de // div ** i, ends[i + 1] - ends[i]))
-                    self.out_projs.append(nn.Parameter(torch.randn(d, de // div ** i)))
-
-    class Pos(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, d, 2.0) / d)))
-
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.word_emb = Emb()
-            self.layers = nn.ModuleList([Layer() for _ in range(c["n_layer"])])
-            self.crit = Crit()
-            if c.get("tie_weight", True):
-                for i in range(len(self.crit.out_layers)):
-                    self.crit.out_layers[i].weight = self.word_emb.emb_layers[i].weight
-            for i, tie in enumerate(c.get("tie_projs", [])):
-                if tie and div == 1 and d != de:
-                    self.crit.out_projs[i] = self.word_emb.emb_projs[0]
-                elif tie and div != 1:
-                    self.crit.out_projs[i] = self.word_emb.emb_projs[i]
-            self.pos_emb = Pos()
-            if not c.get("untie_r"):
-                self.r_w_bias, self.r_r_bias = nn.Parameter(torch.randn(H, dh)), nn.Parameter(torch.randn(H, dh))
-
-    torch.manual_seed(1234)
-    m = LM()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            p.normal_(0, 0.3)
-    return m
-
-
-def torch_save(c, opts, path):
-    import torch
-    sd = torch_model(c).state_dict()
-    if "--drop" in opts:
-        del sd[opts["--drop"]]
-    if "--extra" in opts:
-        sd[opts["--extra"]] = torch.zeros(3)
-    if "--reshape" in opts:
-        t = sd[opts["--reshape"]]
-        sd[opts["--reshape"]] = torch.zeros([t.shape[0] + 1] + list(t.shape[1:]))
-    if "--untie" in opts:
-        sd[opts["--untie"]] = sd[opts["--untie"]] + 1
-    torch.save(sd, path)
-
-
-def load(path):
-    if FAKE:
-        return fake_load(path)
-    import torch
-    return collections.OrderedDict((n, (list(t.shape), t.flatten().tolist())) for n, t in torch.load(path).items())
-
-
-cmd = args[0]
-if cmd == "make":
-    c = json.load(open(args[1]))
-    opts = dict(zip(args[3::2], args[4::2]))
-    if FAKE:
-        names, ties = layout(c)
-        vals = values(c, names, ties)
-        fake_save(edit(names, opts), vals, ties, opts.get("--untie"), args[2])
-    else:
-        torch_save(c, opts, args[2])
-elif cmd == "compare":
-    a, b = load(args[1]), load(args[2])
-    if set(a) != set(b):
-        sys.exit("names differ: only in %s: %s; only in %s: %s" % (args[1], sorted(set(a) - set(b)), args[2], sorted(set(b) - set(a))))
-    for n in a:
-        if a[n] != b[n]:
-            sys.exit("tensor %s differs" % n)
-elif cmd == "load-strict":
-    import torch
-    m = torch_model(json.load(open(args[1])))
-    m.load_state_dict(torch.load(args[2]), strict=True)
-    sd = torch.load(args[2])
-    for n, t in m.state_dict().items():
-        if not torch.equal(t, sd[n]):
-            sys.exit("tensor %s differs after load_state_dict" % n)
-EOF
+cp "$XL_SOURCE_DIR/tests/cli/txl_sd.py" .
 
 # Configs: char level (tied softmax, 256 byte ids), word level as wt103 (div_val 2, tied weights,
 # projections tied but the first), and div_val 1 with a projection, untied weights and untie_r.
@@ -369,6 +43,20 @@ with open("word.tsv", "w") as f:
         f.write("%d\tw%d\t%d\n" % (i, i, 100 - i))
 EOF
 
+# Word tokens for the loss checks: the word vocab with <eos> (the line ends) as id 0.
+python3 - <<'EOF'
+import random
+with open("word_eos.tsv", "w") as f:
+    f.write("#xl-vocab 1 type=word size=60 specials=1\n0\t<eos>\t0\n")
+    for i in range(1, 60):
+        f.write("%d\tw%d\t%d\n" % (i, i, 100 - i))
+r = random.Random(5)
+with open("words.txt", "w") as f:
+    for _ in range(300):
+        f.write(" ".join("w%d" % min(59, 1 + int(r.expovariate(0.08))) for _ in range(12)) + "\n")
+EOF
+expect 0 xl-tokenize --vocab word_eos.tsv words.txt -o words.h5
+
 modes=(--fake)
 [ -n "$TORCH_PY" ] && modes+=(real)
 for mode in "${modes[@]}"; do
@@ -393,16 +81,37 @@ for mode in "${modes[@]}"; do
   expect 0 xl-import-torch --vocab word.tsv word.pt -o word.h5
   expect 0 xl-import-torch --vocab word.tsv --cutoffs 8,20 div1.pt -o div1.h5
 
+  if [ "$mode" = real ]; then
+    step "[$mode] an imported model's loss is the PyTorch Transformer-XL's, computed by torch"
+    # xl-eval-longctx (one stream, float32) against mem_transformer.py's forward written out in
+    # torch ops in the test (txl_sd.py loss, float64), over segments whose memory fills and slides.
+    expect 0 xl-import-torch -f --vocab word_eos.tsv word.pt -o word_eos.h5
+    expect 0 xl-import-torch -f --vocab word_eos.tsv --cutoffs 8,20 --pre-lnorm true --same-length true --clamp-len 5 \
+      div1.pt -o div1c.h5
+    while read -r json pt h5 tokens flags; do
+      expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 $h5 $tokens
+      ours=$(json out 'j["loss"]')
+      theirs=$("$PY" txl_sd.py loss $json $pt $tokens valid 16 24 $flags)
+      python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
+        fail "$h5: xl's loss $ours, PyTorch's $theirs"
+      echo "  $h5: xl $ours, PyTorch $theirs"
+    done <<'LIST'
+char.json char.pt char.h5 tokens.h5
+word.json word.pt word_eos.h5 words.h5
+div1.json div1.pt div1c.h5 words.h5 --pre-lnorm --same-length --clamp-len 5
+LIST
+  fi
+
   if [ "$mode" = --fake ]; then
     step "[$mode] import with the flags given"
     expect 0 xl-import-torch -f --vocab byte.tsv --n-layer 2 --d-model 16 --n-head 2 --d-head 8 --d-inner 24 \
-      --n-token 256 --tie-weight --div-val 1 char.pt -o char2.h5
+      --n-token 256 --tie-weight true --div-val 1 char.pt -o char2.h5
     expect 0 xl-import-torch -f --vocab word.tsv --n-layer 3 --d-model 16 --n-head 4 --d-head 3 --d-inner 20 \
-      --d-embed 12 --cutoffs 10,30 --div-val 2 --tie-weight --tie-projs F,T,T word.pt -o word2.h5
-    printf 'n-layer = 3\nd-model = 16\ncutoffs = 10,30\ntie-projs = 0,1,1\n' >word.ini
+      --d-embed 12 --cutoffs 10,30 --div-val 2 --tie-weight true --tie-projs false,true,true word.pt -o word2.h5
+    printf 'n-layer = 3\nd-model = 16\ncutoffs = 10,30\ntie-projs = 0,1,1\npre-lnorm = false\n' >word.ini
     expect 0 xl-import-torch -f -c word.ini --vocab word.tsv word.pt -o word2.h5
-    expect 0 xl-import-torch -f --vocab word.tsv --cutoffs 8,20 --untie-r --not-tied --pre-lnorm \
-      --same-length --clamp-len 40 div1.pt -o div1b.h5
+    expect 0 xl-import-torch -f --vocab word.tsv --cutoffs 8,20 --untie-r true --tie-weight false --pre-lnorm true \
+      --same-length true --clamp-len 40 div1.pt -o div1b.h5
     expect 0 xl-inspect --json div1b.h5
     for kv in '\"same_length\":true' '\"pre_lnorm\":true' '\"clamp_len\":40' '\"tie_weight\":false' '\"untie_r\":true'; do
       grep -qF "$kv" out || fail "the imported config lacks $kv: $(head -c 600 out)"
@@ -419,10 +128,10 @@ for mode in "${modes[@]}"; do
     stderr_is_one_line "--cutoffs"
     expect 65 xl-import-torch -f --vocab word.tsv --tie-projs 1,1,1 word.pt -o bad.h5
     stderr_is_one_line "--tie-projs" "crit.out_projs.0"
-    expect 65 xl-import-torch -f --vocab word.tsv --untie-r word.pt -o bad.h5
+    expect 65 xl-import-torch -f --vocab word.tsv --untie-r true word.pt -o bad.h5
     stderr_is_one_line "--untie-r"
-    expect 64 xl-import-torch -f --vocab word.tsv --tie-weight --not-tied word.pt -o bad.h5
-    stderr_is_one_line "--not-tied"
+    expect 64 xl-import-torch -f --vocab word.tsv --tie-weight perhaps word.pt -o bad.h5
+    stderr_is_one_line "--tie-weight" "perhaps"
     expect 64 xl-import-torch -f --vocab word.tsv div1.pt -o bad.h5
     stderr_is_one_line "--cutoffs"
     expect 65 xl-import-torch -f --vocab byte.tsv word.pt -o bad.h5
@@ -444,7 +153,7 @@ for mode in "${modes[@]}"; do
     stderr_is_one_line "layers.2.dec_attn.r_net.weight" "shape"
   fi
   "$PY" txl_sd.py make word.json untied.pt --untie crit.out_layers.1.weight "${FAKE[@]}"
-  expect 65 xl-import-torch --vocab word.tsv --tie-weight untied.pt -o bad.h5
+  expect 65 xl-import-torch --vocab word.tsv --tie-weight true untied.pt -o bad.h5
   stderr_is_one_line "--tie-weight" "crit.out_layers.1.weight"
   [ ! -e bad.h5 ] || fail "a failed import left bad.h5"
   no_temp_files .
@@ -452,7 +161,7 @@ for mode in "${modes[@]}"; do
   step "[$mode] export: the same tensors under the same names, and the flags to import them again"
   for m in char word div1; do
     untie=()
-    [ $m = div1 ] && untie=(--untie-r)
+    [ $m = div1 ] && untie=(--untie-r true)
     expect 0 xl-import-torch --export "${untie[@]}" $m.h5 -o back-$m.pt
     grep -q '^--n-token' out || fail "--export printed no flags: $(cat out)"
     grep -q '^MemTransformerLM(' out || fail "--export printed no constructor call: $(cat out)"

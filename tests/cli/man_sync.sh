@@ -30,6 +30,12 @@ for f in "$MAN/man5/xl-vocab.5" "$MAN/man5/xl-tokens.5"; do
   [ -f "$f" ] || fail "missing $f"
 done
 
+step "every page is stamped with this release (the version in CMakeLists.txt)"
+for page in "$MAN"/man1/*.1 "$MAN"/man5/*.5; do
+  [ -f "$page" ] || continue
+  grep -q "^\.TH .*\"xl-toolkit $XL_VERSION\"" "$page" || fail "$page is not stamped xl-toolkit $XL_VERSION: $(grep '^\.TH' "$page")"
+done
+
 if command -v groff >/dev/null; then
   step "every page formats without warnings"
   for page in "$MAN"/man1/*.1 "$MAN"/man5/*.5; do

@@ -45,16 +45,62 @@ grep -q '"event":"done"' p1.jsonl || fail "no done event"
 no_temp_files .
 
 step "phase 1 -> phase 2 through files"
-expect 0 xl-train-phase2 --init p1.h5 --max-steps 140 tokens.h5 -o p2.h5 --metrics p2.jsonl
+expect 0 xl-train-phase2 --init p1.h5 --max-steps 20 tokens.h5 -o p2.h5 --metrics p2.jsonl
 [ "$(xl-inspect --json p2.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 140 ] || fail "phase 2 did not continue the step counter"
 grep -q '"skip_rate"' p2.jsonl && fail "phase 2 reports skipping"
 
 step "phase 1 -> phase 2 through pipes"
 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -q | $T --max-steps 20 -o pipe1.h5 -q
 STATUS=0
-xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -q | xl-train-phase2 --init pipe1.h5 --max-steps 30 -o - -q > pipe2.h5 || STATUS=$?
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -q | xl-train-phase2 --init pipe1.h5 --max-steps 10 -o - -q > pipe2.h5 || STATUS=$?
 [ "$STATUS" -eq 0 ] || fail "phase 2 in a pipe exited $STATUS"
 [ "$(xl-inspect --json pipe2.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 30 ] || fail "piped phase 2 checkpoint is wrong"
+
+step "phase 2 is phase 1 continued: with its schedule, cursor, memories and generators, 20 + 15 steps == 35"
+B="xl-train-phase1 -c small.ini --threads 1 --skip-schedule none --sch-beta 0"
+expect 0 $B --max-steps 20 tokens.h5 -o cont1.h5
+expect 0 xl-train-phase2 -c small.ini --threads 1 --init cont1.h5 --schedule-from run --max-steps 15 tokens.h5 -o cont2.h5
+grep -q "final memories" err || fail "phase 2 did not say that it continues phase 1's memories: $(cat err)"
+expect 0 $B --max-steps 35 tokens.h5 -o cont.h5
+for g in /model /optimizer /memory; do
+  h5diff -q cont.h5 cont2.h5 "$g" "$g" >/dev/null || fail "phase 1 + phase 2 differs from one run in $g"
+done
+expect 0 xl-train-phase2 --threads 1 --init cont1.h5 --batch-size 2 --max-steps 2 tokens.h5 -o other.h5
+grep -q "other streams" err || fail "phase 2 with another batch size did not say it starts afresh: $(cat err)"
+
+step "phase budgets and schedules: the traps are refused with the flag to pass"
+expect 64 xl-train-phase2 --init p1.h5 --budget-from run --max-steps 100 tokens.h5 -o bad.h5
+stderr_is_one_line "--max-steps 100" "--budget-from phase"
+expect 0 $T --max-steps 30 --schedule-steps 30 tokens.h5 -o annealed.h5
+expect 64 xl-train-phase2 --init annealed.h5 --max-steps 5 tokens.h5 -o bad.h5
+stderr_is_one_line "eta-min" "--lr"
+expect 64 xl-train-phase2 --init annealed.h5 --schedule-from run --max-steps 5 tokens.h5 -o bad.h5
+stderr_is_one_line "eta-min" "--schedule-from phase"
+expect 0 xl-train-phase2 --init annealed.h5 --lr 0.001 --max-steps 5 --metrics annealed2.jsonl tokens.h5 -o ok.h5
+python3 - annealed2.jsonl <<'PY' || fail "phase 2's own schedule did not start at --lr and anneal over its 5 steps"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+start = [e for e in ev if e["event"] == "start"][0]
+assert start["schedule"]["lr"] == 0.001 and start["schedule"]["steps"] == 5 and start["phase_start_step"] == 30, start["schedule"]
+done = [e for e in ev if e["event"] == "done"][0]
+assert done["phase_steps"] == 5 and done["step"] == 35, done
+PY
+
+step "one config file for both phases"
+expect 0 xl-train-phase2 -c small.ini --init p1.h5 --max-steps 3 tokens.h5 -o shared.h5
+expect 78 xl-train-phase2 -c small.ini --n-layer 4 --init p1.h5 --max-steps 3 tokens.h5 -o bad.h5
+stderr_is_one_line "n-layer = 4" "n-layer = 3"
+
+step "paired randomness: two betas skip the same layers at the same steps"
+for beta in 0 0.5; do
+  expect 0 $T --skip-schedule uniform --skip-p 0.5 --sch-beta $beta --max-steps 24 --log-interval 1 tokens.h5 \
+    -o beta$beta.h5 --metrics beta$beta.jsonl
+done
+expect 0 $T --skip-schedule uniform --skip-p 0.5 --seed 9 --max-steps 24 --log-interval 1 tokens.h5 -o seed9.h5 --metrics seed9.jsonl
+skips() { grep '"event":"train"' "$1" | python3 -c 'import json,sys; print([json.loads(l)["skip_rate"] for l in sys.stdin])'; }
+[ "$(skips beta0.jsonl)" = "$(skips beta0.5.jsonl)" ] || fail "beta changed the skip pattern"
+[ "$(skips beta0.jsonl)" != "$(skips seed9.jsonl)" ] || fail "another seed gave the same skip pattern"
+h5diff -q beta0.h5 beta0.5.h5 /model /model >/dev/null && fail "beta 0.5 trained the same model as beta 0"
 
 step "stopped and resumed == uninterrupted, bit for bit"
 expect 0 $T --max-steps 40 --eval-interval 15 tokens.h5 -o whole.h5

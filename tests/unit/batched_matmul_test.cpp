@@ -3,7 +3,7 @@
 // several threads, and its gradients against autograd of torch::bmm.
 #include <gtest/gtest.h>
 
-#include "xl/model/batched_matmul.h"
+#include "xl/model/kernels/batched_matmul.h"
 
 using xl::model::batched_matmul;
 using torch::Tensor;

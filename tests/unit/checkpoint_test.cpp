@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/inspect.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/text/vocab.h"
@@ -15,8 +15,8 @@
 
 namespace fs = std::filesystem;
 using namespace xl;
-using xl::h5::Checkpoint;
-using xl::h5::TensorList;
+using xl::checkpoint::Checkpoint;
+using xl::checkpoint::TensorList;
 
 namespace {
 
@@ -46,7 +46,8 @@ Checkpoint minimal() {
   c.model_config = {{"n_layer", 2}, {"d_model", 8},  {"n_head", 2},
                     {"d_head", 4},  {"d_inner", 16}, {"vocab_size", 12}};
   c.train_config = nullptr;
-  c.state = {{"step", 1000}, {"tokens_seen", 123456789012LL}};
+  c.state.step = 1000;
+  c.state.tokens_seen = 123456789012LL;
   c.vocab = small_vocab();
   c.model = {{"emb.weight", torch::arange(12 * 8, torch::kFloat).reshape({12, 8})},
              {"layers.0.attn.qkv.weight", torch::ones({24, 8})},
@@ -136,18 +137,18 @@ TEST_F(CheckpointTest, EveryDtypeAndShapeRoundTripsBitExact) {
   c.optimizer = {{"b.exp_avg", torch::randn({5})}, {"a.exp_avg", torch::randn({5})}};
   c.rng = {{"cpu", torch::randint(0, 256, {5056}, torch::kByte)}};
   c.memory = {{"mems.0", torch::randn({4, 2, 8})}, {"ages", torch::arange(4, torch::kLong)}};
-  h5::save_checkpoint(path("all.h5"), c, false);
-  Checkpoint r = h5::load_checkpoint(path("all.h5"));
+  checkpoint::save(path("all.h5"), c, false);
+  Checkpoint r = checkpoint::load(path("all.h5"));
   expect_list_equal(c.model, r.model);
   expect_list_equal(c.optimizer, r.optimizer);
   expect_list_equal(c.rng, r.rng);
   expect_list_equal(c.memory, r.memory);
   expect_list_equal(c.analysis, r.analysis);
   EXPECT_EQ(r.model[0].first, "z.float32");
-  EXPECT_EQ(h5::find_tensor(r.model, "scalar.f32").dim(), 0);
-  EXPECT_EQ(h5::find_tensor(r.model, "empty.3d").sizes(), torch::IntArrayRef({3, 0, 2}));
-  EXPECT_TRUE(h5::find_tensor(r.model, "transposed").is_contiguous());
-  EXPECT_FALSE(h5::find_tensor(r.model, "absent").defined());
+  EXPECT_EQ(checkpoint::find_tensor(r.model, "scalar.f32").dim(), 0);
+  EXPECT_EQ(checkpoint::find_tensor(r.model, "empty.3d").sizes(), torch::IntArrayRef({3, 0, 2}));
+  EXPECT_TRUE(checkpoint::find_tensor(r.model, "transposed").is_contiguous());
+  EXPECT_FALSE(checkpoint::find_tensor(r.model, "absent").defined());
 }
 
 TEST_F(CheckpointTest, ConfigsStateAndVocabRoundTrip) {
@@ -156,15 +157,19 @@ TEST_F(CheckpointTest, ConfigsStateAndVocabRoundTrip) {
   c.model_config["note"] = "caf\xc3\xa9 \"quoted\"\n";
   c.model_config["pruned_heads"] = {{0, 1}, {1, 0}};
   c.train_config = {{"lr", 2.5e-4}, {"schedule", {{"type", "cosine"}, {"warmup", 100}}}};
-  c.state["cursor"] = {{"train", {1, 2, 3}}};
-  c.state["best"] = {{"metric", "valid_bpc"}, {"value", 1.0625}};
+  c.state.epoch = 2;
+  c.state.offset = 77;
+  c.state.best_loss = 1.0625;
+  c.state.best_step = 900;
+  c.state.history = {{500, 1.5}, {900, 1.0625}};
+  c.state.phases = {{"phase1", 0, 0, 12.5, {{"kind", "cosine"}, {"steps", 4000}}}, {"phase2", 800, 9000, 3.25, nullptr}};
   c.vocab = small_vocab("abc\tdef\n\xc3\xa9\xc3\xa9");
-  h5::save_checkpoint(path("c.h5"), c, false);
-  Checkpoint r = h5::load_checkpoint(path("c.h5"), c.vocab.sha256());
+  checkpoint::save(path("c.h5"), c, false);
+  Checkpoint r = checkpoint::load(path("c.h5"), c.vocab.sha256());
   EXPECT_EQ(r.phase, "pruned");
   EXPECT_EQ(r.model_config, c.model_config);
   EXPECT_EQ(r.train_config, c.train_config);
-  EXPECT_EQ(r.state, c.state);
+  EXPECT_EQ(r.state.to_json(), c.state.to_json());
   EXPECT_EQ(r.vocab.sha256(), c.vocab.sha256());
   EXPECT_EQ(r.vocab.pieces(), c.vocab.pieces());
   EXPECT_EQ(r.vocab.counts(), c.vocab.counts());
@@ -173,8 +178,8 @@ TEST_F(CheckpointTest, ConfigsStateAndVocabRoundTrip) {
   Checkpoint bare;
   bare.phase = "imported";
   bare.model_config = {{"n_layer", 1}};
-  h5::save_checkpoint(path("bare.h5"), bare, false);
-  Checkpoint rb = h5::load_checkpoint(path("bare.h5"));
+  checkpoint::save(path("bare.h5"), bare, false);
+  Checkpoint rb = checkpoint::load(path("bare.h5"));
   EXPECT_TRUE(rb.train_config.is_null());
   EXPECT_TRUE(rb.model.empty());
   EXPECT_EQ(rb.vocab.size(), 0u);
@@ -189,15 +194,15 @@ TEST_F(CheckpointTest, ModuleParametersLoadIntoAFreshModule) {
   Checkpoint c = minimal();
   c.model.clear();
   for (const auto& p : a->named_parameters()) c.model.emplace_back(p.key(), p.value());
-  h5::save_checkpoint(path("m.h5"), c, false);
+  checkpoint::save(path("m.h5"), c, false);
 
   auto b = make();  // different random init
-  Checkpoint r = h5::load_checkpoint(path("m.h5"));
+  Checkpoint r = checkpoint::load(path("m.h5"));
   ASSERT_EQ(r.model.size(), a->named_parameters().size());
   {
     torch::NoGradGuard no_grad;
     for (auto& p : b->named_parameters()) {
-      torch::Tensor t = h5::find_tensor(r.model, p.key());
+      torch::Tensor t = checkpoint::find_tensor(r.model, p.key());
       ASSERT_TRUE(t.defined()) << p.key();
       p.value().copy_(t);
     }
@@ -209,15 +214,15 @@ TEST_F(CheckpointTest, ModuleParametersLoadIntoAFreshModule) {
 TEST_F(CheckpointTest, WritesAtomicallyAndRefusesToOverwrite) {
   Checkpoint c = minimal();
   const std::string p = path("ckpt.h5");
-  h5::save_checkpoint(p, c, false);
-  expect_error([&] { h5::save_checkpoint(p, c, false); }, kExitCantCreat, {p, "already exists"});
-  c.state["step"] = 2000;
-  h5::save_checkpoint(p, c, /*force=*/true);
-  EXPECT_EQ(h5::load_checkpoint(p).state["step"], 2000);
+  checkpoint::save(p, c, false);
+  expect_error([&] { checkpoint::save(p, c, false); }, kExitCantCreat, {p, "already exists"});
+  c.state.step = 2000;
+  checkpoint::save(p, c, /*force=*/true);
+  EXPECT_EQ(checkpoint::load(p).state.step, 2000);
   // A bad tensor list fails before anything is created.
   Checkpoint bad = minimal();
   bad.model.emplace_back("emb.weight", torch::ones({1}));
-  expect_error([&] { h5::save_checkpoint(path("bad.h5"), bad, false); }, kExitSoftware,
+  expect_error([&] { checkpoint::save(path("bad.h5"), bad, false); }, kExitSoftware,
                {"duplicate tensor /model/emb.weight"});
   EXPECT_FALSE(fs::exists(path("bad.h5")));
   for (const auto& e : fs::directory_iterator(dir_))
@@ -234,7 +239,7 @@ TEST_F(CheckpointTest, StdoutGetsTheFileImage) {
   ::dup2(fd, 1);
   ::close(fd);
   try {
-    h5::save_checkpoint("-", c, false);
+    checkpoint::save("-", c, false);
   } catch (...) {
     ::dup2(saved, 1);
     ::close(saved);
@@ -243,34 +248,34 @@ TEST_F(CheckpointTest, StdoutGetsTheFileImage) {
   std::fflush(stdout);
   ::dup2(saved, 1);
   ::close(saved);
-  Checkpoint r = h5::load_checkpoint(p);
+  Checkpoint r = checkpoint::load(p);
   expect_list_equal(c.model, r.model);
-  EXPECT_EQ(r.state, c.state);
+  EXPECT_EQ(r.state.to_json(), c.state.to_json());
 }
 
 TEST_F(CheckpointTest, RefusesBadInputsWithOneLineNamingTheFile) {
   Checkpoint c = minimal();
   const std::string good = path("good.h5");
-  h5::save_checkpoint(good, c, false);
+  checkpoint::save(good, c, false);
 
   // Truncated to half its size.
   const std::string trunc = path("trunc.h5");
   fs::copy_file(good, trunc);
   fs::resize_file(trunc, fs::file_size(good) / 2);
-  expect_error([&] { h5::load_checkpoint(trunc); }, kExitDataErr, {trunc, "truncated or corrupt"});
+  expect_error([&] { checkpoint::load(trunc); }, kExitDataErr, {trunc, "truncated or corrupt"});
 
   // The writer never got to `complete`.
   const std::string incomplete = path("incomplete.h5");
   fs::copy_file(good, incomplete);
   edit_root(incomplete, [](hid_t f) { ASSERT_GE(H5Adelete(f, "complete"), 0); });
-  expect_error([&] { h5::load_checkpoint(incomplete); }, kExitDataErr,
+  expect_error([&] { checkpoint::load(incomplete); }, kExitDataErr,
                {incomplete, "incomplete checkpoint (its writer was interrupted)"});
 
   // Written by a newer program.
   const std::string newer = path("newer.h5");
   fs::copy_file(good, newer);
   edit_root(newer, [](hid_t f) { h5::write_attr(f, "xl_format_version", int64_t{2}); });
-  expect_error([&] { h5::load_checkpoint(newer); }, kExitDataErr,
+  expect_error([&] { checkpoint::load(newer); }, kExitDataErr,
                {newer, "format version 2 is newer than this program reads (1)"});
 
   // A tokens file.
@@ -279,28 +284,28 @@ TEST_F(CheckpointTest, RefusesBadInputsWithOneLineNamingTheFile) {
     h5::File f = h5::File::create(tokens, tokens);
     h5::write_tokens(f, c.vocab, {{"train", {1, 2, 3}, {}}}, {});
   }
-  expect_error([&] { h5::load_checkpoint(tokens); }, kExitDataErr,
+  expect_error([&] { checkpoint::load(tokens); }, kExitDataErr,
                {tokens, "is an 'xl-tokens' file, not an xl checkpoint"});
 
   // Tokens made with another vocab.
   const std::string other = small_vocab("something else entirely").sha256();
-  expect_error([&] { h5::load_checkpoint(good, other); }, kExitDataErr,
+  expect_error([&] { checkpoint::load(good, other); }, kExitDataErr,
                {good, "vocab mismatch: the checkpoint was trained on vocab " + c.vocab.sha256().substr(0, 12) +
                           " but the tokens use " + other.substr(0, 12)});
-  EXPECT_NO_THROW(h5::load_checkpoint(good, c.vocab.sha256()));
+  EXPECT_NO_THROW(checkpoint::load(good, c.vocab.sha256()));
 
   // Not HDF5 at all.
   const std::string txt = path("notes.txt");
   std::ofstream(txt) << "this is text\n";
-  expect_error([&] { h5::load_checkpoint(txt); }, kExitDataErr, {txt, "not an HDF5 file"});
+  expect_error([&] { checkpoint::load(txt); }, kExitDataErr, {txt, "not an HDF5 file"});
 
-  expect_error([&] { h5::load_checkpoint(path("absent.h5")); }, kExitNoInput, {path("absent.h5")});
+  expect_error([&] { checkpoint::load(path("absent.h5")); }, kExitNoInput, {path("absent.h5")});
 }
 
 TEST_F(CheckpointTest, InspectSummarizesACheckpoint) {
   Checkpoint c = minimal();
   const std::string p = path("i.h5");
-  h5::save_checkpoint(p, c, false);
+  checkpoint::save(p, c, false);
   auto j = h5::describe(h5::File::open(p, "an xl HDF5 file"));
   ASSERT_TRUE(j.contains("checkpoint")) << j.dump();
   const auto& k = j["checkpoint"];

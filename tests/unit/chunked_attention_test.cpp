@@ -5,8 +5,8 @@
 // keeping probabilities.
 #include <gtest/gtest.h>
 
-#include "xl/model/batched_matmul.h"
-#include "xl/model/chunked_attention.h"
+#include "xl/model/kernels/batched_matmul.h"
+#include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/rel_attention.h"
 
 using namespace xl::model;

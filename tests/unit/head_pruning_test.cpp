@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
@@ -199,18 +199,18 @@ TEST(HeadPruning, PrunedCheckpointRoundTripGivesIdenticalOutputs) {
     auto model = make_model(cfg, torch::kFloat32);
     Tensor keep = keep_patterns(cfg)[3];  // includes a layer with no heads
     auto pruned = remove_heads(model, keep);
-    xl::h5::Checkpoint ckpt;
+    xl::checkpoint::Checkpoint ckpt;
     ckpt.phase = "pruned";
     ckpt.model_config = pruned->config.to_json();
     ckpt.train_config = nullptr;
-    ckpt.state = {{"step", 0}};
+    ckpt.state = {};
     std::vector<std::string> pieces;
     for (int64_t i = 0; i < cfg.n_token; ++i) pieces.push_back("w" + std::to_string(i));
     ckpt.vocab = xl::text::Vocab(xl::text::VocabType::kWord, pieces, std::vector<int64_t>(pieces.size(), 1), 0);
     ckpt.model = model_tensors(pruned);
     const std::string path = (dir / (name + ".h5")).string();
-    xl::h5::save_checkpoint(path, ckpt, false);
-    auto loaded = xl::h5::load_checkpoint(path);
+    xl::checkpoint::save(path, ckpt, false);
+    auto loaded = xl::checkpoint::load(path);
     auto back = model_from_checkpoint(loaded, path);
     EXPECT_EQ(back->config.heads_per_layer, pruned->config.heads_per_layer);
     auto want = run(pruned, Tensor()), got = run(back, Tensor());

@@ -7,6 +7,7 @@
 #include "xl/analysis/iterative_pruning.h"
 #include "xl/model/head_pruning.h"
 #include "xl/util/error.h"
+#include "xl/util/stats.h"
 
 using namespace xl;
 
@@ -54,7 +55,7 @@ TEST(HeadStudy, AblateOneGivesOneRowPerHeadAndTheSampleStddev) {
   EXPECT_NEAR(a.heads[5].loss, eval::evaluate(m, ids, one).loss(), 1e-9);
   EXPECT_EQ(a.heads[5].layer, 1);
   EXPECT_EQ(a.heads[5].head, 2);
-  auto rows = analysis::ablation_rows({"m.h5", a}, true);
+  auto rows = analysis::ablation_rows({"m.h5", a}, xl::eval::Metric(xl::text::VocabType::kByte));
   int heads = 0, layers = 0;
   for (const auto& r : rows) {
     heads += r["event"] == "head";
@@ -66,7 +67,7 @@ TEST(HeadStudy, AblateOneGivesOneRowPerHeadAndTheSampleStddev) {
   auto b = analysis::ablate_each_head([&] { return tiny_model(1); }, ids, s, 2);
   for (size_t i = 0; i < a.heads.size(); ++i) EXPECT_NEAR(b.heads[i].loss, a.heads[i].loss, 1e-5);
   // The paper's Table 3, layer 1 upper row: seven -0.01 and one 0.77 give 0.28.
-  EXPECT_NEAR(analysis::sample_stddev({-0.01, -0.01, -0.01, 0.77, -0.01, -0.01, -0.01, -0.01}), 0.2758, 1e-3);
+  EXPECT_NEAR(xl::stats::sample_stddev({-0.01, -0.01, -0.01, 0.77, -0.01, -0.01, -0.01, -0.01}), 0.2758, 1e-3);
 }
 
 TEST(HeadStudy, AHeadWhoseOutputColumnsAreZeroHasImportanceZero) {

@@ -1,10 +1,13 @@
 // The whole model: memory semantics, Skip-Retain and SCH invariants, adaptive softmax, gradients.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "xl/model/cross_head.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/util/error.h"
+#include "reference_txl.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -122,22 +125,38 @@ TEST(Model, LongerMemoryThanSegmentSeesEarlierSegments) {
   EXPECT_LT((torch::cat(pieces, 1) - full).abs().max().item<double>(), 1e-10);
 }
 
-TEST(Model, NoSkipAndZeroBetaAreExactlyThePlainModel) {
-  ModelConfig c = tiny_config();
-  auto m = make_model(c, torch::kFloat32);
-  m->train();  // the training path, without dropout (dropout 0)
-  xl::Rng rng(3);
-  Memory plain = m->new_memory(), drawn = m->new_memory();
-  auto probs = skip_probabilities(SkipSchedule::kUniform, c.n_layer, 0.0);
-  for (int step = 0; step < 4; ++step) {
-    auto input = tokens(2, 5, c.n_token, step), target = tokens(2, 5, c.n_token, step + 10);
-    ForwardOptions base;
-    base.mem_len = 5;
-    ForwardOptions opts = base;
-    opts.skip = draw_skips(rng, probs);
-    opts.perms = draw_cross_head(rng, 0.0, m->heads_per_layer());
-    for (const auto& p : opts.perms) EXPECT_TRUE(p.empty());
-    EXPECT_TRUE(torch::equal(m->forward(input, target, plain, base), m->forward(input, target, drawn, opts)));
+TEST(Model, NoSkipAndZeroBetaAreExactlyAPlainTransformerXL) {
+  // Phase 1's training path with p_skip 0 and beta 0 (the draws made, nothing skipped or permuted)
+  // against a plain Transformer-XL written in the test without any of that machinery, over
+  // segments whose memory fills, overflows and (same_length) limits what a query sees.
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelConfig c = tiny_config();
+    c.pre_lnorm = variant == 1;
+    c.untie_r = variant == 2;
+    c.same_length = variant == 2;
+    c.clamp_len = variant == 1 ? 4 : 0;
+    auto m = make_model(c);
+    {
+      torch::NoGradGuard g;  // biases and norms away from their init, so every term matters
+      for (auto& [name, t] : m->named_tensors())
+        if (name != "pos_emb.inv_freq") t.add_(torch::randn(t.sizes(), t.options()) * 0.3);
+    }
+    m->train();  // the training path (dropout is 0)
+    xl::test::ReferenceTxl ref(c, m->named_tensors());
+    xl::Rng rng(3);
+    Memory mem = m->new_memory();
+    const auto probs = skip_probabilities(SkipSchedule::kUniform, c.n_layer, 0.0);
+    for (int step = 0; step < 4; ++step) {
+      const int64_t t = step == 2 ? 3 : 5;
+      auto input = tokens(2, t, c.n_token, step), target = tokens(2, t, c.n_token, step + 10);
+      ForwardOptions opts;
+      opts.mem_len = 7;
+      opts.skip = draw_skips(rng, probs);
+      opts.perms = draw_cross_head(rng, 0.0, m->heads_per_layer());
+      Tensor ours = m->forward(input, target, mem, opts);
+      Tensor theirs = ref.nll(input, target, opts.mem_len);
+      EXPECT_LT((ours - theirs).abs().max().item<double>(), 1e-10) << "variant " << variant << " step " << step;
+    }
   }
 }
 
@@ -229,6 +248,65 @@ TEST(Model, AdaptiveSoftmaxIsANormalizedDistributionMatchingTheLoss) {
   // Tied projections are the embedding's own tensors.
   EXPECT_EQ(m->crit->projections[1].data_ptr(), m->word_emb->projections[1].data_ptr());
   EXPECT_NE(m->crit->projections[0].data_ptr(), m->word_emb->projections[0].data_ptr());
+}
+
+TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
+  // Transformer-XL's projected adaptive softmax written out token by token from the parameters: the
+  // head scores the shortlist and one column per tail cluster (cluster i is the i-th column from
+  // the end); a tail token's log-probability is its cluster column's plus its place in the tail.
+  ModelConfig c = tiny_config();
+  c.n_token = 40;
+  c.cutoffs = {10, 25};
+  c.div_val = 2;
+  c.d_model = 8;
+  c.tie_projs = {false, true, true};
+  auto m = make_model(c);
+  {
+    torch::NoGradGuard g;
+    for (auto& [name, t] : m->named_tensors())
+      if (name != "pos_emb.inv_freq") t.add_(torch::randn(t.sizes(), t.options()) * 0.5);
+  }
+  std::map<std::string, Tensor> p;
+  for (auto& [name, t] : m->named_tensors()) p[name] = t;
+  const std::vector<int64_t> ends = {0, 10, 25, 40};
+  auto proj = [&](int i) { return c.tie_projs[i] ? p["word_emb.emb_projs." + std::to_string(i)] : p["crit.out_projs." + std::to_string(i)]; };
+  auto weight = [&](int i) { return p["word_emb.emb_layers." + std::to_string(i) + ".weight"]; };  // tie_weight
+  auto bias = [&](int i) { return p["crit.out_layers." + std::to_string(i) + ".bias"]; };
+  Tensor h = torch::randn({5, c.d_model}, torch::kFloat64);
+  Tensor lp = m->log_probs(h);
+  Tensor target = torch::tensor({3, 12, 24, 25, 39}, torch::kLong);
+  Tensor nll = m->crit(h, target);
+  auto log_softmax = [](const std::vector<double>& z) {
+    double mx = *std::max_element(z.begin(), z.end()), s = 0;
+    for (double v : z) s += std::exp(v - mx);
+    std::vector<double> out;
+    for (double v : z) out.push_back(v - mx - std::log(s));
+    return out;
+  };
+  for (int64_t n = 0; n < 5; ++n) {
+    // Scores of cluster i: W_i (h P_i) + b_i, and for the head the cluster rows after the shortlist.
+    auto scores = [&](int i) {
+      Tensor x = torch::matmul(h[n], proj(i));
+      std::vector<double> z;
+      for (int64_t r = 0; r < weight(i).size(0); ++r) z.push_back((weight(i)[r] * x).sum().item<double>() + bias(i)[r].item<double>());
+      if (i == 0)
+        for (int64_t k = 0; k < 2; ++k)
+          z.push_back((p["crit.cluster_weight"][k] * x).sum().item<double>() + p["crit.cluster_bias"][k].item<double>());
+      return log_softmax(z);
+    };
+    const auto head = scores(0);
+    for (int64_t y = 0; y < c.n_token; ++y) {
+      double want = 0;
+      if (y < ends[1]) {
+        want = head[y];
+      } else {
+        const int i = y < ends[2] ? 1 : 2;
+        want = head[head.size() - i] + scores(i)[y - ends[i]];
+      }
+      EXPECT_NEAR(lp[n][y].item<double>(), want, 1e-10) << "token " << y;
+      if (y == target[n].item<int64_t>()) EXPECT_NEAR(nll[n].item<double>(), -want, 1e-10);
+    }
+  }
 }
 
 TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {

@@ -6,21 +6,12 @@
 #include <mutex>
 #include <thread>
 
-#include "xl/model/parallel.h"
+#include "xl/model/kernels/parallel.h"
 #include "xl/util/error.h"
 
 namespace xl::analysis {
 
-double metric_of(double loss, bool char_level) { return char_level ? loss / std::log(2.0) : std::exp(loss); }
 
-double sample_stddev(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  double mean = 0, ss = 0;
-  for (double x : v) mean += x;
-  mean /= static_cast<double>(v.size());
-  for (double x : v) ss += (x - mean) * (x - mean);
-  return std::sqrt(ss / static_cast<double>(v.size() - 1));
-}
 
 HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<int32_t>& ids,
                               const eval::EvalSettings& settings, int jobs, const AblationProgress& progress) {

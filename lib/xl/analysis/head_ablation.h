@@ -32,9 +32,5 @@ using AblationProgress = std::function<void(int64_t done, int64_t total)>;
 HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<int32_t>& ids,
                               const eval::EvalSettings& settings, int jobs, const AblationProgress& progress = nullptr);
 
-// The value reported for a loss: bits per character for char/byte vocabs, perplexity for words.
-double metric_of(double loss, bool char_level);
-// Sample standard deviation (n - 1), the convention that reproduces the paper's Table 3.
-double sample_stddev(const std::vector<double>& values);
 
 }  // namespace xl::analysis

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <set>
 #include <iostream>
-#include <thread>
 
 #include "xl/util/error.h"
 #include "xl/util/log.h"
@@ -34,27 +33,11 @@ po::options_description_easy_init Options::add(const std::string& group) {
 
 void Options::positional(const std::string& name, int max_count) { positional_.add(name.c_str(), max_count); }
 
-void Options::add_output(bool binary, const std::string& what) {
-  binary_output_ = binary;
+void Options::add_output(const std::string& what) {
   add("Output")
       ("output,o", po::value<std::string>()->default_value("-"), ("write " + what + " to FILE (- is stdout)").c_str())
       ("force,f", po::bool_switch(), "overwrite an existing output file");
 }
-
-void Options::add_compute() {
-  add("Compute")
-      ("threads", po::value<int>()->default_value(0), "CPU threads (0: one per core)")
-      ("seed", po::value<uint64_t>()->default_value(1), "seed of every random generator")
-      ("device", po::value<std::string>()->default_value("auto"), "auto, cpu, cuda or cuda:N");
-}
-
-int Options::threads() const {
-  int n = has("threads") ? get<int>("threads") : 0;
-  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return n;
-}
-uint64_t Options::seed() const { return has("seed") ? get<uint64_t>("seed") : 1; }
-std::string Options::device() const { return has("device") ? get<std::string>("device") : "cpu"; }
 
 namespace {
 
@@ -79,6 +62,8 @@ bool Options::parse(int argc, char** argv) {
   } catch (const po::error& e) {
     XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
   }
+  for (const auto& [key, value] : vm_)
+    if (!value.defaulted()) command_line_.insert(key);
   // Help and version are answered before anything else is checked.
   if (vm_.count("help")) {
     std::cout << help_text();
@@ -88,24 +73,8 @@ bool Options::parse(int argc, char** argv) {
     std::cout << version_text();
     return false;
   }
-  if (vm_.count("config")) {
-    auto files = vm_["config"].as<std::vector<std::string>>();
-    // po::store keeps the first value it sees, so later files are stored first.
-    for (auto it = files.rbegin(); it != files.rend(); ++it) {
-      std::ifstream in(*it);
-      XL_CHECK(in, kExitNoInput, *it << ": cannot open config file");
-      try {
-        po::store(po::parse_config_file(in, all, false), vm_);
-      } catch (const po::error& e) {
-        XL_FAIL(kExitConfig, *it << ": " << e.what());
-      }
-    }
-  }
-  try {
-    po::notify(vm_);
-  } catch (const po::error& e) {
-    XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
-  }
+  if (vm_.count("config")) read_config_files(vm_["config"].as<std::vector<std::string>>(), all);
+  finish_parse();
   if (vm_["quiet"].as<bool>()) log::set_level(log::Level::kQuiet);
   if (vm_["verbose"].as<bool>()) log::set_level(log::Level::kDebug);
   if (vm_.count("dump-config")) {
@@ -113,6 +82,48 @@ bool Options::parse(int argc, char** argv) {
     return false;
   }
   return true;
+}
+
+void Options::parse_settings(const std::vector<std::string>& config_files,
+                             const std::vector<std::pair<std::string, std::string>>& key_values) {
+  po::options_description all = all_options(common_, groups_);
+  po::parsed_options given(&all);
+  for (const auto& [key, value] : key_values) {
+    po::option o;
+    o.string_key = key;
+    o.value = {value};
+    o.original_tokens = {"--" + key, value};
+    given.options.push_back(o);
+  }
+  try {
+    po::store(given, vm_);
+  } catch (const po::error& e) {
+    XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
+  }
+  for (const auto& [key, value] : key_values) command_line_.insert(key);
+  read_config_files(config_files, all);
+  finish_parse();
+}
+
+void Options::read_config_files(const std::vector<std::string>& files, const po::options_description& all) {
+  // po::store keeps the first value it sees, so later files are stored first.
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    std::ifstream in(*it);
+    XL_CHECK(in, kExitNoInput, *it << ": cannot open config file");
+    try {
+      po::store(po::parse_config_file(in, all, false), vm_);
+    } catch (const po::error& e) {
+      XL_FAIL(kExitConfig, *it << ": " << e.what());
+    }
+  }
+}
+
+void Options::finish_parse() {
+  try {
+    po::notify(vm_);
+  } catch (const po::error& e) {
+    XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
+  }
 }
 
 std::string Options::help_text() const {
@@ -162,9 +173,8 @@ std::string value_text(const boost::any& v, bool* ok) {
 }
 }  // namespace
 
-std::string Options::config_text() const {
-  std::ostringstream os;
-  os << "# " << info_.name << " effective settings (defaults, config files, command line)\n";
+std::vector<std::pair<std::string, std::string>> Options::settings() const {
+  std::vector<std::pair<std::string, std::string>> out;
   std::set<std::string> positional_names;
   for (unsigned i = 0; i < positional_.max_total_count() && i < 16; ++i)
     positional_names.insert(positional_.name_for_position(i));
@@ -174,14 +184,21 @@ std::string Options::config_text() const {
       if (is_meta(key) || positional_names.count(key) || !vm_.count(key)) continue;
       const auto& v = vm_[key].value();
       if (auto vec = boost::any_cast<std::vector<std::string>>(&v)) {
-        for (const auto& s : *vec) os << key << " = " << s << "\n";
+        for (const auto& s : *vec) out.emplace_back(key, s);
         continue;
       }
       bool ok;
       std::string text = value_text(v, &ok);
-      if (ok) os << key << " = " << text << "\n";
+      if (ok) out.emplace_back(key, text);
     }
   }
+  return out;
+}
+
+std::string Options::config_text() const {
+  std::ostringstream os;
+  os << "# " << info_.name << " effective settings (defaults, config files, command line)\n";
+  for (const auto& [key, value] : settings()) os << key << " = " << value << "\n";
   return os.str();
 }
 
@@ -200,24 +217,6 @@ std::string command_line(int argc, char** argv) {
     s += plain ? a : "'" + a + "'";
   }
   return s;
-}
-
-uint64_t parse_count(const std::string& text, const std::string& what) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    XL_FAIL(kExitUsage, what << ": not a number: '" << text << "'");
-  }
-  std::string suffix = text.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1e3;
-  else if (suffix == "M") mult = 1e6;
-  else if (suffix == "G") mult = 1e9;
-  else XL_CHECK(suffix.empty(), kExitUsage, what << ": bad size suffix in '" << text << "' (use K, M or G)");
-  XL_CHECK(value >= 0, kExitUsage, what << ": must not be negative: '" << text << "'");
-  return static_cast<uint64_t>(value * mult + 0.5);
 }
 
 }  // namespace xl::cli

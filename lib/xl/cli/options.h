@@ -1,11 +1,14 @@
-// The command-line layer every tool shares (DESIGN §8): --help/--version on stdout, INI config
-// files (-c, repeatable, later files win, the command line wins over all), --dump-config, -q/-v,
-// and the common output and compute options. Usage errors exit 64, config errors 78.
+// The command-line layer every tool shares: --help/--version on stdout, INI config files (-c,
+// repeatable, later files win, the command line wins over all), --dump-config, -q/-v and the
+// output options. The option groups of the domain (model, training, evaluation, compute) are
+// defined once in options/. Usage errors exit 64, config errors 78.
 #pragma once
 #include <boost/program_options.hpp>
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xl::cli {
@@ -29,31 +32,34 @@ class Options {
   // Positional arguments map onto option NAME (max_count -1: unlimited).
   void positional(const std::string& name, int max_count);
 
-  // -o/--output (default "-") and -f/--force. `binary` refuses a terminal for "-".
-  void add_output(bool binary, const std::string& what);
-  // --threads, --seed, --device.
-  void add_compute();
+  // -o/--output (default "-") and -f/--force.
+  void add_output(const std::string& what);
 
   // Returns false when --help, --version or --dump-config printed what was asked (exit 0).
   bool parse(int argc, char** argv);
+  // The same settings as `TOOL -c FILE... --KEY=VALUE...` would give, without a command line:
+  // for programs that check settings meant for another tool (xl-ablate's grids). Fails like parse().
+  void parse_settings(const std::vector<std::string>& config_files,
+                      const std::vector<std::pair<std::string, std::string>>& key_values);
 
   bool has(const std::string& name) const { return vm_.count(name) && !vm_[name].empty(); }
   // Given on the command line or in a config file (not just defaulted).
   bool given(const std::string& name) const { return vm_.count(name) && !vm_[name].defaulted(); }
+  // Given on the command line itself.
+  bool on_command_line(const std::string& name) const { return command_line_.count(name) > 0; }
   template <typename T>
   T get(const std::string& name) const { return vm_[name].as<T>(); }
   const po::variables_map& vm() const { return vm_; }
 
   std::string output() const { return get<std::string>("output"); }
   bool force() const { return get<bool>("force"); }
-  bool binary_output() const { return binary_output_; }
-  int threads() const;
-  uint64_t seed() const;
-  std::string device() const;
   const ToolInfo& info() const { return info_; }
   std::string help_text() const;
   std::string version_text() const;
-  // The effective settings as INI (what --dump-config prints).
+  // The effective settings (defaults, config files, command line) as (key, value) in --help
+  // order, without the positional arguments and the meta options (help, config, ...).
+  std::vector<std::pair<std::string, std::string>> settings() const;
+  // The same as INI (what --dump-config prints).
   std::string config_text() const;
 
  private:
@@ -62,7 +68,10 @@ class Options {
   po::options_description common_{"Common options"};
   po::positional_options_description positional_;
   po::variables_map vm_;
-  bool binary_output_ = false;
+  std::set<std::string> command_line_;
+
+  void read_config_files(const std::vector<std::string>& files, const po::options_description& all);
+  void finish_parse();
 };
 
 // A real-valued option whose default --help shows as written: 0.1, not Boost's 0.10000000000000001.
@@ -70,8 +79,5 @@ po::typed_value<double>* real_value(double default_value);
 
 // The command line as one string, for provenance attributes.
 std::string command_line(int argc, char** argv);
-
-// "90M" -> 90000000, "64K" -> 64000, "5" -> 5; throws 64 naming `what` on junk.
-uint64_t parse_count(const std::string& text, const std::string& what);
 
 }  // namespace xl::cli

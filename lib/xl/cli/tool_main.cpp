@@ -3,8 +3,6 @@
 #include <malloc.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,21 +11,10 @@
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/signals.h"
 
 namespace xl::cli {
 namespace {
-
-std::atomic<int> g_signal{0};
-
-void die_on_signal(int sig) {
-  io::remove_registered_temps();
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
-void flag_signal(int sig) {
-  if (g_signal.exchange(sig) != 0) die_on_signal(sig);  // a second signal stops at once
-}
 
 // OpenMP (LibTorch) and OpenBLAS each keep busy-waiting worker threads; on a 2-core machine they
 // steal each other's cores. Both read their settings only when they load, so the process sets
@@ -42,19 +29,10 @@ void prepare_torch_environment(char** argv) {
 
 }  // namespace
 
-int pending_signal() { return g_signal.load(); }
-
-void catch_stop_signals() {
-  std::signal(SIGINT, flag_signal);
-  std::signal(SIGTERM, flag_signal);
-}
-
 int run_tool(const std::string& name, int argc, char** argv, Runtime runtime,
              const std::function<int(int, char**)>& body) {
   log::set_tool_name(name);
-  std::signal(SIGINT, die_on_signal);
-  std::signal(SIGTERM, die_on_signal);
-  std::signal(SIGHUP, die_on_signal);
+  signals::remove_temps_and_die_on_stop();
   if (runtime == Runtime::kTorch) {
     prepare_torch_environment(argv);
     // Large tensors are allocated and freed every step: keep them in the heap instead of

@@ -14,9 +14,4 @@ enum class Runtime {
 int run_tool(const std::string& name, int argc, char** argv, Runtime runtime,
              const std::function<int(int, char**)>& body);
 
-// SIGINT/SIGTERM received (training tools save and exit 128+N); 0 when none.
-int pending_signal();
-// Installs the flag-setting handlers (otherwise a signal removes temp outputs and kills).
-void catch_stop_signals();
-
 }  // namespace xl::cli

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "xl/cli/options.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/parse.h"
 #include "xl/util/sha256.h"
 
 namespace xl::data {
@@ -48,7 +48,7 @@ SplitSpec parse_split_spec(const std::string& spec) {
     for (double v : out.fraction) sum += v;
     XL_CHECK(std::fabs(sum - 1.0) < 1e-6, kExitUsage, "--split: fractions add up to " << sum << ", not 1");
   } else {
-    for (const auto& p : parts) out.count.push_back(static_cast<int64_t>(cli::parse_count(p, "--split")));
+    for (const auto& p : parts) out.count.push_back(static_cast<int64_t>(parse::count(p, "--split")));
   }
   return out;
 }

@@ -12,16 +12,14 @@ namespace xl::eval {
 double EvalResult::loss() const {
   return tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::numeric_limits<double>::quiet_NaN();
 }
-double EvalResult::bpc() const { return loss() / std::log(2.0); }
-double EvalResult::ppl() const { return std::exp(loss()); }
 
 bool effective_same_length(const model::TransformerXL& model, const EvalSettings& s) {
-  bool on = s.same_length < 0 ? model->config.same_length : s.same_length != 0;
+  const bool on = s.same_length.value_or(model->config.same_length);
   return on && s.mem_len > 0;
 }
 
 int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSettings& s) {
-  return s.clamp_len < 0 ? model->config.clamp_len : s.clamp_len;
+  return s.clamp_len.value_or(model->config.clamp_len);
 }
 
 int64_t stream_count(int64_t n, int64_t batch_size) {
@@ -72,9 +70,7 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
   XL_CHECK(s.tgt_len >= 1, kExitUsage, "tgt_len must be at least 1, not " << s.tgt_len);
   XL_CHECK(s.mem_len >= 0, kExitUsage, "mem_len must not be negative, not " << s.mem_len);
   XL_CHECK(s.batch_size >= 1, kExitUsage, "batch size must be at least 1, not " << s.batch_size);
-  XL_CHECK(s.clamp_len >= -1, kExitUsage, "clamp_len must be -1 (the model's), 0 (off) or positive, not " << s.clamp_len);
-  XL_CHECK(s.same_length >= -1 && s.same_length <= 1, kExitUsage,
-           "same_length must be -1 (the model's), 0 or 1, not " << s.same_length);
+  XL_CHECK(s.clamp_len.value_or(0) >= 0, kExitUsage, "clamp_len must be 0 (off) or positive, not " << *s.clamp_len);
   XL_CHECK(s.max_tokens >= 0, kExitUsage, "max_tokens must not be negative, not " << s.max_tokens);
   if (s.head_mask.defined()) {
     const auto& c = model->config;

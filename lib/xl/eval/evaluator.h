@@ -1,4 +1,4 @@
-// Evaluation of a Transformer-XL language model over a whole token split (reference-notes §3):
+// Evaluation of a Transformer-XL language model over a whole token split (README, "Conventions"):
 // the split is cut into batch_size parallel streams that together cover every token, consumed in
 // segments of tgt_len with the memory carried from segment to segment, and the loss is weighted by
 // token. The conventions, and how the reference implementations differ from them:
@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,8 @@ struct EvalSettings {
   int64_t tgt_len = 128;
   int64_t mem_len = 0;
   int64_t batch_size = 10;
-  int64_t clamp_len = -1;    // -1: the model's own setting; >= 0 overrides (0 = off)
-  int same_length = -1;      // -1: the model's own; 0 or 1 overrides
+  std::optional<int64_t> clamp_len;  // unset: the model's own setting (0 = off)
+  std::optional<bool> same_length;   // unset: the model's own setting
   bool warmup = false;       // NVIDIA's convention: score only tokens whose memory is full
   int64_t max_tokens = 0;    // 0: the whole split; else stop once about this many tokens are scored
   torch::Tensor head_mask;   // [n_layer, n_head] or undefined
@@ -44,8 +45,6 @@ struct EvalResult {
   int64_t tokens = 0;        // scored tokens
   double seconds = 0;
   double loss() const;       // loss_sum / tokens (NaN when nothing was scored)
-  double bpc() const;        // loss / ln 2
-  double ppl() const;        // exp(loss)
 };
 
 // Optional per-token output: called for each scored token with (stream, position in the split, nll).

@@ -1,17 +1,15 @@
 #include "xl/eval/report.h"
 
-#include <sys/resource.h>
-
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 
+#include "xl/eval/metric.h"
+#include "xl/h5/formats.h"
 #include "xl/h5/h5.h"
 #include "xl/util/error.h"
 
 namespace xl::eval {
-
-std::string metric_name(text::VocabType type) { return type == text::VocabType::kWord ? "ppl" : "bpc"; }
 
 namespace {
 
@@ -38,7 +36,7 @@ struct Column {
 
 std::vector<Column> columns(const EvalRow& row) {
   const auto& r = row.result;
-  const bool word = row.vocab_type == text::VocabType::kWord;
+  const Metric metric(row.vocab_type);
   return {{"split", 6, row.split},
           {"tgt_len", 7, std::to_string(row.tgt_len)},
           {"mem_len", 7, std::to_string(row.mem_len)},
@@ -47,7 +45,7 @@ std::vector<Column> columns(const EvalRow& row) {
           {"warmup", 6, row.warmup ? "1" : "0"},
           {"tokens", 10, std::to_string(r.tokens)},
           {"loss", 8, fixed(r.loss(), 5)},
-          {metric_name(row.vocab_type), 9, word ? fixed(r.ppl(), 3) : fixed(r.bpc(), 5)},
+          {metric.name(), 9, fixed(metric.of(r.loss()), metric.name() == "ppl" ? 3 : 5)},
           {"tokens_per_s", 12, fixed(tokens_per_s(row), 1)},
           {"seconds", 9, fixed(r.seconds, 2)},
           {"peak_rss_mb", 11, fixed(row.peak_rss_mb, 1)}};
@@ -67,8 +65,8 @@ nlohmann::json EvalRow::to_json() const {
   j["batch_size"] = batch_size;
   j["tokens"] = result.tokens;
   j["loss"] = number(result.loss());
-  if (vocab_type == text::VocabType::kWord) j["ppl"] = number(result.ppl());
-  else j["bpc"] = number(result.bpc());
+  const Metric metric(vocab_type);
+  j[metric.name()] = number(metric.of(result.loss()));
   j["tokens_per_s"] = tokens_per_s(*this);
   j["seconds"] = result.seconds;
   j["peak_rss_mb"] = peak_rss_mb;
@@ -77,9 +75,9 @@ nlohmann::json EvalRow::to_json() const {
 
 RowFormat parse_row_format(const std::string& name) {
   if (name == "jsonl") return RowFormat::kJsonl;
-  if (name == "table") return RowFormat::kTable;
+  if (name == "md") return RowFormat::kMarkdown;
   if (name == "tsv") return RowFormat::kTsv;
-  XL_FAIL(kExitUsage, "--format: unknown format '" << name << "' (use jsonl, table or tsv)");
+  XL_FAIL(kExitUsage, "--format: unknown format '" << name << "' (use jsonl, md or tsv)");
 }
 
 void RowWriter::write(const EvalRow& row) {
@@ -88,26 +86,26 @@ void RowWriter::write(const EvalRow& row) {
     return;
   }
   auto cols = columns(row);
-  auto line = [&](bool header) {
-    std::string s;
+  const bool md = format_ == RowFormat::kMarkdown;
+  // Markdown cells are padded to fixed widths, so the table reads as text while rows stream in.
+  auto line = [&](int kind) {  // 0: header, 1: Markdown's rule, 2: values
+    std::string s = md ? "|" : "";
     for (size_t i = 0; i < cols.size(); ++i) {
-      const std::string& v = header ? cols[i].name : cols[i].value;
-      if (format_ == RowFormat::kTsv) {
-        if (i) s += '\t';
-        s += v;
-      } else {
-        if (i) s += "  ";
-        if (static_cast<int>(v.size()) < cols[i].width) s += std::string(cols[i].width - v.size(), ' ');
-        s += v;
+      const std::string v = kind == 0 ? cols[i].name : kind == 1 ? std::string(cols[i].width - 1, '-') + ":" : cols[i].value;
+      if (!md) {
+        s += (i ? "\t" : "") + v;
+        continue;
       }
+      s += " " + std::string(std::max<int>(0, cols[i].width - static_cast<int>(v.size())), ' ') + v + " |";
     }
     return s + "\n";
   };
   if (!header_done_) {
-    out_ << line(true);
+    out_ << line(0);
+    if (md) out_ << line(1);
     header_done_ = true;
   }
-  out_ << line(false) << std::flush;
+  out_ << line(2) << std::flush;
 }
 
 ProgressFn ScoringClock::start(ProgressFn inner) {
@@ -124,15 +122,9 @@ double ScoringClock::scoring_seconds() const {
   return std::chrono::duration<double>(Clock::now() - *scoring_start_).count();
 }
 
-double peak_rss_mb() {
-  struct rusage u;
-  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
-}
-
 PerTokenFile::PerTokenFile(const std::string& path, bool force) : out_(std::make_unique<h5::OutputFile>(path, force)) {
-  h5::write_attr(out_->file(), "xl_format", std::string("xl-per-token"));
-  h5::write_attr(out_->file(), "xl_format_version", int64_t{1});
+  h5::write_attr(out_->file(), "xl_format", std::string(h5::kPerTokenFormat));
+  h5::write_attr(out_->file(), "xl_format_version", h5::kPerTokenFormatVersion);
 }
 
 PerTokenFile::~PerTokenFile() = default;

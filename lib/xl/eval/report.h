@@ -1,4 +1,4 @@
-// What xl-eval-longctx writes: one result row per evaluation setting (JSON Lines, an aligned
+// What xl-eval-longctx writes: one result row per evaluation setting (JSON Lines, a Markdown
 // table or TSV, streamed as each row is ready) and the optional per-token losses (HDF5).
 #pragma once
 #include <nlohmann/json.hpp>
@@ -38,13 +38,10 @@ struct EvalRow {
   nlohmann::json to_json() const;
 };
 
-// "bpc" for byte/char vocabs, "ppl" for word vocabs.
-std::string metric_name(text::VocabType type);
-
-enum class RowFormat { kJsonl, kTable, kTsv };
+enum class RowFormat { kJsonl, kMarkdown, kTsv };
 RowFormat parse_row_format(const std::string& name);  // 64 on anything else
 
-// Writes rows as they come (the table has fixed column widths so it can stream too).
+// Writes rows as they come (Markdown cells have fixed widths, so a table streams too).
 class RowWriter {
  public:
   RowWriter(std::ostream& out, RowFormat format) : out_(out), format_(format) {}
@@ -69,9 +66,6 @@ class ScoringClock {
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<Clock::time_point> scoring_start_;
 };
-
-// The process's peak resident set so far, in MB (2^20 bytes).
-double peak_rss_mb();
 
 // Per-token losses: one group per setting holding `nll` float32 [tokens] and `index` int64
 // [tokens] (position in the split of each scored token, ascending), with the setting as attributes.

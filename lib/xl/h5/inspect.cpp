@@ -1,10 +1,11 @@
 #include "xl/h5/inspect.h"
 
+#include <cstdio>
 #include <iomanip>
 #include <limits>
 #include <sstream>
 
-#include "xl/h5/checkpoint.h"
+#include "xl/h5/formats.h"
 #include "xl/h5/tokens_file.h"
 
 namespace xl::h5 {
@@ -118,13 +119,13 @@ nlohmann::json describe_checkpoint(const File& file) {
   k["groups"] = groups;
   k["parameters"] = groups.contains("model") ? groups["model"]["elements"].get<int64_t>() : 0;
   if (exists(root, "analysis/head_mask")) {
-    torch::Tensor mask = read_tensor(root, "analysis/head_mask", file.name()).to(torch::kDouble);
-    if (mask.dim() == 2) {
+    std::vector<hsize_t> dims;
+    const auto mask = read_dataset<double>(root, "analysis/head_mask", file.name(), &dims);
+    if (dims.size() == 2) {
       nlohmann::json rows = nlohmann::json::array();
-      for (int64_t l = 0; l < mask.size(0); ++l) {
-        auto row = mask[l].contiguous();
-        rows.push_back(std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel()));
-      }
+      for (hsize_t l = 0; l < dims[0]; ++l)
+        rows.push_back(std::vector<double>(mask.begin() + static_cast<ptrdiff_t>(l * dims[1]),
+                                           mask.begin() + static_cast<ptrdiff_t>((l + 1) * dims[1])));
       k["head_mask"] = rows;
     }
   }
@@ -144,6 +145,27 @@ void checkpoint_text(std::ostream& os, const nlohmann::json& k) {
     if (k.contains(key))
       position += std::string(position.empty() ? "" : ", ") + key + " " + short_value(k[key]);
   if (!position.empty()) os << "  " << position << "\n";
+  // Each phase of the run: its steps and the learning-rate schedule it trained with.
+  const auto& state = k["state"];
+  if (state.is_object() && state.contains("phases") && state["phases"].is_array()) {
+    const auto& phases = state["phases"];
+    for (size_t i = 0; i < phases.size(); ++i) {
+      const auto& p = phases[i];
+      if (!p.is_object()) continue;
+      const nlohmann::json end = i + 1 < phases.size() ? phases[i + 1].value("start_step", nlohmann::json()) : state.value("step", nlohmann::json());
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.1f s", p.value("elapsed", 0.0));
+      os << "  " << p.value("phase", "?") << ": steps " << short_value(p.value("start_step", nlohmann::json())) << " to "
+         << short_value(end) << ", " << seconds;
+      const auto& sc = p.value("schedule", nlohmann::json());
+      if (sc.is_object())
+        os << ", " << sc.value("kind", "?") << " lr " << short_value(sc.value("lr", nlohmann::json())) << " to "
+           << short_value(sc.value("eta_min", nlohmann::json())) << " over " << short_value(sc.value("steps", nlohmann::json()))
+           << " steps from run step " << short_value(sc.value("origin", nlohmann::json())) << ", warm-up "
+           << short_value(sc.value("warmup", nlohmann::json()));
+      os << "\n";
+    }
+  }
   const auto& mc = k["model_config"];
   if (mc.is_object()) {
     // The shape-defining keys first, then the rest by name.

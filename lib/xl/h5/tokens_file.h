@@ -5,13 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "xl/h5/formats.h"
 #include "xl/h5/h5.h"
 #include "xl/text/vocab.h"
 
 namespace xl::h5 {
 
-inline constexpr const char* kTokensFormat = "xl-tokens";
-inline constexpr int64_t kTokensFormatVersion = 1;
 
 struct SplitSource {
   std::string name;    // file the split came from ("<stdin>" for a pipe)

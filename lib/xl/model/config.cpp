@@ -4,60 +4,50 @@
 
 namespace xl::model {
 
+// Every field, once: JSON names are the field names.
+#define XL_MODEL_FIELDS(X)                                                                                 \
+  X(n_token) X(n_layer) X(d_model) X(n_head) X(d_head) X(d_inner) X(d_embed) X(dropout) X(dropatt)         \
+  X(pre_lnorm) X(untie_r) X(clamp_len) X(same_length) X(cutoffs) X(div_val) X(tie_weight) X(tie_projs)     \
+  X(init_std) X(proj_init_std) X(heads_per_layer)
+
 nlohmann::json ModelConfig::to_json() const {
-  return {
-      {"n_token", n_token},     {"n_layer", n_layer},       {"d_model", d_model},
-      {"n_head", n_head},       {"d_head", d_head},         {"d_inner", d_inner},
-      {"d_embed", d_embed},     {"dropout", dropout},       {"dropatt", dropatt},
-      {"pre_lnorm", pre_lnorm}, {"untie_r", untie_r},       {"clamp_len", clamp_len},
-      {"same_length", same_length}, {"cutoffs", cutoffs},   {"div_val", div_val},
-      {"tie_weight", tie_weight},   {"tie_projs", tie_projs}, {"init_std", init_std},
-      {"proj_init_std", proj_init_std}, {"heads_per_layer", heads_per_layer},
-  };
+  nlohmann::json j;
+#define XL_PUT(f) j[#f] = f;
+  XL_MODEL_FIELDS(XL_PUT)
+#undef XL_PUT
+  return j;
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
   XL_CHECK(j.is_object(), kExitConfig, source << ": model config is not a JSON object");
   ModelConfig c;
-  auto take = [&](const char* key, auto& field) {
-    if (!j.contains(key)) return;
-    try {
-      j.at(key).get_to(field);
-    } catch (const std::exception&) {
-      XL_FAIL(kExitConfig, source << ": model config key '" << key << "' has a bad value " << j.at(key).dump());
-    }
-  };
-  static const char* known[] = {"n_token", "n_layer", "d_model", "n_head", "d_head", "d_inner", "d_embed",
-                                "dropout", "dropatt", "pre_lnorm", "untie_r", "clamp_len", "same_length",
-                                "cutoffs", "div_val", "tie_weight", "tie_projs", "init_std", "proj_init_std",
-                                "heads_per_layer"};
-  for (const auto& item : j.items()) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || item.key() == k;
-    XL_CHECK(ok, kExitConfig, source << ": unknown model config key '" << item.key() << "'");
+  const nlohmann::json known = c.to_json();
+  for (const auto& item : j.items())
+    XL_CHECK(known.contains(item.key()), kExitConfig, source << ": unknown model config key '" << item.key() << "'");
+#define XL_GET(f)                                                                                             \
+  if (j.contains(#f)) {                                                                                       \
+    try {                                                                                                     \
+      j.at(#f).get_to(c.f);                                                                                   \
+    } catch (const std::exception&) {                                                                         \
+      XL_FAIL(kExitConfig, source << ": model config key '" #f "' has a bad value " << j.at(#f).dump());      \
+    }                                                                                                         \
   }
-  take("n_token", c.n_token);
-  take("n_layer", c.n_layer);
-  take("d_model", c.d_model);
-  take("n_head", c.n_head);
-  take("d_head", c.d_head);
-  take("d_inner", c.d_inner);
-  take("d_embed", c.d_embed);
-  take("dropout", c.dropout);
-  take("dropatt", c.dropatt);
-  take("pre_lnorm", c.pre_lnorm);
-  take("untie_r", c.untie_r);
-  take("clamp_len", c.clamp_len);
-  take("same_length", c.same_length);
-  take("cutoffs", c.cutoffs);
-  take("div_val", c.div_val);
-  take("tie_weight", c.tie_weight);
-  take("tie_projs", c.tie_projs);
-  take("init_std", c.init_std);
-  take("proj_init_std", c.proj_init_std);
-  take("heads_per_layer", c.heads_per_layer);
+  XL_MODEL_FIELDS(XL_GET)
+#undef XL_GET
   c.validate(source);
   return c;
+}
+
+std::vector<int64_t> ModelConfig::fit_to_vocab(int64_t vocab_size) {
+  n_token = vocab_size;
+  std::vector<int64_t> dropped;
+  while (!cutoffs.empty() && cutoffs.back() >= n_token) {
+    dropped.insert(dropped.begin(), cutoffs.back());
+    cutoffs.pop_back();
+    // tie_projs has one entry per cluster: the head, then one per cutoff.
+    if (tie_projs.size() > cutoffs.size() + 1) tie_projs.pop_back();
+  }
+  return dropped;
 }
 
 void ModelConfig::validate(const std::string& source) const {

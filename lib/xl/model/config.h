@@ -41,6 +41,11 @@ struct ModelConfig {
   // u, v are per layer whenever layers differ in head count.
   bool per_layer_biases() const { return untie_r || !heads_per_layer.empty(); }
 
+  // For a vocab of n_token entries: sets n_token and drops the cutoffs at or above it (a word
+  // config written for WikiText-103 then fits a smaller corpus), with the tie_projs entries of the
+  // clusters that go. Returns the cutoffs dropped.
+  std::vector<int64_t> fit_to_vocab(int64_t vocab_size);
+
   nlohmann::json to_json() const;
   // Unknown keys and bad values fail with 78 (config) naming `source`.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -1,6 +1,6 @@
 #include "xl/model/decoder_layer.h"
 
-#include "xl/model/fused_dropout.h"
+#include "xl/model/kernels/fused_dropout.h"
 
 namespace xl::model {
 

@@ -1,4 +1,4 @@
-// Structural head pruning (DESIGN §5): a pruned model physically drops the removed heads' rows of
+// Structural head pruning: a pruned model physically drops the removed heads' rows of
 // qkv_net and r_net, their columns of o_net and their u, v biases, so it runs faster and gives the
 // same outputs as the full model with those heads masked to zero.
 //

@@ -1,5 +1,7 @@
 #include "xl/model/memory.h"
 
+#include "xl/util/error.h"
+
 namespace xl::model {
 
 int64_t LayerMemory::length() const { return hidden.defined() ? hidden.size(1) : 0; }
@@ -26,6 +28,25 @@ int64_t Memory::batch_size() const {
   return 0;
 }
 
+namespace {
+
+// Drops the `drop` oldest slots of a layer's memory, run by run.
+void drop_oldest(LayerMemory* layer, const torch::Tensor& all, int64_t drop) {
+  int64_t left = drop;
+  auto& runs = layer->runs;
+  while (left > 0 && !runs.empty()) {
+    const int64_t take = std::min(left, runs.front().length);
+    runs.front().start += take;
+    runs.front().length -= take;
+    left -= take;
+    if (runs.front().length == 0) runs.erase(runs.begin());
+  }
+  layer->hidden = drop > 0 ? all.slice(1, drop).contiguous() : all;
+  if (layer->hidden.size(1) == 0) layer->hidden = torch::Tensor();
+}
+
+}  // namespace
+
 void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len) {
   torch::NoGradGuard no_grad;
   const int64_t seg = input.size(1);
@@ -33,24 +54,18 @@ void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t posi
     *layer = LayerMemory();
     return;
   }
-  torch::Tensor all = layer->length() > 0 ? torch::cat({layer->hidden, input.detach()}, 1) : input.detach();
-  std::vector<MemoryRun> runs = layer->runs;
+  torch::Tensor all = layer->length() > 0 ? torch::cat({layer->hidden, input.detach()}, 1) : input.detach().contiguous();
+  auto& runs = layer->runs;
   if (!runs.empty() && runs.back().start + runs.back().length == position) runs.back().length += seg;
   else runs.push_back({position, seg});
-  int64_t total = all.size(1);
-  int64_t drop = std::max<int64_t>(0, total - mem_len);
-  // Trim the oldest slots, run by run.
-  int64_t left = drop;
-  while (left > 0 && !runs.empty()) {
-    int64_t take = std::min(left, runs.front().length);
-    runs.front().start += take;
-    runs.front().length -= take;
-    left -= take;
-    if (runs.front().length == 0) runs.erase(runs.begin());
+  drop_oldest(layer, all, std::max<int64_t>(0, all.size(1) - mem_len));
+}
+
+void Memory::trim(int64_t mem_len) {
+  for (auto& l : layers) {
+    if (mem_len <= 0) l = LayerMemory();
+    else if (l.length() > mem_len) drop_oldest(&l, l.hidden, l.length() - mem_len);
   }
-  layer->hidden = drop > 0 ? all.slice(1, drop).contiguous() : (layer->length() > 0 ? all : all.contiguous());
-  if (layer->hidden.size(1) == 0) layer->hidden = torch::Tensor();
-  layer->runs = std::move(runs);
 }
 
 double Memory::mean_gap() const {
@@ -60,12 +75,52 @@ double Memory::mean_gap() const {
   return sum / static_cast<double>(layers.size());
 }
 
-double Memory::mean_context() const {
-  if (layers.empty()) return 0;
-  double sum = 0;
-  for (const auto& l : layers)
-    if (!l.runs.empty()) sum += static_cast<double>(position - l.runs.front().start);
-  return sum / static_cast<double>(layers.size());
+void Memory::to_tensors(const std::string& prefix, checkpoint::TensorList* out) const {
+  out->emplace_back(prefix + "position", torch::tensor(position, torch::kLong));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerMemory& lm = layers[l];
+    if (!lm.hidden.defined()) continue;
+    const std::string lp = prefix + "l" + std::to_string(l) + ".";
+    auto runs = torch::empty({static_cast<int64_t>(lm.runs.size()), 2}, torch::kLong);
+    auto r = runs.accessor<int64_t, 2>();
+    for (size_t i = 0; i < lm.runs.size(); ++i) {
+      r[static_cast<int64_t>(i)][0] = lm.runs[i].start;
+      r[static_cast<int64_t>(i)][1] = lm.runs[i].length;
+    }
+    out->emplace_back(lp + "hidden", lm.hidden);
+    out->emplace_back(lp + "runs", runs);
+  }
+}
+
+Memory Memory::from_tensors(const checkpoint::TensorList& list, const std::string& prefix, int64_t n_layer,
+                            const std::string& file) {
+  Memory m = empty(n_layer);
+  auto bad = [&](const std::string& what) { XL_FAIL(kExitDataErr, file << ": malformed memory " << prefix << what); };
+  auto pos = checkpoint::find_tensor(list, prefix + "position");
+  if (!pos.defined()) return m;
+  if (pos.numel() != 1 || pos.scalar_type() != torch::kLong) bad("position");
+  m.position = pos.item<int64_t>();
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string lp = prefix + "l" + std::to_string(l) + ".";
+    auto hidden = checkpoint::find_tensor(list, lp + "hidden");
+    auto runs = checkpoint::find_tensor(list, lp + "runs");
+    if (!hidden.defined()) continue;
+    if (hidden.dim() != 3 || !runs.defined() || runs.dim() != 2 || runs.size(1) != 2 || runs.scalar_type() != torch::kLong)
+      bad("l" + std::to_string(l));
+    LayerMemory& lm = m.layers[static_cast<size_t>(l)];
+    lm.hidden = hidden;
+    int64_t total = 0, end = 0;
+    auto r = runs.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < runs.size(0); ++i) {
+      lm.runs.push_back({r[i][0], r[i][1]});
+      // Oldest first, disjoint, and all before the next segment.
+      if (r[i][1] <= 0 || r[i][0] < end || r[i][0] + r[i][1] > m.position) bad("l" + std::to_string(l) + ".runs");
+      end = r[i][0] + r[i][1];
+      total += r[i][1];
+    }
+    if (total != hidden.size(1)) bad("l" + std::to_string(l) + " (runs do not cover the memory)");
+  }
+  return m;
 }
 
 }  // namespace xl::model

@@ -6,7 +6,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "xl/checkpoint/tensor_list.h"
 
 namespace xl::model {
 
@@ -34,10 +37,17 @@ struct Memory {
   int64_t batch_size() const;
   // Appends a layer's input of the segment starting at `position` and keeps the newest `mem_len`.
   static void append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len);
+  // Keeps each layer's newest `mem_len` slots.
+  void trim(int64_t mem_len);
   // Mean over layers of the memory gap, in tokens.
   double mean_gap() const;
-  // Mean over layers of the distance from the segment start to the oldest memory slot.
-  double mean_context() const;
+
+  // As named tensors for a checkpoint: PREFIX "position", and per layer l with a memory
+  // PREFIX "l<l>.hidden" [B, M, d_model] and PREFIX "l<l>.runs" [R, 2] (start, length).
+  void to_tensors(const std::string& prefix, checkpoint::TensorList* out) const;
+  // Back from them; 65 naming `file` when the entries do not describe a memory of n_layer layers.
+  static Memory from_tensors(const checkpoint::TensorList& list, const std::string& prefix, int64_t n_layer,
+                             const std::string& file);
 };
 
 }  // namespace xl::model

@@ -6,9 +6,9 @@
 
 namespace xl::model {
 
-h5::TensorList model_tensors(const TransformerXL& model) { return model->named_tensors(); }
+checkpoint::TensorList model_tensors(const TransformerXL& model) { return model->named_tensors(); }
 
-void load_model_tensors(TransformerXL& model, const h5::TensorList& tensors, const std::string& file) {
+void load_model_tensors(TransformerXL& model, const checkpoint::TensorList& tensors, const std::string& file) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> given(tensors.begin(), tensors.end());
   for (auto& [name, target] : model->named_tensors()) {
@@ -22,7 +22,7 @@ void load_model_tensors(TransformerXL& model, const h5::TensorList& tensors, con
   XL_CHECK(given.empty(), kExitDataErr, file << ": checkpoint has tensor '" << given.begin()->first << "' that the model does not");
 }
 
-TransformerXL model_from_checkpoint(const h5::Checkpoint& ckpt, const std::string& file) {
+TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const std::string& file) {
   ModelConfig cfg = ModelConfig::from_json(ckpt.model_config, file);
   TransformerXL model(cfg);
   load_model_tensors(model, ckpt.model, file);
@@ -30,6 +30,6 @@ TransformerXL model_from_checkpoint(const h5::Checkpoint& ckpt, const std::strin
   return model;
 }
 
-torch::Tensor head_mask_of(const h5::Checkpoint& ckpt) { return h5::find_tensor(ckpt.analysis, "head_mask"); }
+torch::Tensor head_mask_of(const checkpoint::Checkpoint& ckpt) { return checkpoint::find_tensor(ckpt.analysis, "head_mask"); }
 
 }  // namespace xl::model

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "xl/model/batched_matmul.h"
-#include "xl/model/chunked_attention.h"
-#include "xl/model/fused_dropout.h"
-#include "xl/model/rel_softmax.h"
+#include "xl/model/kernels/batched_matmul.h"
+#include "xl/model/kernels/chunked_attention.h"
+#include "xl/model/kernels/fused_dropout.h"
+#include "xl/model/kernels/rel_softmax.h"
 
 namespace xl::model {
 namespace {

@@ -11,7 +11,7 @@
 #include "xl/model/config.h"
 #include "xl/model/memory.h"
 #include "xl/model/positional.h"
-#include "xl/model/rel_softmax.h"
+#include "xl/model/kernels/rel_softmax.h"
 
 namespace xl::model {
 

@@ -1,6 +1,6 @@
 #include "xl/model/transformer_xl.h"
 
-#include "xl/model/fused_dropout.h"
+#include "xl/model/kernels/fused_dropout.h"
 #include "xl/util/error.h"
 
 namespace xl::model {

@@ -1,4 +1,4 @@
-// The Transformer-XL language model (Dai et al. 2019) as DESIGN §2 specifies it, with the
+// The Transformer-XL language model (Dai et al. 2019; conventions in the README), with the
 // training-time options of the Skip Cross-head Transformer-XL: skipped layers (Skip-Retain), head
 // permutations (SCH) and a head mask. Parameter names follow the PyTorch Transformer-XL.
 #pragma once

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "xl/model/parallel.h"
+#include "xl/model/kernels/parallel.h"
 #include "xl/util/error.h"
 
 namespace xl::train {
@@ -65,8 +65,11 @@ int Adam::step(double lr) {
   torch::NoGradGuard no_grad;
   int updated = 0;
   for (auto& s : slots_) {
-    const torch::Tensor& g = s.param.grad();
-    if (!g.defined()) continue;
+    torch::Tensor g = s.param.grad();
+    if (!g.defined()) {
+      if (!opts_.zero_missing_grads || s.steps == 0) continue;
+      g = torch::zeros_like(s.param);
+    }
     ++s.steps;
     ++updated;
     const double bc1 = 1 - std::pow(opts_.beta1, static_cast<double>(s.steps));
@@ -114,8 +117,8 @@ double Adam::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-h5::TensorList Adam::state() const {
-  h5::TensorList out;
+checkpoint::TensorList Adam::state() const {
+  checkpoint::TensorList out;
   for (const auto& s : slots_) {
     out.emplace_back("exp_avg." + s.name, s.exp_avg);
     out.emplace_back("exp_avg_sq." + s.name, s.exp_avg_sq);
@@ -124,7 +127,7 @@ h5::TensorList Adam::state() const {
   return out;
 }
 
-void Adam::load_state(const h5::TensorList& state, const std::string& file) {
+void Adam::load_state(const checkpoint::TensorList& state, const std::string& file) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
   for (auto& s : slots_) {

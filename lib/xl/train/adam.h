@@ -1,7 +1,10 @@
 // Adam with state kept by parameter name, so checkpoints carry it and a resumed run continues
 // exactly. A parameter whose gradient is undefined this step (a layer skipped by Skip-Retain) is
-// left alone: its weights and moments do not move. (The paper's PyTorch 1.5 code kept zero
-// gradients instead, so Adam's momentum still moved skipped layers; we do not mimic that.)
+// left alone by default: its weights and moments do not move, since the layer did no work that
+// step and its bias correction should not count a step that did not happen. The paper's PyTorch
+// 1.5 code kept zero gradients instead (zero_grad() zeroes, it does not free), so Adam's momentum
+// still moved skipped layers and counted the step; `zero_missing_grads` reproduces that, from the
+// parameter's first real gradient on, as PyTorch does.
 #pragma once
 #include <torch/torch.h>
 
@@ -9,12 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "xl/h5/checkpoint.h"
+#include "xl/checkpoint/checkpoint.h"
 
 namespace xl::train {
 
 struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool zero_missing_grads = false;  // --skipped-layers-in-adam step
 };
 
 class Adam {
@@ -26,8 +30,8 @@ class Adam {
   void clear_grads();
   // Global L2 norm of all gradients, scaled down to `max_norm` when above it; returns the norm.
   double clip_grad_norm(double max_norm);
-  h5::TensorList state() const;                         // exp_avg.<name>, exp_avg_sq.<name>, step.<name>
-  void load_state(const h5::TensorList& state, const std::string& file);  // 65 on mismatch
+  checkpoint::TensorList state() const;                         // exp_avg.<name>, exp_avg_sq.<name>, step.<name>
+  void load_state(const checkpoint::TensorList& state, const std::string& file);  // 65 on mismatch
 
  private:
   struct Slot {

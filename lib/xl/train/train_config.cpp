@@ -7,8 +7,9 @@ namespace xl::train {
 
 #define XL_TRAIN_FIELDS(X)                                                                          \
   X(phase) X(train_split) X(valid_split) X(tgt_len) X(mem_len) X(batch_size) X(batch_chunk) X(lr)   \
-  X(lr_schedule) X(warmup_steps) X(schedule_steps) X(eta_min) X(clip) X(adam_beta1) X(adam_beta2)   \
-  X(adam_eps) X(skip_schedule) X(skip_p) X(sch_beta) X(max_steps) X(max_tokens) X(time_budget)      \
+  X(lr_schedule) X(warmup_steps) X(schedule_steps) X(eta_min) X(lr_step_count) X(schedule_from)     \
+  X(clip) X(adam_beta1) X(adam_beta2) X(adam_eps) X(skip_schedule) X(skip_p) X(sch_beta)           \
+  X(skipped_layers_in_adam) X(max_steps) X(max_tokens) X(time_budget) X(budget_from)               \
   X(stop_min_delta) X(stop_window) X(log_interval) X(eval_interval) X(eval_tgt_len) X(eval_mem_len) \
   X(eval_batch_size) X(eval_max_tokens) X(save_every) X(seed)
 
@@ -36,6 +37,17 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& s
   return c;
 }
 
+LrSchedule TrainConfig::schedule(int64_t steps) const {
+  LrSchedule s;
+  s.kind = lr_schedule;
+  s.lr = lr;
+  s.eta_min = eta_min;
+  s.warmup = warmup_steps;
+  s.steps = steps;
+  s.count = lr_step_count;
+  return s;
+}
+
 void TrainConfig::validate(const std::string& source) const {
   auto bad = [&](const std::string& key, const std::string& why) { XL_FAIL(kExitConfig, source << ": " << key << " " << why); };
   if (tgt_len < 1) bad("tgt-len", "must be at least 1");
@@ -54,8 +66,12 @@ void TrainConfig::validate(const std::string& source) const {
   } catch (const Error&) {
     bad("skip-schedule", "must be none, linear, uniform, no-first, no-last or no-first-last");
   }
-  if (lr_schedule != "constant" && effective_schedule_steps() <= 0)
-    bad("lr-schedule", lr_schedule + " needs --max-steps or --schedule-steps");
+  if (lr_step_count != "txl" && lr_step_count != "ahead") bad("lr-step-count", "must be txl or ahead");
+  if (schedule_from != "phase" && schedule_from != "run") bad("schedule-from", "must be phase or run");
+  if (budget_from != "phase" && budget_from != "run") bad("budget-from", "must be phase or run");
+  if (skipped_layers_in_adam != "freeze" && skipped_layers_in_adam != "step")
+    bad("skipped-layers-in-adam", "must be freeze or step");
+  if (schedule_steps < 0) bad("schedule-steps", "must not be negative");
   if (log_interval < 1) bad("log-interval", "must be at least 1");
   if (eval_interval < 0) bad("eval-interval", "must not be negative");
   if (eval_batch_size < 1) bad("eval-batch-size", "must be at least 1");

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "xl/train/lr_schedule.h"
+
 namespace xl::train {
 
 struct TrainConfig {
@@ -20,18 +22,22 @@ struct TrainConfig {
   double lr = 2.5e-4;
   std::string lr_schedule = "cosine"; // cosine | constant | cyclic-cosine
   int64_t warmup_steps = 0;
-  int64_t schedule_steps = 0;         // cosine period; 0: max_steps
+  int64_t schedule_steps = 0;         // cosine length; 0: the phase's step budget
   double eta_min = 0.0;
+  std::string lr_step_count = "txl";  // txl | ahead (see LrSchedule)
+  std::string schedule_from = "phase";  // phase 2: phase (a schedule of its own) | run (phase 1's continues)
   double clip = 0.25;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   // Phase 1: Skip-Retain and SCH.
   std::string skip_schedule = "linear";
   double skip_p = 0.1;                // p of the uniform/no-first/no-last/no-first-last schedules
   double sch_beta = 0.1;
+  std::string skipped_layers_in_adam = "freeze";  // freeze | step (the paper's code: zero gradients)
   // Budgets and stopping.
   int64_t max_steps = 0;              // 0: no step limit
   int64_t max_tokens = 0;
   double time_budget = 0;             // seconds of wall time; 0: none
+  std::string budget_from = "phase";  // phase | run: where the three budgets count from
   double stop_min_delta = 0;          // paper's rule: stop when validation loss improves by
   int64_t stop_window = 0;            //   less than min_delta over stop_window steps (0: off)
   // Validation and logging.
@@ -48,7 +54,8 @@ struct TrainConfig {
   int64_t effective_eval_mem_len() const {
     return eval_mem_len >= 0 ? eval_mem_len : std::max<int64_t>(0, mem_len + tgt_len - effective_eval_tgt_len());
   }
-  int64_t effective_schedule_steps() const { return schedule_steps > 0 ? schedule_steps : max_steps; }
+  // The schedule these settings describe, `steps` long.
+  LrSchedule schedule(int64_t steps) const;
 
   nlohmann::json to_json() const;
   static TrainConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -11,6 +11,7 @@ enum ExitCode : int {
   kExitUsage = 64,      // bad command line
   kExitDataErr = 65,    // bad input data: wrong format, vocab mismatch
   kExitNoInput = 66,    // input missing or unreadable
+  kExitUnavailable = 69,  // a service or program is missing (gnuplot, make, a peer process)
   kExitSoftware = 70,   // internal error
   kExitCantCreat = 73,  // cannot create an output
   kExitIoErr = 74,      // I/O failure

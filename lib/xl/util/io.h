@@ -7,6 +7,10 @@
 namespace xl::io {
 
 inline bool is_stdio(const std::string& path) { return path == "-"; }
+// Whether PATH exists (any kind), is a regular file, is a directory.
+bool exists(const std::string& path);
+bool is_file(const std::string& path);
+bool is_dir(const std::string& path);
 // A name for messages: "<stdin>" for "-".
 std::string display_name(const std::string& path);
 

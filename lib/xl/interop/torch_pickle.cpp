@@ -1,0 +1,481 @@
+#include "xl/interop/torch_pickle.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/serialize.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+
+namespace xl::interop {
+
+// ================================================================================================
+// A small unpickler for torch.save's data.pkl
+// ================================================================================================
+namespace {
+
+struct PyVal;
+using Val = std::shared_ptr<PyVal>;
+
+struct PyVal {
+  enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kGlobal, kObject, kStorage, kTensor };
+  Kind kind = Kind::kNone;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;                            // str, bytes, global "module.name", object's class
+  std::vector<Val> items;                   // tuple, list
+  std::vector<std::pair<Val, Val>> dict;    // dict (insertion order)
+  torch::Tensor tensor;                     // storage (1-D, its dtype) or tensor
+};
+
+Val make(PyVal::Kind k) {
+  auto v = std::make_shared<PyVal>();
+  v->kind = k;
+  return v;
+}
+Val make_int(int64_t i) {
+  auto v = make(PyVal::Kind::kInt);
+  v->i = i;
+  return v;
+}
+Val make_str(PyVal::Kind k, std::string s) {
+  auto v = make(k);
+  v->s = std::move(s);
+  return v;
+}
+
+const char* kind_name(PyVal::Kind k) {
+  switch (k) {
+    case PyVal::Kind::kNone: return "None";
+    case PyVal::Kind::kBool: return "bool";
+    case PyVal::Kind::kInt: return "int";
+    case PyVal::Kind::kFloat: return "float";
+    case PyVal::Kind::kStr: return "str";
+    case PyVal::Kind::kBytes: return "bytes";
+    case PyVal::Kind::kTuple: return "tuple";
+    case PyVal::Kind::kList: return "list";
+    case PyVal::Kind::kDict: return "dict";
+    case PyVal::Kind::kGlobal: return "class or function";
+    case PyVal::Kind::kObject: return "object";
+    case PyVal::Kind::kStorage: return "storage";
+    case PyVal::Kind::kTensor: return "tensor";
+  }
+  return "?";
+}
+
+std::string describe(const Val& v) {
+  if (v->kind == PyVal::Kind::kObject || v->kind == PyVal::Kind::kGlobal) return std::string(kind_name(v->kind)) + " " + v->s;
+  return kind_name(v->kind);
+}
+
+torch::Dtype storage_dtype(const std::string& type, const std::string& file) {
+  static const std::map<std::string, torch::Dtype> types = {
+      {"torch.FloatStorage", torch::kFloat32},   {"torch.DoubleStorage", torch::kFloat64},
+      {"torch.HalfStorage", torch::kFloat16},    {"torch.BFloat16Storage", torch::kBFloat16},
+      {"torch.LongStorage", torch::kInt64},      {"torch.IntStorage", torch::kInt32},
+      {"torch.ShortStorage", torch::kInt16},     {"torch.CharStorage", torch::kInt8},
+      {"torch.ByteStorage", torch::kUInt8},      {"torch.BoolStorage", torch::kBool},
+      {"torch.UntypedStorage", torch::kUInt8},
+  };
+  auto it = types.find(type);
+  XL_CHECK(it != types.end(), kExitDataErr, file << ": unsupported tensor storage type " << type);
+  return it->second;
+}
+
+class Unpickler {
+ public:
+  Unpickler(const std::string& data, caffe2::serialize::PyTorchStreamReader& reader, std::string file)
+      : data_(data), reader_(reader), file_(std::move(file)) {}
+
+  Val run() {
+    while (true) {
+      XL_CHECK(pos_ < data_.size(), kExitDataErr, file_ << ": data.pkl ends without a STOP opcode");
+      const size_t at = pos_;
+      const uint8_t op = byte();
+      switch (op) {
+        case 0x80: byte(); break;                        // PROTO
+        case 0x95: bytes(8); break;                      // FRAME
+        case '.':                                        // STOP
+          XL_CHECK(stack_.size() == 1, kExitDataErr, file_ << ": data.pkl leaves " << stack_.size() << " objects");
+          return stack_.back();
+        case '(': marks_.push_back(stack_.size()); break;  // MARK
+        case '0': pop(); break;                          // POP
+        case '1': pop_mark(); break;                     // POP_MARK
+        case '2': push(top()); break;                    // DUP
+        case 'N': push(make(PyVal::Kind::kNone)); break;
+        case 0x88: case 0x89: {                          // NEWTRUE, NEWFALSE
+          auto v = make(PyVal::Kind::kBool);
+          v->i = op == 0x88;
+          push(v);
+          break;
+        }
+        case 'J': push(make_int(static_cast<int32_t>(le(4)))); break;  // BININT
+        case 'K': push(make_int(static_cast<int64_t>(le(1)))); break;  // BININT1
+        case 'M': push(make_int(static_cast<int64_t>(le(2)))); break;  // BININT2
+        case 0x8a: push(make_int(long_int(le(1)))); break;             // LONG1
+        case 0x8b: push(make_int(long_int(le(4)))); break;             // LONG4
+        case 'G': {                                                    // BINFLOAT (big-endian)
+          uint64_t bits = 0;
+          for (int k = 0; k < 8; ++k) bits = (bits << 8) | byte();
+          auto v = make(PyVal::Kind::kFloat);
+          std::memcpy(&v->f, &bits, 8);
+          push(v);
+          break;
+        }
+        case 'X': push(make_str(PyVal::Kind::kStr, bytes(le(4)))); break;     // BINUNICODE
+        case 0x8c: push(make_str(PyVal::Kind::kStr, bytes(le(1)))); break;    // SHORT_BINUNICODE
+        case 0x8d: push(make_str(PyVal::Kind::kStr, bytes(le(8)))); break;    // BINUNICODE8
+        case 'T': push(make_str(PyVal::Kind::kStr, bytes(le(4)))); break;     // BINSTRING
+        case 'U': push(make_str(PyVal::Kind::kStr, bytes(le(1)))); break;     // SHORT_BINSTRING
+        case 'B': push(make_str(PyVal::Kind::kBytes, bytes(le(4)))); break;   // BINBYTES
+        case 'C': push(make_str(PyVal::Kind::kBytes, bytes(le(1)))); break;   // SHORT_BINBYTES
+        case 0x8e: push(make_str(PyVal::Kind::kBytes, bytes(le(8)))); break;  // BINBYTES8
+        case ')': push(make(PyVal::Kind::kTuple)); break;                     // EMPTY_TUPLE
+        case 't': {                                                           // TUPLE
+          auto v = make(PyVal::Kind::kTuple);
+          v->items = pop_mark();
+          push(v);
+          break;
+        }
+        case 0x85: case 0x86: case 0x87: {                                    // TUPLE1..3
+          auto v = make(PyVal::Kind::kTuple);
+          v->items = pop_n(op - 0x84);
+          push(v);
+          break;
+        }
+        case ']': push(make(PyVal::Kind::kList)); break;                      // EMPTY_LIST
+        case 'l': {                                                           // LIST
+          auto v = make(PyVal::Kind::kList);
+          v->items = pop_mark();
+          push(v);
+          break;
+        }
+        case 'a': {                                                           // APPEND
+          Val x = pop();
+          list_top()->items.push_back(x);
+          break;
+        }
+        case 'e': {                                                           // APPENDS
+          auto xs = pop_mark();
+          auto& items = list_top()->items;
+          items.insert(items.end(), xs.begin(), xs.end());
+          break;
+        }
+        case '}': push(make(PyVal::Kind::kDict)); break;                      // EMPTY_DICT
+        case 'd': {                                                           // DICT
+          auto v = make(PyVal::Kind::kDict);
+          set_items(v, pop_mark());
+          push(v);
+          break;
+        }
+        case 's': {                                                           // SETITEM
+          Val value = pop(), key = pop();
+          set_items(dict_top(), {key, value});
+          break;
+        }
+        case 'u': {                                                           // SETITEMS
+          auto xs = pop_mark();
+          set_items(dict_top(), xs);
+          break;
+        }
+        case 'c': {                                                           // GLOBAL
+          std::string module = line(), name = line();
+          push(make_str(PyVal::Kind::kGlobal, module + "." + name));
+          break;
+        }
+        case 0x93: {                                                          // STACK_GLOBAL
+          Val name = pop(), module = pop();
+          XL_CHECK(name->kind == PyVal::Kind::kStr && module->kind == PyVal::Kind::kStr, kExitDataErr,
+                   file_ << ": bad STACK_GLOBAL in data.pkl");
+          push(make_str(PyVal::Kind::kGlobal, module->s + "." + name->s));
+          break;
+        }
+        case 'q': memo_[le(1)] = top(); break;           // BINPUT
+        case 'r': memo_[le(4)] = top(); break;           // LONG_BINPUT
+        case 'p': memo_[std::stoull(line())] = top(); break;  // PUT
+        case 0x94: memo_[memo_.size()] = top(); break;   // MEMOIZE
+        case 'h': push(memo(le(1))); break;              // BINGET
+        case 'j': push(memo(le(4))); break;              // LONG_BINGET
+        case 'g': push(memo(std::stoull(line()))); break;  // GET
+        case 'R': case 0x81: {                           // REDUCE, NEWOBJ
+          Val args = pop(), callable = pop();
+          push(call(callable, args));
+          break;
+        }
+        case 'b': {                                      // BUILD: state of an object; not needed
+          pop();
+          top();
+          break;
+        }
+        case 'Q': push(persistent(pop())); break;        // BINPERSID
+        default:
+          XL_FAIL(kExitDataErr, file_ << ": unsupported pickle opcode 0x" << std::hex << int(op) << std::dec
+                                      << " at byte " << at << " of data.pkl");
+      }
+    }
+  }
+
+ private:
+  uint8_t byte() {
+    XL_CHECK(pos_ < data_.size(), kExitDataErr, file_ << ": data.pkl is truncated");
+    return static_cast<uint8_t>(data_[pos_++]);
+  }
+  std::string bytes(uint64_t n) {
+    XL_CHECK(n <= data_.size() - pos_, kExitDataErr, file_ << ": data.pkl is truncated");
+    std::string s = data_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  uint64_t le(int n) {
+    uint64_t v = 0;
+    for (int k = 0; k < n; ++k) v |= static_cast<uint64_t>(byte()) << (8 * k);
+    return v;
+  }
+  int64_t long_int(uint64_t n) {  // little-endian two's complement of n bytes
+    XL_CHECK(n <= 8, kExitDataErr, file_ << ": integer of " << n << " bytes in data.pkl is too large");
+    if (n == 0) return 0;
+    uint64_t v = le(static_cast<int>(n));
+    if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);
+    return static_cast<int64_t>(v);
+  }
+  std::string line() {
+    auto end = data_.find('\n', pos_);
+    XL_CHECK(end != std::string::npos, kExitDataErr, file_ << ": data.pkl is truncated");
+    std::string s = data_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return s;
+  }
+  void push(Val v) { stack_.push_back(std::move(v)); }
+  Val pop() {
+    XL_CHECK(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()), kExitDataErr,
+             file_ << ": malformed data.pkl (stack underflow)");
+    Val v = stack_.back();
+    stack_.pop_back();
+    return v;
+  }
+  const Val& top() {
+    XL_CHECK(!stack_.empty(), kExitDataErr, file_ << ": malformed data.pkl (stack underflow)");
+    return stack_.back();
+  }
+  std::vector<Val> pop_n(size_t n) {
+    XL_CHECK(stack_.size() >= n, kExitDataErr, file_ << ": malformed data.pkl (stack underflow)");
+    std::vector<Val> out(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
+    stack_.resize(stack_.size() - n);
+    return out;
+  }
+  std::vector<Val> pop_mark() {
+    XL_CHECK(!marks_.empty(), kExitDataErr, file_ << ": malformed data.pkl (no mark)");
+    size_t m = marks_.back();
+    marks_.pop_back();
+    std::vector<Val> out(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
+    stack_.resize(m);
+    return out;
+  }
+  Val memo(uint64_t k) {
+    auto it = memo_.find(k);
+    XL_CHECK(it != memo_.end(), kExitDataErr, file_ << ": malformed data.pkl (memo " << k << " unset)");
+    return it->second;
+  }
+  Val list_top() {
+    Val v = top();
+    XL_CHECK(v->kind == PyVal::Kind::kList, kExitDataErr, file_ << ": malformed data.pkl (append to " << describe(v) << ")");
+    return v;
+  }
+  Val dict_top() {
+    Val v = top();
+    XL_CHECK(v->kind == PyVal::Kind::kDict, kExitDataErr,
+             file_ << ": data.pkl sets items of a " << describe(v) << ", not of a dict");
+    return v;
+  }
+  void set_items(const Val& dict, const std::vector<Val>& kv) {
+    XL_CHECK(kv.size() % 2 == 0, kExitDataErr, file_ << ": malformed data.pkl (odd SETITEMS)");
+    for (size_t k = 0; k < kv.size(); k += 2) {
+      bool replaced = false;
+      if (kv[k]->kind == PyVal::Kind::kStr)
+        for (auto& [key, value] : dict->dict)
+          if (key->kind == PyVal::Kind::kStr && key->s == kv[k]->s) value = kv[k + 1], replaced = true;
+      if (!replaced) dict->dict.emplace_back(kv[k], kv[k + 1]);
+    }
+  }
+
+  // ('storage', storage_type, key, location, numel): the tensor data in record data/<key>.
+  Val persistent(const Val& pid) {
+    XL_CHECK(pid->kind == PyVal::Kind::kTuple && pid->items.size() >= 5 && pid->items[0]->kind == PyVal::Kind::kStr &&
+                 pid->items[0]->s == "storage" && pid->items[1]->kind == PyVal::Kind::kGlobal &&
+                 pid->items[2]->kind == PyVal::Kind::kStr && pid->items[4]->kind == PyVal::Kind::kInt,
+             kExitDataErr, file_ << ": unsupported persistent object in data.pkl (not a tensor storage)");
+    const std::string key = pid->items[2]->s;
+    auto cached = storages_.find(key);
+    if (cached != storages_.end()) return cached->second;
+    torch::Dtype dtype = storage_dtype(pid->items[1]->s, file_);
+    const int64_t numel = pid->items[4]->i;
+    const std::string record = "data/" + key;
+    XL_CHECK(reader_.hasRecord(record), kExitDataErr, file_ << ": the archive lacks record " << record);
+    auto [ptr, size] = reader_.getRecord(record);
+    const size_t want = static_cast<size_t>(numel) * c10::elementSize(dtype);
+    XL_CHECK(size == want, kExitDataErr,
+             file_ << ": record " << record << " holds " << size << " bytes, its storage needs " << want);
+    auto v = make(PyVal::Kind::kStorage);
+    v->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
+    if (size) std::memcpy(v->tensor.data_ptr(), ptr.get(), size);
+    storages_.emplace(key, v);
+    return v;
+  }
+
+  std::vector<int64_t> ints(const Val& v, const char* what) {
+    XL_CHECK(v->kind == PyVal::Kind::kTuple || v->kind == PyVal::Kind::kList, kExitDataErr,
+             file_ << ": tensor " << what << " is a " << describe(v) << ", not a tuple");
+    std::vector<int64_t> out;
+    for (const auto& x : v->items) {
+      XL_CHECK(x->kind == PyVal::Kind::kInt, kExitDataErr, file_ << ": tensor " << what << " holds a " << describe(x));
+      out.push_back(x->i);
+    }
+    return out;
+  }
+
+  Val call(const Val& callable, const Val& args) {
+    XL_CHECK(args->kind == PyVal::Kind::kTuple, kExitDataErr, file_ << ": malformed data.pkl (call without a tuple)");
+    const auto& a = args->items;
+    if (callable->kind != PyVal::Kind::kGlobal) return make_str(PyVal::Kind::kObject, "?");
+    const std::string& fn = callable->s;
+    if (fn == "collections.OrderedDict" || fn == "builtins.dict") {
+      auto d = make(PyVal::Kind::kDict);
+      if (!a.empty() && a[0]->kind == PyVal::Kind::kList)
+        for (const auto& kv : a[0]->items)
+          if (kv->kind == PyVal::Kind::kTuple && kv->items.size() == 2) set_items(d, kv->items);
+      return d;
+    }
+    if (fn == "torch._utils._rebuild_tensor_v2" || fn == "torch._utils._rebuild_tensor") {
+      XL_CHECK(a.size() >= 4 && a[0]->kind == PyVal::Kind::kStorage && a[1]->kind == PyVal::Kind::kInt, kExitDataErr,
+               file_ << ": malformed " << fn << " call in data.pkl");
+      const torch::Tensor& storage = a[0]->tensor;
+      const int64_t offset = a[1]->i;
+      auto size = ints(a[2], "size"), stride = ints(a[3], "stride");
+      XL_CHECK(size.size() == stride.size(), kExitDataErr, file_ << ": tensor size and stride differ in length");
+      int64_t last = offset, numel = 1;
+      for (size_t d = 0; d < size.size(); ++d) {
+        XL_CHECK(size[d] >= 0 && stride[d] >= 0, kExitDataErr, file_ << ": negative tensor size or stride");
+        numel *= size[d];
+        if (size[d] > 0) last += (size[d] - 1) * stride[d];
+      }
+      XL_CHECK(numel == 0 || (offset >= 0 && last < storage.numel()), kExitDataErr,
+               file_ << ": a tensor reaches past the end of its storage");
+      auto v = make(PyVal::Kind::kTensor);
+      v->tensor = numel == 0 ? torch::empty(size, storage.options()) : storage.as_strided(size, stride, offset);
+      return v;
+    }
+    if (fn == "torch.jit._pickle.restore_type_tag") {  // torch::pickle_save wraps its value in a type tag
+      XL_CHECK(!a.empty(), kExitDataErr, file_ << ": malformed " << fn << " call");
+      return a[0];
+    }
+    if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state") {
+      XL_CHECK(!a.empty() && a[0]->kind == PyVal::Kind::kTensor, kExitDataErr, file_ << ": malformed " << fn << " call");
+      return a[0];
+    }
+    // Anything else (argparse.Namespace, numpy scalars...) is kept opaque: fine unless a tensor
+    // is expected where it sits.
+    return make_str(PyVal::Kind::kObject, fn);
+  }
+
+  const std::string& data_;
+  caffe2::serialize::PyTorchStreamReader& reader_;
+  std::string file_;
+  size_t pos_ = 0;
+  std::vector<Val> stack_;
+  std::vector<size_t> marks_;
+  std::map<uint64_t, Val> memo_;
+  std::map<std::string, Val> storages_;
+};
+
+// The state_dict of a parsed file: `root` itself or its entry `key`.
+checkpoint::TensorList state_dict_of(const Val& root, const std::string& key, const std::string& file) {
+  Val d = root;
+  XL_CHECK(d->kind == PyVal::Kind::kDict, kExitDataErr,
+           file << ": holds a " << describe(d) << ", not a state_dict (torch.save(model.state_dict(), f) writes one)");
+  if (!key.empty()) {
+    Val found;
+    std::string keys;
+    for (const auto& [k, v] : d->dict) {
+      if (k->kind != PyVal::Kind::kStr) continue;
+      if (k->s == key) found = v;
+      keys += (keys.empty() ? "" : ", ") + k->s;
+    }
+    XL_CHECK(found, kExitDataErr, file << ": has no entry '" << key << "' (its entries: " << keys << ")");
+    XL_CHECK(found->kind == PyVal::Kind::kDict, kExitDataErr, file << ": entry '" << key << "' is a " << describe(found) << ", not a state_dict");
+    d = found;
+  }
+  checkpoint::TensorList out;
+  for (const auto& [k, v] : d->dict) {
+    XL_CHECK(k->kind == PyVal::Kind::kStr, kExitDataErr, file << ": a state_dict key is a " << describe(k) << ", not a string");
+    if (v->kind != PyVal::Kind::kTensor) {
+      // A checkpoint dict around the state_dict: name the entries that could be it.
+      std::string hint;
+      for (const auto& [k2, v2] : d->dict)
+        if (k2->kind == PyVal::Kind::kStr && v2->kind == PyVal::Kind::kDict) hint += (hint.empty() ? "" : ", ") + k2->s;
+      XL_FAIL(kExitDataErr, file << ": entry '" << k->s << "' is a " << describe(v) << ", not a tensor"
+                                 << (hint.empty() ? "" : " (a checkpoint? pick its state_dict with --key: " + hint + ")"));
+    }
+    out.emplace_back(k->s, v->tensor);
+  }
+  return out;
+}
+
+}  // namespace
+
+checkpoint::TensorList parse_torch_state_dict(const std::string& bytes, const std::string& key, const std::string& display) {
+  XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
+  // Before PyTorch 1.6 torch.save wrote pickles back to back: magic number first (LONG1 10 bytes).
+  static const std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14);
+  XL_CHECK(bytes.compare(0, legacy.size(), legacy) != 0, kExitDataErr,
+           display << ": a legacy (pre-1.6) torch.save file; re-save it with a newer PyTorch: "
+                      "torch.save(torch.load(f), g, _use_new_zipfile_serialization=True)");
+  XL_CHECK(bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0, kExitDataErr,
+           display << ": not a PyTorch file (torch.save writes a zip archive)");
+  std::istringstream in(bytes);
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  std::string pkl;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
+    XL_CHECK(reader->hasRecord("data.pkl"), kExitDataErr, display << ": a zip archive without data.pkl, not a torch.save file");
+    if (reader->hasRecord("byteorder")) {
+      auto [p, n] = reader->getRecord("byteorder");
+      std::string order(static_cast<const char*>(p.get()), n);
+      XL_CHECK(order == "little", kExitDataErr, display << ": tensors stored " << order << "-endian are not supported");
+    }
+    auto [ptr, size] = reader->getRecord("data.pkl");
+    pkl.assign(static_cast<const char*>(ptr.get()), size);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    XL_FAIL(kExitDataErr, display << ": not a readable torch.save archive (" << what.substr(0, what.find('\n')) << ")");
+  }
+  try {
+    Unpickler unpickler(pkl, *reader, display);
+    return state_dict_of(unpickler.run(), key, display);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    XL_FAIL(kExitDataErr, display << ": cannot read a tensor (" << what.substr(0, what.find('\n')) << ")");
+  }
+}
+
+checkpoint::TensorList read_torch_state_dict(const std::string& path, const std::string& key) {
+  return parse_torch_state_dict(io::read_raw(path), key, io::display_name(path));
+}
+
+std::string torch_state_dict_bytes(const checkpoint::TensorList& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, t] : tensors) {
+    XL_CHECK(!dict.contains(name), kExitSoftware, "state_dict name " << name << " twice");
+    dict.insert(name, t.detach().to(torch::kCPU));
+  }
+  std::vector<char> bytes = torch::pickle_save(dict);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace xl::interop

@@ -1,0 +1,435 @@
+#include "xl/interop/txl_state_dict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "xl/model/model_io.h"
+#include "xl/util/error.h"
+
+namespace xl::interop {
+
+using model::ModelConfig;
+using model::TransformerXL;
+
+// ================================================================================================
+// Names
+// ================================================================================================
+
+std::vector<std::pair<std::string, std::string>> torch_names(const TransformerXL& model) {
+  auto tensors = model->named_tensors();
+  std::map<const c10::TensorImpl*, std::string> by_impl;
+  std::set<std::string> have;
+  for (const auto& [name, t] : tensors) {
+    by_impl.emplace(t.unsafeGetTensorImpl(), name);
+    have.insert(name);
+  }
+  auto alias_of = [&](const torch::Tensor& t, const std::string& name) {
+    auto it = by_impl.find(t.unsafeGetTensorImpl());
+    XL_CHECK(it != by_impl.end(), kExitSoftware, "torch_names: " << name << " is tied to a tensor the model does not list");
+    return it->second;
+  };
+  // The crit.out_projs block, every cluster that has a projection, own or tied.
+  std::vector<std::pair<std::string, std::string>> projs;
+  const auto& crit = model->crit;
+  for (size_t i = 0; i < crit->projections.size(); ++i) {
+    if (!crit->projections[i].defined()) continue;
+    std::string name = "crit.out_projs." + std::to_string(i);
+    projs.emplace_back(name, have.count(name) ? name : alias_of(crit->projections[i], name));
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t last_out_layer = 0;
+  bool any_out_layer = false;
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind("crit.out_projs.", 0) == 0) continue;
+    static const std::regex bias_re(R"(crit\.out_layers\.(\d+)\.bias)");
+    std::smatch m;
+    if (std::regex_match(name, m, bias_re)) {
+      size_t i = std::stoul(m[1].str());
+      std::string w = "crit.out_layers." + std::to_string(i) + ".weight";
+      if (!have.count(w)) out.emplace_back(w, alias_of(crit->layers[i]->weight, w));
+    }
+    out.emplace_back(name, name);
+    if (name.rfind("crit.out_layers.", 0) == 0) {
+      last_out_layer = out.size();
+      any_out_layer = true;
+    }
+  }
+  XL_CHECK(any_out_layer, kExitSoftware, "torch_names: the model has no crit.out_layers");
+  out.insert(out.begin() + static_cast<std::ptrdiff_t>(last_out_layer), projs.begin(), projs.end());
+  return out;
+}
+
+// ================================================================================================
+// Hyper-parameters
+// ================================================================================================
+namespace {
+
+std::string shape_str(const torch::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes();
+  return os.str();
+}
+
+template <typename T>
+std::string list_str(const std::vector<T>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return os.str();
+}
+
+std::string bools_str(const std::vector<bool>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += std::string(i ? "," : "") + (v[i] ? "true" : "false");
+  return s;
+}
+
+std::string summary(const ModelConfig& c) {
+  std::ostringstream os;
+  os << "n_layer " << c.n_layer << ", d_model " << c.d_model << ", n_head " << c.n_head << ", d_head " << c.d_head
+     << ", d_inner " << c.d_inner << ", n_token " << c.n_token << ", d_embed " << c.embed_dim();
+  if (!c.cutoffs.empty()) os << ", cutoffs " << list_str(c.cutoffs) << ", div_val " << c.div_val;
+  return os.str();
+}
+
+bool same_values(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && torch::equal(a, b);
+}
+
+}  // namespace
+
+ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParams& given, const std::string& file) {
+  std::map<std::string, torch::Tensor> t(sd.begin(), sd.end());
+  auto has = [&](const std::string& n) { return t.count(n) > 0; };
+  auto need = [&](const std::string& n, int64_t dims) {
+    auto it = t.find(n);
+    XL_CHECK(it != t.end(), kExitDataErr, file << ": lacks tensor '" << n << "' (not a PyTorch Transformer-XL state_dict?)");
+    XL_CHECK(it->second.dim() == dims, kExitDataErr,
+             file << ": tensor '" << n << "' has shape " << shape_str(it->second) << ", expected " << dims << " dimensions");
+    return it->second;
+  };
+  auto check = [&](const char* flag, const std::optional<int64_t>& want, int64_t found, const std::string& evidence) {
+    XL_CHECK(!want || *want == found, kExitDataErr,
+             file << ": --" << flag << " " << *want << " does not match the state_dict, which has " << found << " ("
+                  << evidence << ")");
+  };
+
+  ModelConfig c;
+  // Layers.
+  static const std::regex layer_re(R"(layers\.(\d+)\..*)");
+  int64_t n_layer = 0;
+  for (const auto& [name, x] : sd) {
+    std::smatch m;
+    if (std::regex_match(name, m, layer_re)) n_layer = std::max<int64_t>(n_layer, std::stoll(m[1].str()) + 1);
+  }
+  XL_CHECK(n_layer > 0, kExitDataErr, file << ": has no layers.N.* tensors (not a PyTorch Transformer-XL state_dict?)");
+  check("n-layer", given.n_layer, n_layer, "layers.0 to layers." + std::to_string(n_layer - 1));
+  c.n_layer = n_layer;
+
+  torch::Tensor o = need("layers.0.dec_attn.o_net.weight", 2);
+  c.d_model = o.size(0);
+  check("d-model", given.d_model, c.d_model, "layers.0.dec_attn.o_net.weight " + shape_str(o));
+
+  // u, v: shared, or per layer (untie_r).
+  const bool shared = has("r_w_bias"), per_layer = has("layers.0.dec_attn.r_w_bias");
+  c.untie_r = given.untie_r.value_or(!shared && per_layer);
+  XL_CHECK(!c.untie_r || per_layer, kExitDataErr,
+           file << ": --untie-r but the state_dict has no per-layer layers.0.dec_attn.r_w_bias"
+                << (shared ? " (it has shared r_w_bias)" : ""));
+  XL_CHECK(c.untie_r || shared, kExitDataErr,
+           file << ": lacks tensor 'r_w_bias'" << (per_layer ? " (its u, v biases are per layer: give --untie-r)" : ""));
+  const std::string u_name = c.untie_r ? "layers.0.dec_attn.r_w_bias" : "r_w_bias";
+  torch::Tensor u = need(u_name, 2);
+  c.n_head = u.size(0);
+  c.d_head = u.size(1);
+  check("n-head", given.n_head, c.n_head, u_name + " " + shape_str(u));
+  check("d-head", given.d_head, c.d_head, u_name + " " + shape_str(u));
+  XL_CHECK(o.size(1) == c.n_head * c.d_head, kExitDataErr,
+           file << ": layers.0.dec_attn.o_net.weight has shape " << shape_str(o) << " but " << u_name << " "
+                << shape_str(u) << " means n_head*d_head = " << c.n_head * c.d_head);
+
+  torch::Tensor ff = need("layers.0.pos_ff.CoreNet.0.weight", 2);
+  c.d_inner = ff.size(0);
+  check("d-inner", given.d_inner, c.d_inner, "layers.0.pos_ff.CoreNet.0.weight " + shape_str(ff));
+
+  // Embedding clusters.
+  std::vector<int64_t> rows, widths;
+  for (size_t i = 0;; ++i) {
+    std::string n = "word_emb.emb_layers." + std::to_string(i) + ".weight";
+    if (!has(n)) break;
+    torch::Tensor e = need(n, 2);
+    rows.push_back(e.size(0));
+    widths.push_back(e.size(1));
+  }
+  XL_CHECK(!rows.empty(), kExitDataErr, file << ": lacks tensor 'word_emb.emb_layers.0.weight' (not a PyTorch Transformer-XL state_dict?)");
+  const int64_t d_embed = widths[0];
+  const size_t k = rows.size();
+  const int64_t clusters = has("crit.cluster_weight") ? need("crit.cluster_weight", 2).size(0) : 0;
+  int64_t n_token = 0;
+  for (int64_t r : rows) n_token += r;
+  check("n-token", given.n_token, n_token, "rows of word_emb.emb_layers.*.weight");
+  check("d-embed", given.d_embed, d_embed, "word_emb.emb_layers.0.weight " + shape_str(t.at("word_emb.emb_layers.0.weight")));
+  c.n_token = n_token;
+  c.d_embed = d_embed == c.d_model ? 0 : d_embed;
+
+  if (k > 1) {
+    std::vector<int64_t> cutoffs;
+    int64_t sum = 0;
+    for (size_t i = 0; i + 1 < k; ++i) cutoffs.push_back(sum += rows[i]);
+    XL_CHECK(!given.cutoffs || *given.cutoffs == cutoffs, kExitDataErr,
+             file << ": --cutoffs " << list_str(*given.cutoffs) << " does not match the state_dict, whose "
+                  << k << " embedding clusters give cutoffs " << list_str(cutoffs));
+    auto fits = [&](int64_t dv) {
+      int64_t d = d_embed;
+      for (size_t i = 0; i < k; ++i, d /= dv)
+        if (widths[i] != d) return false;
+      return true;
+    };
+    std::string evidence = "embedding widths " + list_str(widths);
+    if (given.div_val) {
+      XL_CHECK(*given.div_val > 1 && fits(*given.div_val), kExitDataErr,
+               file << ": --div-val " << *given.div_val << " does not match the state_dict (" << evidence
+                    << ", which need d_embed // div_val^i)");
+      c.div_val = *given.div_val;
+    } else {
+      c.div_val = 0;
+      for (int64_t dv = 2; dv <= std::max<int64_t>(2, d_embed) && !c.div_val; ++dv)
+        if (fits(dv)) c.div_val = dv;
+      XL_CHECK(c.div_val, kExitDataErr, file << ": " << evidence << " do not follow d_embed // div_val^i for any div_val");
+    }
+    c.cutoffs = cutoffs;
+  } else {
+    c.div_val = given.div_val.value_or(1);
+    XL_CHECK(c.div_val >= 1, kExitDataErr, file << ": --div-val must be at least 1");
+    if (c.div_val > 1) {
+      XL_CHECK(!given.cutoffs || given.cutoffs->empty(), kExitDataErr,
+               file << ": --cutoffs " << list_str(*given.cutoffs) << " with --div-val " << c.div_val
+                    << " needs one embedding per cluster, but the state_dict has only word_emb.emb_layers.0");
+    } else {
+      if (clusters > 0) {
+        XL_CHECK(given.cutoffs, kExitUsage,
+                 file << ": give --cutoffs: the state_dict has " << clusters
+                      << " tail clusters (crit.cluster_weight) over one embedding, which does not show where they start");
+      }
+      c.cutoffs = given.cutoffs.value_or(std::vector<int64_t>{});
+      XL_CHECK(static_cast<int64_t>(c.cutoffs.size()) == clusters, kExitDataErr,
+               file << ": --cutoffs " << list_str(c.cutoffs) << " makes " << c.cutoffs.size()
+                    << " tail clusters but the state_dict has " << clusters
+                    << (clusters ? " (crit.cluster_weight " + shape_str(t.at("crit.cluster_weight")) + ")" : " (no crit.cluster_weight)"));
+    }
+  }
+
+  // Tying, read off equal twins.
+  const size_t out_layers = c.div_val == 1 ? 1 : k;
+  bool tied = true;
+  std::string untied_evidence;
+  for (size_t i = 0; i < out_layers; ++i) {
+    std::string w = "crit.out_layers." + std::to_string(i) + ".weight", e = "word_emb.emb_layers." + std::to_string(i) + ".weight";
+    if (has(w) && !same_values(t.at(w), t.at(e))) {
+      if (tied) untied_evidence = w + " differs from " + e;
+      tied = false;
+    }
+  }
+  XL_CHECK(!given.tie_weight || !*given.tie_weight || tied, kExitDataErr,
+           file << ": --tie-weight but " << untied_evidence);
+  c.tie_weight = given.tie_weight.value_or(tied);
+
+  const size_t n_clusters = c.cutoffs.size() + 1;
+  std::vector<bool> tie_projs(n_clusters, false);
+  bool any_proj = false;
+  for (size_t i = 0; i < n_clusters; ++i) {
+    std::string out = "crit.out_projs." + std::to_string(i);
+    std::string emb = "word_emb.emb_projs." + std::to_string(c.div_val == 1 ? 0 : i);
+    if (!has(emb)) continue;
+    any_proj = true;
+    tie_projs[i] = !has(out) || same_values(t.at(out), t.at(emb));
+  }
+  if (!any_proj) tie_projs.clear();  // no projections (char level): nothing to tie
+  if (given.tie_projs) {
+    XL_CHECK(given.tie_projs->size() == n_clusters, kExitDataErr,
+             file << ": --tie-projs " << bools_str(*given.tie_projs) << " needs " << n_clusters << " entries, one per cluster");
+    for (size_t i = 0; i < n_clusters; ++i) {
+      std::string out = "crit.out_projs." + std::to_string(i);
+      std::string emb = "word_emb.emb_projs." + std::to_string(c.div_val == 1 ? 0 : i);
+      XL_CHECK(!(*given.tie_projs)[i] || !has(out) || !has(emb) || tie_projs[i], kExitDataErr,
+               file << ": --tie-projs says cluster " << i << " is tied but " << out << " differs from " << emb);
+    }
+    c.tie_projs = *given.tie_projs;
+  } else {
+    c.tie_projs = tie_projs;
+  }
+
+  c.pre_lnorm = given.pre_lnorm.value_or(false);
+  c.same_length = given.same_length.value_or(false);
+  c.clamp_len = std::max<int64_t>(0, given.clamp_len.value_or(0));  // PyTorch's -1 means off
+  if (given.dropout) c.dropout = *given.dropout;
+  if (given.dropatt) c.dropatt = *given.dropatt;
+  c.validate(file + " (hyper-parameters)");
+  return c;
+}
+
+// ================================================================================================
+// Import
+// ================================================================================================
+
+checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, const ModelConfig& cfg, const std::string& file) {
+  TransformerXL model(cfg);
+  std::map<std::string, torch::Tensor> xl_tensors;
+  for (const auto& [name, x] : model->named_tensors()) xl_tensors.emplace(name, x);
+  auto names = torch_names(model);
+  std::map<std::string, std::string> expected(names.begin(), names.end());
+
+  std::map<std::string, torch::Tensor> given;
+  for (const auto& [name, x] : sd) {
+    XL_CHECK(expected.count(name), kExitDataErr,
+             file << ": unknown tensor '" << name << "' (no such tensor in a Transformer-XL with " << summary(cfg) << ")");
+    given.emplace(name, x);
+  }
+  std::map<std::string, std::pair<std::string, torch::Tensor>> seen;  // xl name -> first PyTorch name, value
+  for (const auto& [tname, xname] : names) {
+    auto it = given.find(tname);
+    XL_CHECK(it != given.end(), kExitDataErr, file << ": lacks tensor '" << tname << "' (" << summary(cfg) << ")");
+    const torch::Tensor& x = it->second;
+    const torch::Tensor& target = xl_tensors.at(xname);
+    XL_CHECK(x.sizes() == target.sizes(), kExitDataErr,
+             file << ": tensor '" << tname << "' has shape " << shape_str(x) << ", the model (" << summary(cfg)
+                  << ") needs " << shape_str(target));
+    XL_CHECK(x.is_floating_point(), kExitDataErr,
+             file << ": tensor '" << tname << "' has dtype " << x.dtype() << ", expected floating point");
+    auto first = seen.find(xname);
+    if (first == seen.end()) {
+      seen.emplace(xname, std::make_pair(tname, x));
+    } else {
+      XL_CHECK(same_values(x, first->second.second), kExitDataErr,
+               file << ": tensor '" << tname << "' is tied to '" << first->second.first
+                    << "' in this model but their values differ (untied? see --tie-weight/--tie-projs)");
+    }
+  }
+  // inv_freq is the sinusoid's 1/10000^(2i/d_model): another value means another d_model or model.
+  const torch::Tensor& inv = seen.at("pos_emb.inv_freq").second;
+  torch::Tensor want = xl_tensors.at("pos_emb.inv_freq");
+  XL_CHECK(torch::allclose(inv.to(torch::kFloat64), want.to(torch::kFloat64), 1e-5, 0), kExitDataErr,
+           file << ": tensor 'pos_emb.inv_freq' is not 1/10000^(2i/d_model) for d_model " << cfg.d_model);
+
+  checkpoint::TensorList out;
+  for (const auto& [xname, target] : model->named_tensors())
+    out.emplace_back(xname, seen.at(xname).second.to(target.scalar_type()).contiguous().clone());
+  return out;
+}
+
+checkpoint::Checkpoint import_torch_checkpoint(const checkpoint::TensorList& sd, const TorchHyperParams& given, const text::Vocab& vocab,
+                                       const std::string& file) {
+  ModelConfig cfg = torch_config(sd, given, file);
+  XL_CHECK(static_cast<int64_t>(vocab.size()) == cfg.n_token, kExitDataErr,
+           file << ": the vocab has " << vocab.size() << " entries but the model has n_token " << cfg.n_token
+                << " (the vocab must list the PyTorch model's symbols in its id order)");
+  checkpoint::Checkpoint ckpt;
+  ckpt.phase = "imported";
+  ckpt.model_config = cfg.to_json();
+  ckpt.train_config = nullptr;
+  ckpt.state.imported_from = file;
+  ckpt.vocab = vocab;
+  ckpt.model = import_torch_tensors(sd, cfg, file);
+  return ckpt;
+}
+
+// ================================================================================================
+// Export
+// ================================================================================================
+
+TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::string& file) {
+  const ModelConfig& cfg = src->config;
+  ModelConfig target = cfg;
+  if (!cfg.heads_per_layer.empty()) {
+    const auto& h = cfg.heads_per_layer;
+    XL_CHECK(std::all_of(h.begin(), h.end(), [&](int64_t x) { return x == h[0]; }), kExitDataErr,
+             file << ": its layers keep different numbers of heads (" << list_str(h)
+                  << "); a PyTorch Transformer-XL has the same n_head in every layer");
+    XL_CHECK(h[0] > 0, kExitDataErr, file << ": every attention head was pruned; a PyTorch Transformer-XL needs n_head >= 1");
+    target.n_head = h[0];
+    target.heads_per_layer.clear();
+  }
+  torch::NoGradGuard no_grad;
+  if (cfg.per_layer_biases() && !untie_r) {
+    bool equal = true;
+    for (int64_t l = 1; l < cfg.n_layer && equal; ++l) {
+      auto [u0, v0] = src->biases(0);
+      auto [u, v] = src->biases(l);
+      equal = same_values(u, u0) && same_values(v, v0);
+    }
+    XL_CHECK(equal, kExitDataErr,
+             file << ": its u, v biases are per layer (" << (cfg.untie_r ? "untie_r" : "pruned heads")
+                  << ") and differ between layers, which the PyTorch Transformer-XL cannot hold (it shares one "
+                     "r_w_bias, r_r_bias); give --untie-r for a target with per-layer biases (HF TransfoXL's untie_r)");
+  }
+  target.untie_r = untie_r;
+  target.validate(file + " (export)");
+
+  auto src_list = src->named_tensors();
+  std::map<std::string, torch::Tensor> from(src_list.begin(), src_list.end());
+  TransformerXL dst(target);
+  const torch::Tensor& any = from.at("word_emb.emb_layers.0.weight");
+  dst->to(any.scalar_type());
+  std::map<std::string, torch::Tensor> values;
+  static const std::regex bias_re(R"(layers\.(\d+)\.dec_attn\.(r_w_bias|r_r_bias))");
+  for (auto& [name, x] : dst->named_tensors()) {
+    std::smatch m;
+    torch::Tensor value;
+    if (name == "r_w_bias" || name == "r_r_bias") {
+      auto uv = src->biases(0);
+      value = name == "r_w_bias" ? uv.first : uv.second;
+    } else if (std::regex_match(name, m, bias_re)) {
+      auto uv = src->biases(std::stoll(m[1].str()));
+      value = m[2] == "r_w_bias" ? uv.first : uv.second;
+    } else {
+      value = from.at(name);
+    }
+    XL_CHECK(value.sizes() == x.sizes(), kExitSoftware, "export: " << name << " has shape " << value.sizes() << ", expected " << x.sizes());
+    x.copy_(value);
+    values.emplace(name, x.detach());
+  }
+  TorchExport out;
+  out.config = target;
+  for (const auto& [tname, xname] : torch_names(dst)) out.state_dict.emplace_back(tname, values.at(xname));
+  return out;
+}
+
+TorchExport export_torch(const checkpoint::Checkpoint& ckpt, bool untie_r, const std::string& file) {
+  TransformerXL model = model::model_from_checkpoint(ckpt, file);
+  return export_torch(model, untie_r, file);
+}
+
+std::string import_flags(const ModelConfig& c) {
+  std::ostringstream os;
+  os << "--n-token " << c.n_token << " --n-layer " << c.n_layer << " --d-model " << c.d_model << " --n-head " << c.n_head
+     << " --d-head " << c.d_head << " --d-inner " << c.d_inner;
+  if (c.embed_dim() != c.d_model) os << " --d-embed " << c.embed_dim();
+  if (!c.cutoffs.empty()) os << " --cutoffs " << list_str(c.cutoffs);
+  os << " --div-val " << c.div_val;
+  if (!c.tie_weight) os << " --tie-weight false";
+  if (!c.tie_projs.empty()) os << " --tie-projs " << bools_str(c.tie_projs);
+  if (c.pre_lnorm) os << " --pre-lnorm true";
+  if (c.same_length) os << " --same-length true";
+  if (c.clamp_len > 0) os << " --clamp-len " << c.clamp_len;
+  if (c.untie_r) os << " --untie-r true";
+  return os.str();
+}
+
+std::string pytorch_constructor(const ModelConfig& c) {
+  auto py = [](bool b) { return b ? "True" : "False"; };
+  std::ostringstream os;
+  os << "MemTransformerLM(" << c.n_token << ", " << c.n_layer << ", " << c.n_head << ", " << c.d_model << ", " << c.d_head
+     << ", " << c.d_inner << ", dropout=" << c.dropout << ", dropatt=" << c.dropatt << ", tie_weight=" << py(c.tie_weight)
+     << ", d_embed=" << c.embed_dim() << ", div_val=" << c.div_val << ", tie_projs=[";
+  std::vector<bool> tp = c.tie_projs.empty() ? std::vector<bool>(c.cutoffs.size() + 1, false) : c.tie_projs;
+  for (size_t i = 0; i < tp.size(); ++i) os << (i ? ", " : "") << py(tp[i]);
+  os << "], pre_lnorm=" << py(c.pre_lnorm) << ", cutoffs=[" << list_str(c.cutoffs) << "], same_length=" << py(c.same_length)
+     << ", attn_type=0, clamp_len=" << (c.clamp_len > 0 ? c.clamp_len : -1) << ")";
+  if (c.untie_r) os << "  # with per-layer r_w_bias/r_r_bias (untie_r)";
+  return os.str();
+}
+
+}  // namespace xl::interop

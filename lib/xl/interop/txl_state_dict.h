@@ -1,0 +1,78 @@
+// Moving models between xl checkpoints and the PyTorch Transformer-XL (kimiyoung/transformer-xl,
+// `pytorch/mem_transformer.py`): its `torch.save(model.state_dict(), f)` files are read without
+// Python, and an xl checkpoint is written back as a state_dict that `model.load_state_dict` takes.
+//
+// Parameter names are the same on both sides (xl follows the PyTorch names). The differences:
+// - PyTorch lists tied tensors under every name (crit.out_layers.{i}.weight beside
+//   word_emb.emb_layers.{i}.weight, crit.out_projs.{i} beside word_emb.emb_projs.{j}); xl keeps one.
+//   Importing verifies that the twins are equal; exporting writes each under all its names.
+// - r_w_bias, r_r_bias are shared [n_head, d_head] tensors; with untie_r (TF's option, HF's
+//   TransfoXL) they are per layer as layers.{l}.dec_attn.r_w_bias. A model whose layers keep
+//   different numbers of heads (structural pruning) has no PyTorch Transformer-XL equivalent.
+// Reading and writing the files themselves: torch_pickle.h.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xl/checkpoint/checkpoint.h"
+#include "xl/model/config.h"
+#include "xl/model/transformer_xl.h"
+#include "xl/text/vocab.h"
+
+namespace xl::interop {
+
+// ---- names --------------------------------------------------------------------------------------
+
+// Every PyTorch state_dict name of `model`, in PyTorch's order, paired with the xl name (as in
+// named_tensors()) of the tensor it holds. Tied tensors appear once per PyTorch name.
+std::vector<std::pair<std::string, std::string>> torch_names(const model::TransformerXL& model);
+
+// ---- hyper-parameters ---------------------------------------------------------------------------
+
+// What the user said about the PyTorch model; an unset field is inferred from the tensor shapes
+// (or takes PyTorch's default where shapes cannot tell: pre_lnorm, same_length, clamp_len, dropouts).
+struct TorchHyperParams {
+  std::optional<int64_t> n_token, n_layer, d_model, n_head, d_head, d_inner, d_embed, div_val, clamp_len;
+  std::optional<std::vector<int64_t>> cutoffs;
+  std::optional<std::vector<bool>> tie_projs;
+  std::optional<bool> tie_weight, untie_r, pre_lnorm, same_length;
+  std::optional<double> dropout, dropatt;
+};
+
+// The model config of a PyTorch Transformer-XL state_dict: n_layer, d_model, n_head, d_head,
+// d_inner, n_token, d_embed, cutoffs, div_val and the tying read off the tensors, checked against
+// every given field (65 with one line naming the flag and what the file holds). Cutoffs cannot be
+// read off a div_val 1 model with clusters: they must be given (64 otherwise).
+model::ModelConfig torch_config(const checkpoint::TensorList& state_dict, const TorchHyperParams& given, const std::string& file);
+
+// The model tensors (xl names, float32, model order) of a state_dict for `cfg`. Fails with 65 and
+// one line naming the tensor for an unknown or missing name, a wrong shape, a non-float dtype, tied
+// twins that differ, or a pos_emb.inv_freq that is not the sinusoid of d_model.
+checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_dict, const model::ModelConfig& cfg, const std::string& file);
+
+// A complete checkpoint (phase "imported", no optimizer state) from a state_dict. The vocab must
+// have n_token entries in the PyTorch model's id order (65 otherwise).
+checkpoint::Checkpoint import_torch_checkpoint(const checkpoint::TensorList& state_dict, const TorchHyperParams& given,
+                                       const text::Vocab& vocab, const std::string& file);
+
+// ---- export -------------------------------------------------------------------------------------
+
+struct TorchExport {
+  checkpoint::TensorList state_dict;  // PyTorch names; tied tensors under each name
+  model::ModelConfig config;         // the PyTorch model's hyper-parameters
+};
+
+// The state_dict of a checkpoint's model. `untie_r`: the target has per-layer u, v (HF TransfoXL,
+// TF); without it per-layer biases are written shared when all layers hold the same ones, and fail
+// with 65 otherwise. Layers with different head counts (or none) fail with 65.
+TorchExport export_torch(const checkpoint::Checkpoint& ckpt, bool untie_r, const std::string& file);
+TorchExport export_torch(const model::TransformerXL& model, bool untie_r, const std::string& file);
+
+// The xl-import-torch flags that describe `cfg` ("--n-layer 12 --d-model 512 ...").
+std::string import_flags(const model::ModelConfig& cfg);
+// The PyTorch constructor call with `cfg`'s hyper-parameters ("MemTransformerLM(204, 12, ...)").
+std::string pytorch_constructor(const model::ModelConfig& cfg);
+
+}  // namespace xl::interop

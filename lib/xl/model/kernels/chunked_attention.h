@@ -1,0 +1,39 @@
+// The attention core of one layer (content and positional scores, relative shift, mask, softmax,
+// weighted values), forward and backward, computed in blocks of query rows that touch only the
+// keys some row of the block can see. Under the causal mask a quarter of a Transformer-XL layer's
+// score matrix is hidden when memory and segment are equally long; the full-matrix path computes it
+// all and throws it away. A block's scores also stay in cache from its GEMMs through the softmax.
+// GEMMs go straight to BLAS, single-threaded, with the blocks spread over the threads.
+//
+// Covers float32 on the CPU with a BLAS and no attention dropout, with memories of any age
+// (Skip-Retain). Everything else takes the general path (relative_attention_probs and batched
+// products), against which this one is tested.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "xl/model/kernels/rel_softmax.h"
+
+namespace xl::model {
+
+// Whether chunked_relative_attention can run on tensors like q.
+bool chunked_attention_usable(const torch::Tensor& q);
+
+// Operands stay in the projections' own token-major layouts (no copies into per-head order):
+//   q_u, q_v: [B, T, H, dh] queries plus the content / positional bias;
+//   kv:       [B, K, 2, H, dh] keys (index 0) and values (1);
+//   blocks:   the keys' blocks as for relative_attention_probs, and for each tables[b]: [P_b, H, dh]
+//             its positional keys (query i, key col_b + j reads row j + T - 1 - i);
+//   heads:    SCH: head h reads the keys, values and positional keys of head heads[h] (a
+//             permutation; empty: its own);
+//   mask:     [T, K] bool (true = not seen); it must hide every key whose table row would be past
+//             the table (no query sees its future), and leave each query at least one key.
+// Returns [B, T, H, dh] = softmax(scale * (q_u key^T + shift(q_v tables^T)) masked) value,
+// differentiable.
+torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
+                                         const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
+                                         const torch::Tensor& mask, double scale);
+
+}  // namespace xl::model

@@ -1,0 +1,180 @@
+#include "xl/model/kernels/rel_softmax.h"
+
+#include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/row_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+// The element loops below are written to vectorize; -O2 alone does not if-convert them.
+#pragma GCC optimize("O3")
+
+namespace xl::model {
+
+std::vector<int64_t> pack_key_blocks(const std::vector<KeyBlock>& blocks) {
+  std::vector<int64_t> v;
+  for (const KeyBlock& kb : blocks) v.insert(v.end(), {kb.col, kb.len, kb.d_max, kb.table});
+  return v;
+}
+
+std::vector<KeyBlock> unpack_key_blocks(const std::vector<int64_t>& packed) {
+  std::vector<KeyBlock> blocks;
+  for (size_t i = 0; i + 3 < packed.size(); i += 4)
+    blocks.push_back({packed[i], packed[i + 1], packed[i + 2], packed[i + 3]});
+  return blocks;
+}
+
+namespace {
+
+// Shapes of one call: N x T queries over K keys; per block the column, length and table size.
+struct Layout {
+  int64_t n = 0, t = 0, k = 0;
+  std::vector<KeyBlock> blocks;
+};
+
+template <typename T>
+__attribute__((always_inline)) inline void add_into(T* dst, const T* src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+// Scores of rows [r0, r1) into out (scaled, shifted, masked), then softmax over those rows.
+template <typename T>
+void forward_rows(const Layout& L, const T* ac, const std::vector<const T*>& bds, const bool* mask, T scale, T* out,
+                  int64_t r0, int64_t r1) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / L.t, i = r % L.t;
+    const T* a = ac + r * L.k;
+    T* s = out + r * L.k;
+    for (size_t b = 0; b < L.blocks.size(); ++b) {
+      const KeyBlock& blk = L.blocks[b];
+      // The relative shift, in place: element (n, i, j) of the block reads flat n*T*P + i*(P-1) + j + T-1.
+      const T* src = bds[b] + n * L.t * blk.table + i * (blk.table - 1) + L.t - 1;
+      rows::add_scale(a + blk.col, src, s + blk.col, blk.len, scale);
+    }
+    if (mask) {
+      const bool* mrow = mask + i * L.k;
+      for (int64_t j = 0; j < L.k; ++j)
+        if (mrow[j]) s[j] = neg_inf;
+    }
+  }
+}
+
+torch::Tensor fused_forward(const Layout& L, const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
+                            const torch::Tensor& mask, double scale) {
+  torch::Tensor acc = ac.contiguous();
+  std::vector<torch::Tensor> bdc;
+  for (const auto& b : bds) bdc.push_back(b.contiguous());
+  torch::Tensor m = mask.defined() ? mask.to(torch::kBool).contiguous() : mask;
+  TORCH_CHECK(!m.defined() || (m.dim() == 2 && m.size(0) == L.t && m.size(1) == L.k), "mask must be [T, K]");
+  torch::Tensor out = torch::empty({L.n, L.t, L.k}, acc.options());
+  const int64_t rows = L.n * L.t;
+  // Rows in chunks that stay in cache between the score pass and the softmax pass.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(64, (1 << 16) / std::max<int64_t>(L.k, 1)));
+  const int64_t chunks = (rows + chunk - 1) / chunk;
+  AT_DISPATCH_FLOATING_TYPES(acc.scalar_type(), "relative_attention_probs", [&] {
+    std::vector<const scalar_t*> bp;
+    for (const auto& b : bdc) bp.push_back(b.data_ptr<scalar_t>());
+    const scalar_t* ap = acc.data_ptr<scalar_t>();
+    const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
+    scalar_t* op = out.data_ptr<scalar_t>();
+    xl::model::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * chunk, r1 = std::min(rows, r0 + chunk);
+        forward_rows<scalar_t>(L, ap, bp, mp, static_cast<scalar_t>(scale), op, r0, r1);
+      }
+    });
+  });
+  // LibTorch's softmax (vectorized exp, its own threads) in place over the scores.
+  at::_softmax_out(out, out, -1, false);
+  return out;
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// d(score)/d(ac) = gs, and the exact adjoint of each block's strided read of its table.
+template <typename T>
+void backward_batch(const Layout& L, const T* p, const T* g, T* gac, const std::vector<T*>& gbd, T scale, int64_t n) {
+  std::vector<int64_t> cursor(L.blocks.size(), 0);
+  for (int64_t i = 0; i < L.t; ++i) {
+    const int64_t r = n * L.t + i;
+    const T* pr = p + r * L.k;
+    const T* gr = g + r * L.k;
+    T* gs = gac + r * L.k;
+    rows::softmax_grad(pr, gr, gs, L.k, rows::dot(gr, pr, L.k), scale);
+    for (size_t b = 0; b < L.blocks.size(); ++b) {
+      const KeyBlock& blk = L.blocks[b];
+      T* tab = gbd[b] + n * L.t * blk.table;
+      const int64_t start = i * (blk.table - 1) + L.t - 1;
+      int64_t& cur = cursor[b];
+      if (start > cur) std::memset(tab + cur, 0, sizeof(T) * static_cast<size_t>(start - cur));
+      const T* src = gs + blk.col;
+      const int64_t overlap = std::min(std::max<int64_t>(cur - start, 0), blk.len);
+      add_into(tab + start, src, overlap);
+      std::memcpy(tab + start + overlap, src + overlap, sizeof(T) * static_cast<size_t>(blk.len - overlap));
+      cur = std::max(cur, start + blk.len);
+    }
+  }
+  for (size_t b = 0; b < L.blocks.size(); ++b) {
+    const int64_t total = L.t * L.blocks[b].table;
+    T* tab = gbd[b] + n * total;
+    if (cursor[b] < total) std::memset(tab + cursor[b], 0, sizeof(T) * static_cast<size_t>(total - cursor[b]));
+  }
+}
+
+class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentionProbs> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& ac,
+                               torch::TensorList bds, const std::vector<KeyBlock>& blocks,
+                               const torch::Tensor& mask, double scale) {
+    Layout L{ac.size(0), ac.size(1), ac.size(2), blocks};
+    torch::Tensor p = fused_forward(L, ac, bds.vec(), mask, scale);
+    ctx->save_for_backward({p});
+    ctx->saved_data["blocks"] = pack_key_blocks(blocks);
+    ctx->saved_data["scale"] = scale;
+    return p;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto p = ctx->get_saved_variables()[0];
+    double scale = ctx->saved_data["scale"].toDouble();
+
+    Layout L{p.size(0), p.size(1), p.size(2), unpack_key_blocks(ctx->saved_data["blocks"].toIntVector())};
+    torch::Tensor g = grad_out[0].contiguous();
+    torch::Tensor gac = torch::empty_like(p);
+    std::vector<torch::Tensor> gbd;
+    for (const auto& blk : L.blocks) gbd.push_back(torch::empty({L.n, L.t, blk.table}, p.options()));
+    AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "relative_attention_probs_backward", [&] {
+      std::vector<scalar_t*> gb;
+      for (auto& t : gbd) gb.push_back(t.data_ptr<scalar_t>());
+      const scalar_t* pp = p.data_ptr<scalar_t>();
+      const scalar_t* gp = g.data_ptr<scalar_t>();
+      scalar_t* ga = gac.data_ptr<scalar_t>();
+      xl::model::parallel_for(0, L.n, 1, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) backward_batch<scalar_t>(L, pp, gp, ga, gb, static_cast<scalar_t>(scale), n);
+      });
+    });
+    torch::autograd::variable_list grads;
+    grads.push_back(gac);  // ac
+    for (auto& t : gbd) grads.push_back(t);
+    grads.push_back(torch::Tensor());  // blocks
+    grads.push_back(torch::Tensor());  // mask
+    grads.push_back(torch::Tensor());  // scale
+    return grads;
+  }
+};
+
+}  // namespace
+
+torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
+                                       const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
+                                       double scale) {
+  TORCH_CHECK(bds.size() == blocks.size(), "one positional score tensor per key block");
+  return RelativeAttentionProbs::apply(ac, torch::TensorList(bds), blocks, mask, scale);
+}
+
+}  // namespace xl::model

@@ -1,0 +1,169 @@
+#include "xl/model/kernels/row_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+// The element loops below are written to vectorize; -O2 alone does not if-convert them.
+#pragma GCC optimize("O3")
+
+namespace xl::model::rows {
+namespace {
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <typename T>
+T dot_plain(const T* a, const T* b, int64_t n) {
+  T s = 0;
+  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float horizontal_sum(__m256 s) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+__attribute__((target("avx2,fma"))) float horizontal_max(__m256 s) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
+  }
+  for (; j + 8 <= n; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+  float r = horizontal_sum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; j < n; ++j) r += a[j] * b[j];
+  return r;
+}
+
+__attribute__((target("avx2,fma"))) float masked_scores_avx2(const float* a, const float* b, const bool* hidden,
+                                                              float* s, int64_t n, float scale) {
+  const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(kNegInf);
+  __m256 vmax = ninf;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 x = _mm256_mul_ps(_mm256_add_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j)), vscale);
+    __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hidden + j)));
+    x = _mm256_blendv_ps(x, ninf, _mm256_castsi256_ps(_mm256_cmpgt_epi32(h, _mm256_setzero_si256())));
+    _mm256_storeu_ps(s + j, x);
+    vmax = _mm256_max_ps(vmax, x);
+  }
+  float m = horizontal_max(vmax);
+  for (; j < n; ++j) {
+    s[j] = hidden[j] ? kNegInf : (a[j] + b[j]) * scale;
+    m = std::max(m, s[j]);
+  }
+  return m;
+}
+
+// exp(x - max) in place, returns the sum. exp by range reduction to r = x - k ln2, |r| <= ln2/2, and
+// the Cephes polynomial for exp(r) (relative error ~1e-7, as LibTorch's vectorized exp); below
+// -87.3 (float's smallest normal) the result is 0, which makes masked -inf entries exact zeros.
+__attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max), lo = _mm256_set1_ps(-87.3f);
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+  const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
+               p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
+               p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmax);
+    const __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ);
+    v = _mm256_max_ps(v, lo);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm256_fnmadd_ps(k, ln2_hi, v);
+    v = _mm256_fnmadd_ps(k, ln2_lo, v);
+    __m256 y = _mm256_fmadd_ps(p0, v, p1);
+    y = _mm256_fmadd_ps(y, v, p2);
+    y = _mm256_fmadd_ps(y, v, p3);
+    y = _mm256_fmadd_ps(y, v, p4);
+    y = _mm256_fmadd_ps(y, v, p5);
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(v, v), v), one);
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+    _mm256_storeu_ps(x + j, y);
+    sum = _mm256_add_ps(sum, y);
+  }
+  float s = horizontal_sum(sum);
+  for (; j < n; ++j) s += (x[j] = std::exp(x[j] - max));
+  return s;
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void add_scale_plain(const T* a, const T* b, T* s, int64_t n, T scale) {
+  for (int64_t j = 0; j < n; ++j) s[j] = (a[j] + b[j]) * scale;
+}
+__attribute__((target_clones("avx2", "default"))) void add_scale_f(const float* a, const float* b, float* s, int64_t n,
+                                                                   float scale) {
+  add_scale_plain(a, b, s, n, scale);
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void softmax_grad_plain(const T* p, const T* g, T* gs, int64_t n, T d, T scale) {
+  for (int64_t j = 0; j < n; ++j) gs[j] = p[j] * (g[j] - d) * scale;
+}
+__attribute__((target_clones("avx2", "default"))) void softmax_grad_f(const float* p, const float* g, float* gs,
+                                                                      int64_t n, float d, float scale) {
+  softmax_grad_plain(p, g, gs, n, d, scale);
+}
+
+__attribute__((target_clones("avx2", "default"))) void scale_f(float* x, int64_t n, float f) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= f;
+}
+
+}  // namespace
+
+float dot(const float* a, const float* b, int64_t n) { return kHaveAvx2 ? dot_avx2(a, b, n) : dot_plain(a, b, n); }
+double dot(const double* a, const double* b, int64_t n) { return dot_plain(a, b, n); }
+
+void add_scale(const float* a, const float* b, float* s, int64_t n, float scale) { add_scale_f(a, b, s, n, scale); }
+void add_scale(const double* a, const double* b, double* s, int64_t n, double scale) {
+  add_scale_plain(a, b, s, n, scale);
+}
+
+void softmax_grad(const float* p, const float* g, float* gs, int64_t n, float d, float scale) {
+  softmax_grad_f(p, g, gs, n, d, scale);
+}
+void softmax_grad(const double* p, const double* g, double* gs, int64_t n, double d, double scale) {
+  softmax_grad_plain(p, g, gs, n, d, scale);
+}
+
+float masked_scores(const float* a, const float* b, const bool* hidden, float* s, int64_t n, float scale) {
+  if (kHaveAvx2) return masked_scores_avx2(a, b, hidden, s, n, scale);
+  float m = kNegInf;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = hidden[j] ? kNegInf : (a[j] + b[j]) * scale;
+    m = std::max(m, s[j]);
+  }
+  return m;
+}
+
+void softmax(float* x, int64_t n, float max) {
+  float sum = 0;
+  if (kHaveAvx2) {
+    sum = exp_sum_avx2(x, n, max);
+  } else {
+    for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - max));
+  }
+  scale_f(x, n, 1.0f / sum);
+}
+
+}  // namespace xl::model::rows

@@ -1,0 +1,24 @@
+// --threads, --seed and --device: how and where a tool computes, defined once for every tool.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "xl/cli/options.h"
+
+namespace xl::options {
+
+struct ComputeFlags {
+  bool seed = true;    // the tool draws random numbers
+  bool device = true;  // the tool can compute on a GPU
+};
+
+void add_compute_options(cli::Options& cli, ComputeFlags flags = {});
+
+struct Compute {
+  int threads = 1;          // resolved: 0 became the number of cores
+  uint64_t seed = 1;
+  std::string device = "cpu";  // as given: auto, cpu, cuda, cuda:N
+};
+Compute compute_settings(const cli::Options& cli);
+
+}  // namespace xl::options

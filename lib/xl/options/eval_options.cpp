@@ -1,0 +1,50 @@
+#include "xl/options/eval_options.h"
+
+#include <algorithm>
+
+#include "xl/util/error.h"
+#include "xl/util/parse.h"
+
+namespace xl::options {
+namespace po = cli::po;
+
+void add_eval_options(cli::Options& cli, const std::string& default_split) {
+  cli.add("Evaluation (clamp-len and same-length default to the model's)")
+      ("split", po::value<std::string>()->default_value(default_split), "split of the tokens file")
+      ("tgt-len", po::value<int64_t>()->default_value(128), "segment length")
+      ("mem-len", po::value<std::string>(), "memory length, or a comma list for a sweep (default: 2 x tgt-len)")
+      ("clamp-len", po::value<int64_t>(), "clamp relative distances (0: off)")
+      ("same-length", po::value<bool>(), "every query sees mem-len keys (true/false)")
+      ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
+      ("warmup", po::bool_switch(), "score only segments whose memory is full (NVIDIA's convention)")
+      ("max-tokens", po::value<std::string>()->default_value("0"), "stop after about this many scored tokens (0: all; K, M suffixes)")
+      ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask");
+}
+
+EvalRequest eval_request(const cli::Options& cli) {
+  EvalRequest r;
+  r.split = cli.get<std::string>("split");
+  eval::EvalSettings& s = r.settings;
+  s.tgt_len = cli.get<int64_t>("tgt-len");
+  s.batch_size = cli.get<int64_t>("batch-size");
+  if (cli.has("clamp-len")) s.clamp_len = cli.get<int64_t>("clamp-len");
+  if (cli.has("same-length")) s.same_length = cli.get<bool>("same-length");
+  s.warmup = cli.get<bool>("warmup");
+  s.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("max-tokens"), "--max-tokens"));
+  r.ignore_head_mask = cli.get<bool>("ignore-head-mask");
+  XL_CHECK(s.tgt_len >= 1, kExitUsage, "--tgt-len must be at least 1");
+  XL_CHECK(s.batch_size >= 1, kExitUsage, "--batch-size must be at least 1");
+  XL_CHECK(!s.clamp_len || *s.clamp_len >= 0, kExitUsage, "--clamp-len must be 0 (off) or positive");
+  const std::string text = cli.has("mem-len") ? cli.get<std::string>("mem-len") : std::to_string(2 * s.tgt_len);
+  for (const auto& item : parse::split_list(text)) {
+    const auto v = static_cast<int64_t>(parse::count(item, "--mem-len"));
+    XL_CHECK(std::find(r.mem_lens.begin(), r.mem_lens.end(), v) == r.mem_lens.end(), kExitUsage,
+             "--mem-len: " << v << " is given twice");
+    r.mem_lens.push_back(v);
+  }
+  XL_CHECK(!r.mem_lens.empty(), kExitUsage, "--mem-len: no value");
+  s.mem_len = r.mem_lens.front();
+  return r;
+}
+
+}  // namespace xl::options

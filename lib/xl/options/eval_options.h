@@ -1,0 +1,24 @@
+// How a checkpoint is evaluated on a token split, defined once for xl-eval-longctx and
+// xl-prune-heads (whose evaluations are xl-eval-longctx's).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "xl/cli/options.h"
+#include "xl/eval/evaluator.h"
+
+namespace xl::options {
+
+// `default_split`: test for reporting, valid for studies that choose something (heads to prune).
+void add_eval_options(cli::Options& cli, const std::string& default_split);
+
+struct EvalRequest {
+  std::string split;
+  eval::EvalSettings settings;    // mem_len is the first of mem_lens
+  std::vector<int64_t> mem_lens;  // one per evaluation (a sweep); at least one
+  bool ignore_head_mask = false;
+};
+// 64 with one line for a bad value.
+EvalRequest eval_request(const cli::Options& cli);
+
+}  // namespace xl::options

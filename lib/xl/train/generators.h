@@ -1,0 +1,28 @@
+// The run's random streams, one generator each and seeded from --seed: the Skip-Retain draws, the
+// SCH permutations and dropout. Separate streams pair runs: two runs that differ only in beta
+// skip the same layers at the same steps, and two that differ only in the skip schedule draw the
+// same dropout masks. (Data needs none: streams are read in order. The initial weights come from
+// a generator of their own, see TransformerXL::reset_parameters.) Checkpoints carry each state.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "xl/checkpoint/tensor_list.h"
+#include "xl/util/rng.h"
+
+namespace xl::train {
+
+struct Generators {
+  Rng skip;        // one Bernoulli draw per layer per step (model::draw_skips)
+  Rng cross_head;  // one uniform per layer per step, and a permutation when it fires
+
+  // Seeds all three streams; dropout draws from LibTorch's default generators (CPU and, where
+  // there is one, the GPU's), seeded with `seed` and the data-parallel `rank` (masks differ per rank).
+  static Generators seeded(uint64_t seed, int rank = 0);
+  // "skip", "cross_head", "dropout_cpu" and, on a GPU, "dropout_cuda".
+  void to_tensors(checkpoint::TensorList* out) const;
+  // 65 naming `file` when a state is missing or malformed.
+  void load(const checkpoint::TensorList& states, const std::string& file);
+};
+
+}  // namespace xl::train

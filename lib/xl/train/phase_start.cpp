@@ -1,0 +1,265 @@
+#include "xl/train/phase_start.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "xl/util/error.h"
+#include "xl/util/parse.h"
+
+namespace xl::train {
+namespace {
+
+// Settings that fix the data stream and the memories: a resumed run may not change them.
+const char* kFrozenOnResume[] = {"tgt_len", "mem_len", "batch_size", "batch_chunk", "train_split", "seed",
+                                 "skip_schedule", "skip_p", "sch_beta"};
+// Budgets belong to one invocation of one phase: phase 2 does not inherit phase 1's.
+const char* kBudgets[] = {"max_steps", "max_tokens", "time_budget", "budget_from"};
+// Model settings phase 2 may change; the others describe the architecture the weights belong to.
+const char* kModelBehaviour[] = {"dropout", "dropatt", "clamp_len", "same_length"};
+const char* kModelInit[] = {"init_std", "proj_init_std"};
+
+bool listed(const char* const* begin, const char* const* end, const std::string& key) {
+  for (auto p = begin; p != end; ++p)
+    if (key == *p) return true;
+  return false;
+}
+template <size_t N>
+bool listed(const char* const (&list)[N], const std::string& key) {
+  return listed(list, list + N, key);
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+TrainConfig merge_given(const TrainConfig& base, const TrainConfig& given_values, const std::set<std::string>& given) {
+  nlohmann::json j = base.to_json(), g = given_values.to_json();
+  for (const auto& f : given)
+    if (g.contains(f)) j[f] = g[f];
+  return TrainConfig::from_json(j, "settings");
+}
+
+// The model options given, checked against a checkpoint's model: behaviour may change, the
+// architecture may not.
+model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig saved, const std::string& file,
+                                 std::vector<std::string>* notes) {
+  model::ModelConfig given = req.model;
+  given.fit_to_vocab(saved.n_token);
+  const nlohmann::json want = given.to_json(), have = saved.to_json();
+  nlohmann::json merged = have;
+  for (const auto& field : req.model_given) {
+    if (listed(kModelInit, field) || want[field] == have[field]) continue;
+    const std::string option = parse::kebab_case(field);
+    if (listed(kModelBehaviour, field)) {
+      merged[field] = want[field];
+      notes->push_back("phase 2: " + option + " = " + want[field].dump() + " (phase 1 trained with " + have[field].dump() + ")");
+      continue;
+    }
+    XL_FAIL(kExitConfig, option << " = " << want[field].dump() << " is set for this run, but " << file << " holds a model with "
+                                << option << " = " << have[field].dump() << " (phase 2 trains the model phase 1 made)");
+  }
+  return model::ModelConfig::from_json(merged, file);
+}
+
+// The phase's own length in steps for its schedule: its step budget, or its time budget at
+// `steps_per_s`; 0 when neither says.
+int64_t budgeted_steps(const TrainConfig& c, const checkpoint::RunState& state, double steps_per_s, std::string* how) {
+  if (c.max_steps > 0) {
+    const int64_t n = c.budget_from == "run" ? c.max_steps - state.step : c.max_steps;
+    *how = "its --max-steps";
+    return std::max<int64_t>(n, 0);
+  }
+  if (c.time_budget > 0 && steps_per_s > 0) {
+    const double budget = c.budget_from == "run" ? c.time_budget - state.elapsed() : c.time_budget;  // phase 2's record is new
+    *how = "an estimate: its --time-budget of " + parse::format_duration(budget) + " at phase 1's " +
+           number(steps_per_s) + " steps/s; --schedule-steps or --max-steps sets it exactly";
+    return static_cast<int64_t>(std::max(0.0, budget) * steps_per_s);
+  }
+  return 0;
+}
+
+// The phase's record, last in the run state (its schedule is filled in by record_schedule).
+void begin_phase(PhaseStart* p) {
+  checkpoint::PhaseRecord r;
+  r.phase = p->config.phase;
+  r.start_step = p->state.step;
+  r.start_tokens = p->state.tokens_seen;
+  p->state.phases.push_back(r);
+}
+
+void record_schedule(PhaseStart* p) {
+  nlohmann::json& j = p->state.phases.back().schedule;
+  j = p->schedule.to_json();
+  j["origin"] = p->state.schedule_origin;
+}
+
+}  // namespace
+
+PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
+  PhaseStart p;
+  p.config = req.train;
+  p.config.phase = "phase1";
+  p.config.validate("settings");
+  p.model = req.model;
+  const auto dropped = p.model.fit_to_vocab(vocab_size);
+  if (!dropped.empty())
+    p.notes.push_back("the vocab has " + std::to_string(vocab_size) + " entries: cutoffs " +
+                      nlohmann::json(dropped).dump() + " dropped, clusters " + nlohmann::json(p.model.cutoffs).dump() + " kept");
+  p.model.validate("model settings");
+  TrainConfig& c = p.config;
+  if (c.schedule_steps == 0) c.schedule_steps = c.max_steps;
+  XL_CHECK(c.lr_schedule == "constant" || c.lr_schedule == "cyclic-cosine" || c.schedule_steps > 0, kExitConfig,
+           "settings: lr-schedule " << c.lr_schedule << " needs a length: give --max-steps or --schedule-steps "
+                                    "(a --time-budget alone does not say how many steps the run will make)");
+  p.schedule = c.schedule(c.schedule_steps);
+  begin_phase(&p);
+  record_schedule(&p);
+  return p;
+}
+
+PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& phase1, const std::string& file) {
+  XL_CHECK(phase1.phase == "phase1", kExitDataErr,
+           file << ": is a " << (phase1.phase.empty() ? "non-xl" : phase1.phase) << " checkpoint; phase 2 starts from a phase-1 checkpoint");
+  PhaseStart p;
+  const TrainConfig saved = TrainConfig::from_json(phase1.train_config, file);
+  // Phase 2's own schedule takes lr, warmup-steps and schedule-steps from the command line, or from
+  // a config file that sets them otherwise than phase 1 had them; a shared config's copies of
+  // phase 1's values are phase 1's schedule, not phase 2's.
+  std::set<std::string> schedule_given;
+  const nlohmann::json saved_json = saved.to_json(), req_json = req.train.to_json();
+  for (const char* f : {"lr", "warmup_steps", "schedule_steps"})
+    if (req.on_command_line.count(f) || (req.given.count(f) && req_json[f] != saved_json[f])) schedule_given.insert(f);
+  TrainConfig base = saved;
+  const TrainConfig defaults;
+  const nlohmann::json d = defaults.to_json();
+  nlohmann::json b = base.to_json();
+  for (const char* f : kBudgets) b[f] = d[f];
+  base = TrainConfig::from_json(b, file);
+  TrainConfig& c = p.config = merge_given(base, req.train, req.given);
+  c.phase = "phase2";
+  c.skip_schedule = "none";
+  c.validate("settings");
+  p.model = checked_model(req, model::ModelConfig::from_json(phase1.model_config, file), file, &p.notes);
+  p.state = phase1.state;
+  p.state.best_loss.reset();
+  p.state.best_step = -1;
+  p.state.history.clear();
+  begin_phase(&p);
+  // A run-wide budget may already be spent.
+  const std::string spent = budget_reached(c, p.state, 0);
+  XL_CHECK(spent.empty(), kExitUsage,
+           "phase 2: " << spent << " before it starts (at step " << p.state.step
+                       << "): give a larger budget, or count it from this phase (--budget-from phase, the default)");
+
+  // The data stream and the memories continue when the streams are the same.
+  p.keep_cursor = saved.batch_size == c.batch_size && saved.train_split == c.train_split;
+  if (!p.keep_cursor)
+    p.notes.push_back("phase 2: other streams than phase 1's (batch-size " + std::to_string(c.batch_size) + " vs " +
+                      std::to_string(saved.batch_size) + ", train-split " + c.train_split + " vs " + saved.train_split +
+                      "): reading the training split from its start, with empty memories");
+  p.keep_memories = p.keep_cursor && saved.batch_chunk == c.batch_chunk && c.mem_len > 0 && !phase1.memory.empty();
+  if (p.keep_memories)
+    p.notes.push_back("phase 2: continues phase 1's data cursor and starts from its final memories");
+  else if (p.keep_cursor)
+    p.notes.push_back(std::string("phase 2: continues phase 1's data cursor with empty memories (") +
+                      (c.mem_len == 0 ? "mem-len is 0" : phase1.memory.empty() ? "the checkpoint holds none"
+                                                                               : "--batch-chunk changed") + ")");
+
+  // The learning-rate schedule.
+  const checkpoint::PhaseRecord* p1 = phase1.state.current();
+  if (c.schedule_from == "run") {
+    if (!schedule_given.count("schedule_steps")) c.schedule_steps = saved.schedule_steps;
+    p.schedule = c.schedule(c.schedule_steps);
+    const int64_t at = p.state.step - p.state.schedule_origin, end = p.schedule.end();
+    XL_CHECK(end < 0 || at < end, kExitUsage,
+             "phase 2: phase 1 ended at step " << at << " of its " << p.schedule.kind << " schedule, whose "
+                                              << c.schedule_steps << " steps are over: with --schedule-from run phase 2 would train at eta-min ("
+                                              << number(c.eta_min) << ") throughout; let it have a schedule of its own "
+                                                 "(--schedule-from phase, the default) or give --schedule-steps");
+    p.notes.push_back("phase 2: phase 1's " + c.lr_schedule + " schedule continues at its step " + std::to_string(at) +
+                      " (--schedule-from run)");
+  } else {
+    const bool have_end_lr = p.state.step > 0 && p.state.last_lr > 0;
+    if (!schedule_given.count("lr")) c.lr = have_end_lr ? p.state.last_lr : saved.lr;
+    if (!schedule_given.count("warmup_steps")) c.warmup_steps = 0;
+    std::string how = "--schedule-steps";
+    if (!schedule_given.count("schedule_steps")) {
+      const int64_t p1_steps = p1 ? p.state.step - p1->start_step : 0;
+      const double rate = p1 && p1->elapsed > 0 ? static_cast<double>(p1_steps) / p1->elapsed : 0;
+      c.schedule_steps = budgeted_steps(c, p.state, rate, &how);
+    }
+    XL_CHECK(c.lr_schedule != "cosine" || c.schedule_steps > 0, kExitUsage,
+             "phase 2: its cosine needs a length: give --max-steps, --time-budget or --schedule-steps "
+             "(or --schedule-from run to continue phase 1's schedule)");
+    // Phase 1 ended annealed when its last rate is within 1% of the way from eta-min to its peak:
+    // a schedule from there would train at (nearly) eta-min for the whole phase.
+    const bool annealed = c.lr - c.eta_min <= 0.01 * (saved.lr - c.eta_min);
+    XL_CHECK(!annealed || schedule_given.count("lr") || c.lr_schedule == "constant", kExitUsage,
+             "phase 2: phase 1 ended annealed, at learning rate " << number(c.lr) << " (eta-min " << number(c.eta_min)
+                                                                 << "): a schedule from there would stay at eta-min for the whole phase; give phase 2 a starting --lr (phase 1 started at "
+                                                                 << number(saved.lr) << ")");
+    XL_CHECK(c.lr > 0, kExitUsage, "phase 2: a learning rate of 0 would not train; give --lr");
+    p.state.schedule_origin = p.state.step;
+    p.schedule = c.schedule(c.schedule_steps);
+    p.notes.push_back("phase 2: " + c.lr_schedule + " schedule of its own from lr " + number(c.lr) +
+                      (schedule_given.count("lr") ? " (--lr)" : have_end_lr ? " (where phase 1 ended)" : "") + " to " +
+                      number(c.eta_min) + (c.lr_schedule == "cosine" ? " over " + std::to_string(c.schedule_steps) + " steps (" + how + ")" : "") +
+                      (c.warmup_steps > 0 ? ", " + std::to_string(c.warmup_steps) + " warm-up steps" : ""));
+  }
+  record_schedule(&p);
+  return p;
+}
+
+PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& latest, const std::string& file) {
+  PhaseStart p;
+  const TrainConfig saved = TrainConfig::from_json(latest.train_config, file);
+  std::set<std::string> given = req.given;
+  if (saved.phase == "phase2")  // a shared config's phase-1 keys
+    for (const char* f : {"skip_schedule", "skip_p", "skipped_layers_in_adam"}) given.erase(f);
+  for (const char* f : kFrozenOnResume)
+    XL_CHECK(!given.count(f) || saved.to_json()[f] == req.train.to_json()[f], kExitUsage,
+             "cannot change " << f << " when resuming (the data cursor and memories depend on it)");
+  p.config = merge_given(saved, req.train, given);
+  p.config.validate("settings");
+  const nlohmann::json before = saved.to_json(), after = p.config.to_json();
+  for (const auto& [key, value] : after.items())
+    if (before[key] != value)
+      p.notes.push_back("resuming with " + key + " = " + value.dump() + " (the run had " + before[key].dump() + ")");
+  p.model = model::ModelConfig::from_json(latest.model_config, file);
+  p.state = latest.state;
+  XL_CHECK(p.state.current() && p.state.current()->phase == p.config.phase, kExitDataErr,
+           file << ": the run state does not record its " << p.config.phase << " (written by an older xl?)");
+  p.schedule = p.config.schedule(p.config.schedule_steps);
+  p.keep_cursor = p.keep_memories = true;
+  return p;
+}
+
+std::string budget_reached(const TrainConfig& c, const checkpoint::RunState& s, double phase_elapsed) {
+  const bool run = c.budget_from == "run";
+  const std::string of = run ? " (counted from the run's start)" : "";
+  const checkpoint::PhaseRecord* cur = s.current();
+  const int64_t steps = s.step - (run || !cur ? 0 : cur->start_step);
+  const int64_t tokens = s.tokens_seen - (run || !cur ? 0 : cur->start_tokens);
+  const double seconds = run ? s.elapsed() - (cur ? cur->elapsed : 0) + phase_elapsed : phase_elapsed;
+  if (c.max_steps > 0 && steps >= c.max_steps) return "reached --max-steps " + std::to_string(c.max_steps) + of;
+  if (c.max_tokens > 0 && tokens >= c.max_tokens) return "reached --max-tokens " + std::to_string(c.max_tokens) + of;
+  if (c.time_budget > 0 && seconds >= c.time_budget) return "used the --time-budget of " + parse::format_duration(c.time_budget) + of;
+  return "";
+}
+
+double budget_used(const TrainConfig& c, const checkpoint::RunState& s, double phase_elapsed) {
+  const bool run = c.budget_from == "run";
+  const checkpoint::PhaseRecord* cur = s.current();
+  double used = -1;
+  if (c.max_steps > 0)
+    used = std::max(used, static_cast<double>(s.step - (run || !cur ? 0 : cur->start_step)) / static_cast<double>(c.max_steps));
+  if (c.max_tokens > 0)
+    used = std::max(used, static_cast<double>(s.tokens_seen - (run || !cur ? 0 : cur->start_tokens)) / static_cast<double>(c.max_tokens));
+  if (c.time_budget > 0)
+    used = std::max(used, (run ? s.elapsed() - (cur ? cur->elapsed : 0) + phase_elapsed : phase_elapsed) / c.time_budget);
+  return used;
+}
+
+}  // namespace xl::train

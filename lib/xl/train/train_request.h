@@ -1,0 +1,30 @@
+// What a training tool asks for: the files, the settings given on the command line and in config
+// files (which override what a checkpoint holds), and where progress goes.
+#pragma once
+#include <set>
+#include <string>
+
+#include "xl/model/config.h"
+#include "xl/train/train_config.h"
+
+namespace xl::train {
+
+struct TrainRequest {
+  std::string tool;                 // for messages and metrics
+  std::string command_line;
+  std::string tokens;               // tokens file or "-"
+  std::string output;               // latest checkpoint; the best one goes beside it (see best_path)
+  bool force = false;
+  bool resume = false;              // continue the run whose latest checkpoint is `output`
+  std::string init;                 // phase 2: the phase-1 checkpoint to start from
+  bool reset_optimizer = false;     // phase 2: fresh Adam moments
+  model::ModelConfig model;         // ModelConfig's defaults overridden by the model options given
+  std::set<std::string> model_given;  // the ModelConfig fields given
+  TrainConfig train;
+  std::set<std::string> given;      // the TrainConfig fields given
+  std::set<std::string> on_command_line;  // those of them given on the command line (not in a config file)
+  std::string metrics;              // JSON Lines file ("" for none)
+  std::string progress = "auto";
+};
+
+}  // namespace xl::train

@@ -1,0 +1,13 @@
+// PNG plots drawn by gnuplot (Debian's gnuplot-nox), written atomically like every other output.
+#pragma once
+#include <string>
+
+namespace xl {
+
+// Draws `png` (width x height): `data` goes to a temp file, and `commands` (gnuplot commands that
+// refer to that file as DATA, e.g. "plot DATA index 0 using 1:2") run after the terminal and
+// output are set. 69 when gnuplot is missing or fails, 73 when the PNG cannot be written.
+void plot_png(const std::string& png, const std::string& data, const std::string& commands, int width = 800,
+              int height = 500);
+
+}  // namespace xl

@@ -1,0 +1,18 @@
+// JSON files and lines as xl writes and reads them: one line of text (JSON Lines, run
+// descriptions), where invalid UTF-8 in a string (a path, a label) is replaced rather than thrown on.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace xl {
+
+inline std::string json_line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The JSON document in PATH; 65 naming PATH and `what` it should be when it is not JSON, 66 when
+// it cannot be read.
+nlohmann::json read_json_file(const std::string& path, const std::string& what);
+
+}  // namespace xl

@@ -1,0 +1,14 @@
+// SIGINT, SIGTERM and SIGHUP. By default they remove the process's registered temp files and kill
+// it; a long job (training) asks to be told instead, finishes its step, saves and exits 128+N.
+#pragma once
+
+namespace xl::signals {
+
+// The default: registered temp outputs are removed, then the signal kills the process.
+void remove_temps_and_die_on_stop();
+// From now on SIGINT/SIGTERM only set a flag (a second one still kills at once).
+void catch_stop();
+// The signal caught since catch_stop(), or 0.
+int pending();
+
+}  // namespace xl::signals

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One spelling and one meaning per flag: walks every tool's --help and checks that a flag offered
+# by several tools takes a value everywhere or nowhere, and is described the same everywhere
+# (the option groups are defined once: model, training, evaluation, compute). The few flags whose
+# description names the tool's own product or input are listed below with the reason.
+source "$(dirname "$0")/common.bash"
+
+for exe in "$XL_BIN"/xl-*; do
+  [ -x "$exe" ] && "$exe" --help >"$(basename "$exe").help"
+done
+ls ./*.help >/dev/null 2>&1 || fail "no xl-* tools in $XL_BIN"
+
+step "every flag has one spelling and one meaning across the tools"
+python3 - ./*.help <<'PY' || fail "flags disagree across tools (see above)"
+import re, sys
+from collections import defaultdict
+
+# Flags whose description says what this tool reads or writes.
+PER_TOOL = {
+    "output": "names the tool's product",
+    "input": "names what the tool reads",
+    "tokens": "names what the tool reads (and how)",
+    "checkpoint": "names what the tool reads",
+    "mem-len": "training memory, evaluation sweep or generation context",
+    "tgt-len": "training segment, evaluation segment or prompt feeding",
+    "batch-size": "training or evaluation streams",
+    "max-tokens": "a training budget or an evaluation bound",
+    "threads": "xl-ablate: threads of each tool it runs",
+    "mode": "what the tool does",
+    "split": "what the tool splits or evaluates",
+    "allow-invalid-utf8": "what the tool reads",
+    "jobs": "what runs in parallel",
+    "plot": "what is drawn",
+    "min-count": "vocab building", "max-size": "vocab building",
+}
+flags = defaultdict(dict)  # flag -> tool -> (takes a value, description)
+for path in sys.argv[1:]:
+    tool = path[2:-5]
+    cur = None
+    for line in open(path):
+        m = re.match(r"^  (?:-\w \[ )?--([a-z0-9-]+)(?: \])?( arg(?: \(=[^)]*\))?)?(\s{2,}(.*))?$", line.rstrip("\n"))
+        if m:
+            cur = m.group(1)
+            flags[cur][tool] = [m.group(2) is not None, (m.group(4) or "").strip()]
+        elif cur and re.match(r"^\s{20,}\S", line):
+            flags[cur][tool][1] += " " + line.strip()
+        else:
+            cur = None
+bad = 0
+for flag, by_tool in sorted(flags.items()):
+    if len(by_tool) < 2:
+        continue
+    arity = {t: v[0] for t, v in by_tool.items()}
+    if len(set(arity.values())) > 1:
+        print(f"--{flag} takes a value in {sorted(t for t, a in arity.items() if a)} "
+              f"but is a switch in {sorted(t for t, a in arity.items() if not a)}")
+        bad += 1
+    if flag in PER_TOOL:
+        continue
+    descriptions = defaultdict(list)
+    for t, v in by_tool.items():
+        descriptions[v[1]].append(t)
+    if len(descriptions) > 1:
+        print(f"--{flag} has {len(descriptions)} meanings:")
+        for d, tools in descriptions.items():
+            print(f"    {sorted(tools)}: {d}")
+        bad += 1
+shared = sum(1 for f in flags.values() if len(f) > 1)
+print(f"{len(flags)} flags, {shared} offered by several tools")
+sys.exit(1 if bad else 0)
+PY
+
+step "booleans take true/false everywhere (no switch that means true and no int that means a boolean)"
+for f in pre-lnorm same-length untie-r tie-weight; do
+  grep -h -- "--$f " ./*.help | grep -q -- "--$f arg" || fail "--$f is not a value flag somewhere"
+done
+echo "all flag checks passed"

@@ -1,0 +1,447 @@
+# Writes and reads PyTorch Transformer-XL state_dicts, with torch or (--fake) without it.
+#   make CONFIG.json OUT.pt [--drop NAME] [--extra NAME] [--reshape NAME] [--untie NAME]
+#   compare A.pt B.pt           same names, shapes and values (exactly)
+#   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
+#   loss CONFIG.json F.pt TOKENS.h5 SPLIT TGT_LEN MEM_LEN [--pre-lnorm] [--same-length] [--clamp-len N]
+#                               (torch) the token-weighted NLL of SPLIT in one stream, computed with
+#                               Transformer-XL's forward (mem_transformer.py) written out here
+import array, collections, json, math, pickle, random, struct, sys, types, zipfile
+
+FAKE = "--fake" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--fake"]
+
+
+def layout(c):
+    """(name, shape) in state_dict order and {alias: canonical} for tied tensors."""
+    d, dh, H, L = c["d_model"], c["d_head"], c["n_head"], c["n_layer"]
+    de = c.get("d_embed") or d
+    div, cut = c.get("div_val", 1), c.get("cutoffs", [])
+    ends = [0] + cut + [c["n_token"]]
+    tie_w, tie_p = c.get("tie_weight", True), c.get("tie_projs", [False] * (len(cut) + 1))
+    names, ties = [], {}
+    if not c.get("untie_r"):
+        names += [("r_w_bias", [H, dh]), ("r_r_bias", [H, dh])]
+    widths = []
+    if div == 1:
+        names.append(("word_emb.emb_layers.0.weight", [c["n_token"], de]))
+        if d != de:
+            names.append(("word_emb.emb_projs.0", [d, de]))
+    else:
+        for i in range(len(ends) - 1):
+            w = de // div ** i
+            widths.append(w)
+            names.append(("word_emb.emb_layers.%d.weight" % i, [ends[i + 1] - ends[i], w]))
+        for i, w in enumerate(widths):
+            names.append(("word_emb.emb_projs.%d" % i, [d, w]))
+    for l in range(L):
+        p = "layers.%d." % l
+        if c.get("untie_r"):
+            names += [(p + "dec_attn.r_w_bias", [H, dh]), (p + "dec_attn.r_r_bias", [H, dh])]
+        names += [(p + "dec_attn.qkv_net.weight", [3 * H * dh, d]), (p + "dec_attn.o_net.weight", [d, H * dh]),
+                  (p + "dec_attn.layer_norm.weight", [d]), (p + "dec_attn.layer_norm.bias", [d]),
+                  (p + "dec_attn.r_net.weight", [H * dh, d]),
+                  (p + "pos_ff.CoreNet.0.weight", [c["d_inner"], d]), (p + "pos_ff.CoreNet.0.bias", [c["d_inner"]]),
+                  (p + "pos_ff.CoreNet.3.weight", [d, c["d_inner"]]), (p + "pos_ff.CoreNet.3.bias", [d]),
+                  (p + "pos_ff.layer_norm.weight", [d]), (p + "pos_ff.layer_norm.bias", [d])]
+    if cut:
+        names += [("crit.cluster_weight", [len(cut), de]), ("crit.cluster_bias", [len(cut)])]
+    if div == 1:
+        names += [("crit.out_layers.0.weight", [c["n_token"], de]), ("crit.out_layers.0.bias", [c["n_token"]])]
+        if tie_w:
+            ties["crit.out_layers.0.weight"] = "word_emb.emb_layers.0.weight"
+        if d != de:
+            for i in range(len(cut) + 1):
+                names.append(("crit.out_projs.%d" % i, [d, de]))
+                if tie_p[i]:
+                    ties["crit.out_projs.%d" % i] = "word_emb.emb_projs.0"
+    else:
+        for i, w in enumerate(widths):
+            names += [("crit.out_layers.%d.weight" % i, [ends[i + 1] - ends[i], w]),
+                      ("crit.out_layers.%d.bias" % i, [ends[i + 1] - ends[i]])]
+            if tie_w:
+                ties["crit.out_layers.%d.weight" % i] = "word_emb.emb_layers.%d.weight" % i
+        for i, w in enumerate(widths):
+            names.append(("crit.out_projs.%d" % i, [d, w]))
+            if tie_p[i]:
+                ties["crit.out_projs.%d" % i] = "word_emb.emb_projs.%d" % i
+    names.append(("pos_emb.inv_freq", [d // 2]))
+    return names, ties
+
+
+def values(c, names, ties):
+    rng = random.Random(1234)
+    vals = {}
+    for n, shape in names:
+        if n in ties:
+            vals[n] = ties[n]  # the canonical name: the very same tensor
+        elif n == "pos_emb.inv_freq":
+            vals[n] = [1 / (10000 ** (i / c["d_model"])) for i in range(0, c["d_model"], 2)]
+        else:
+            vals[n] = [rng.gauss(0, 0.3) for _ in range(math.prod(shape))]
+    return vals
+
+
+def edit(names, opts):
+    if "--drop" in opts:
+        names = [(n, s) for n, s in names if n != opts["--drop"]]
+    if "--extra" in opts:
+        names.append((opts["--extra"], [3]))
+    if "--reshape" in opts:
+        names = [(n, [s[0] + 1] + s[1:] if n == opts["--reshape"] else s) for n, s in names]
+    return names
+
+
+# ---- without torch: the zip/pickle layout of torch.save, written by hand ----
+def fake_save(names, vals, ties, untie, path):
+    torch_mod, utils_mod = types.ModuleType("torch"), types.ModuleType("torch._utils")
+    torch_mod._utils = utils_mod
+    sys.modules["torch"], sys.modules["torch._utils"] = torch_mod, utils_mod
+
+    class FloatStorage:
+        pass
+    FloatStorage.__module__, FloatStorage.__qualname__ = "torch", "FloatStorage"
+    torch_mod.FloatStorage = FloatStorage
+
+    def _rebuild_tensor_v2(*a):
+        raise RuntimeError("not for loading")
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    utils_mod._rebuild_tensor_v2 = _rebuild_tensor_v2
+
+    class Storage:
+        def __init__(self, key, data):
+            self.key, self.data = key, data
+
+    class Tensor:
+        def __init__(self, storage, shape):
+            self.storage, self.shape = storage, shape
+
+        def __reduce_ex__(self, proto):
+            stride, acc = [], 1
+            for s in reversed(self.shape):
+                stride.insert(0, acc)
+                acc *= s
+            return (_rebuild_tensor_v2, (self.storage, 0, tuple(self.shape), tuple(stride), False,
+                                         collections.OrderedDict()))
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Storage):
+                return ("storage", FloatStorage, obj.key, "cpu", len(obj.data))
+            return None
+
+    sd, tensors, storages = collections.OrderedDict(), {}, []
+    for n, shape in names:
+        if n in ties and n != untie:
+            sd[n] = tensors[ties[n]]
+            continue
+        data = vals[n] if n in vals and not isinstance(vals[n], str) else vals.get(ties.get(n, ""), [0.0])
+        if n == untie:
+            data = [x + 1 for x in data]
+        if math.prod(shape) != len(data):
+            data = [0.5] * math.prod(shape)
+        st = Storage(str(len(storages)), data)
+        storages.append(st)
+        tensors[n] = sd[n] = Tensor(st, shape)
+    sd._metadata = collections.OrderedDict([("", {"version": 1})])
+    import io
+    buf = io.BytesIO()
+    P(buf, protocol=2).dump(sd)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        for st in storages:
+            z.writestr("archive/data/" + st.key, array.array("f", st.data).tobytes())
+        z.writestr("archive/version", "3\n")
+
+
+def fake_load(path):
+    z = zipfile.ZipFile(path)
+    pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+    prefix = pkl[: -len("data.pkl")]
+    codes = {"FloatStorage": "f", "DoubleStorage": "d", "LongStorage": "q", "HalfStorage": "e"}
+
+    class U(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("collections", "OrderedDict"):
+                return collections.OrderedDict
+            if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+                return lambda st, off, size, stride, *rest: ("T", st, off, tuple(size), tuple(stride))
+            if (module, name) == ("torch.jit._pickle", "restore_type_tag"):
+                return lambda value, tag: value
+            if module == "torch" and name in codes:
+                return codes[name]
+            raise pickle.UnpicklingError("unexpected %s.%s" % (module, name))
+
+        def persistent_load(self, pid):
+            _, code, key, _, numel = pid
+            raw = z.read(prefix + "data/" + key)
+            return struct.unpack("<%d%s" % (numel, code), raw)
+
+    out = collections.OrderedDict()
+    for n, (_, st, off, size, stride) in U(z.open(pkl)).load().items():
+        idx = [off]
+        for s, t in zip(size, stride):
+            idx = [i + k * t for i in idx for k in range(s)]
+        out[n] = (list(size), [st[i] for i in idx])
+    return out
+
+
+# ---- with torch: modules named as MemTransformerLM's, so state_dict() is the real thing ----
+def torch_model(c):
+    import torch
+    from torch import nn
+    names, ties = layout(c)
+    d, dh, H = c["d_model"], c["d_head"], c["n_head"]
+    de = c.get("d_embed") or d
+    div, cut = c.get("div_val", 1), c.get("cutoffs", [])
+    ends = [0] + cut + [c["n_token"]]
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv_net = nn.Linear(d, 3 * H * dh, bias=False)
+            self.drop, self.dropatt = nn.Dropout(0.1), nn.Dropout(0.0)
+            self.o_net = nn.Linear(H * dh, d, bias=False)
+            self.layer_norm = nn.LayerNorm(d)
+            self.r_net = nn.Linear(d, H * dh, bias=False)
+            if c.get("untie_r"):
+                self.r_w_bias, self.r_r_bias = nn.Parameter(torch.randn(H, dh)), nn.Parameter(torch.randn(H, dh))
+
+    class FF(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.CoreNet = nn.Sequential(nn.Linear(d, c["d_inner"]), nn.ReLU(inplace=True), nn.Dropout(0.1),
+                                         nn.Linear(c["d_inner"], d), nn.Dropout(0.1))
+            self.layer_norm = nn.LayerNorm(d)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dec_attn, self.pos_ff = Attn(), FF()
+
+    class Emb(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb_layers, self.emb_projs = nn.ModuleList(), nn.ParameterList()
+            if div == 1:
+                self.emb_layers.append(nn.Embedding(c["n_token"], de))
+                if d != de:
+                    self.emb_projs.append(nn.Parameter(torch.randn(d, de)))
+            else:
+                for i in range(len(ends) - 1):
+                    self.emb_layers.append(nn.Embedding(ends[i + 1] - ends[i], de // div ** i))
+                    self.emb_projs.append(nn.Parameter(torch.randn(d, de // div ** i)))
+
+    class Crit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if cut:
+                self.cluster_weight = nn.Parameter(torch.randn(len(cut), de))
+                self.cluster_bias = nn.Parameter(torch.randn(len(cut)))
+            self.out_layers, self.out_projs = nn.ModuleList(), nn.ParameterList()
+            if div == 1:
+                self.out_layers.append(nn.Linear(de, c["n_token"]))
+                if d != de:
+                    for i in range(len(cut) + 1):
+                        self.out_projs.append(nn.Parameter(torch.randn(d, de)))
+            else:
+                for i in range(len(ends) - 1):
+                    self.out_layers.append(nn.Linear(de // div ** i, ends[i + 1] - ends[i]))
+                    self.out_projs.append(nn.Parameter(torch.randn(d, de // div ** i)))
+
+    class Pos(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, d, 2.0) / d)))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word_emb = Emb()
+            self.layers = nn.ModuleList([Layer() for _ in range(c["n_layer"])])
+            self.crit = Crit()
+            if c.get("tie_weight", True):
+                for i in range(len(self.crit.out_layers)):
+                    self.crit.out_layers[i].weight = self.word_emb.emb_layers[i].weight
+            for i, tie in enumerate(c.get("tie_projs", [])):
+                if tie and div == 1 and d != de:
+                    self.crit.out_projs[i] = self.word_emb.emb_projs[0]
+                elif tie and div != 1:
+                    self.crit.out_projs[i] = self.word_emb.emb_projs[i]
+            self.pos_emb = Pos()
+            if not c.get("untie_r"):
+                self.r_w_bias, self.r_r_bias = nn.Parameter(torch.randn(H, dh)), nn.Parameter(torch.randn(H, dh))
+
+    torch.manual_seed(1234)
+    m = LM()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.normal_(0, 0.3)
+    return m
+
+
+def torch_save(c, opts, path):
+    import torch
+    sd = torch_model(c).state_dict()
+    if "--drop" in opts:
+        del sd[opts["--drop"]]
+    if "--extra" in opts:
+        sd[opts["--extra"]] = torch.zeros(3)
+    if "--reshape" in opts:
+        t = sd[opts["--reshape"]]
+        sd[opts["--reshape"]] = torch.zeros([t.shape[0] + 1] + list(t.shape[1:]))
+    if "--untie" in opts:
+        sd[opts["--untie"]] = sd[opts["--untie"]] + 1
+    torch.save(sd, path)
+
+
+def load(path):
+    if FAKE:
+        return fake_load(path)
+    import torch
+    return collections.OrderedDict((n, (list(t.shape), t.flatten().tolist())) for n, t in torch.load(path).items())
+
+
+def txl_loss(c, sd, ids, tgt_len, mem_len, pre_lnorm, same_length, clamp_len):
+    """mem_transformer.py's MemTransformerLM in evaluation, written out in torch ops, in float64: one
+    stream, memory empty at the start and carried across segments (each layer keeps its last
+    mem_len inputs), every token after the first scored. Returns the mean NLL in nats."""
+    import torch
+    import torch.nn.functional as F
+    sd = {n: t.double() for n, t in sd.items()}
+    d, H, dh, L = c["d_model"], c["n_head"], c["d_head"], c["n_layer"]
+    de = c.get("d_embed") or d
+    div, cut = c.get("div_val", 1), c.get("cutoffs", [])
+    ends = [0] + cut + [c["n_token"]]
+
+    def embed(x):  # AdaptiveEmbedding
+        if div == 1:
+            e = sd["word_emb.emb_layers.0.weight"][x]
+            if d != de:
+                e = F.linear(e, sd["word_emb.emb_projs.0"])
+        else:
+            e = torch.zeros(x.shape + (d,), dtype=torch.float64)
+            for i in range(len(ends) - 1):
+                m = (x >= ends[i]) & (x < ends[i + 1])
+                e[m] = F.linear(sd["word_emb.emb_layers.%d.weight" % i][x[m] - ends[i]], sd["word_emb.emb_projs.%d" % i])
+        return e * d ** 0.5
+
+    def logit(h, w, b, proj):  # ProjectedAdaptiveLogSoftmax._compute_logit
+        if proj is not None:
+            h = F.linear(h, proj.t().contiguous())
+        return F.linear(h, w, b)
+
+    def nll(h, y):  # ProjectedAdaptiveLogSoftmax.forward
+        if not cut:
+            return -F.log_softmax(logit(h, sd["crit.out_layers.0.weight"], sd["crit.out_layers.0.bias"],
+                                        sd.get("crit.out_projs.0")), -1).gather(1, y[:, None])[:, 0]
+        ws, bs = [], []
+        for i in range(len(ends) - 1):
+            if div == 1:
+                w = sd["crit.out_layers.0.weight"][ends[i]:ends[i + 1]]
+                b = sd["crit.out_layers.0.bias"][ends[i]:ends[i + 1]]
+            else:
+                w, b = sd["crit.out_layers.%d.weight" % i], sd["crit.out_layers.%d.bias" % i]
+            if i == 0:
+                w, b = torch.cat([w, sd["crit.cluster_weight"]]), torch.cat([b, sd["crit.cluster_bias"]])
+            ws.append(w)
+            bs.append(b)
+        head = F.log_softmax(logit(h, ws[0], bs[0], sd.get("crit.out_projs.0")), -1)
+        out = torch.zeros(len(y), dtype=torch.float64)
+        for i in range(len(ends) - 1):
+            m = (y >= ends[i]) & (y < ends[i + 1])
+            if not m.any():
+                continue
+            if i == 0:
+                out[m] = -head[m].gather(1, y[m][:, None])[:, 0]
+            else:
+                tail = F.log_softmax(logit(h[m], ws[i], bs[i], sd.get("crit.out_projs.%d" % i)), -1)
+                out[m] = -(head[m][:, -i] + tail.gather(1, (y[m] - ends[i])[:, None])[:, 0])
+        return out
+
+    def ln(x, p):
+        return F.layer_norm(x, (d,), sd[p + ".weight"], sd[p + ".bias"])
+
+    def rel_shift(x):  # [q, k, H]: the zero column, the reshape, the dropped row
+        zero = torch.zeros((x.size(0), 1) + x.size()[2:], dtype=x.dtype)
+        padded = torch.cat([zero, x], 1).view((x.size(1) + 1, x.size(0)) + x.size()[2:])
+        return padded[1:].view_as(x)
+
+    mems = [torch.zeros(0, d, dtype=torch.float64) for _ in range(L)]
+    total, count = 0.0, 0
+    for start in range(0, len(ids) - 1, tgt_len):
+        x = torch.tensor(ids[start:start + tgt_len + 1])
+        inp, tgt = x[:-1], x[1:]
+        q_len, m_len = len(inp), mems[0].size(0)
+        k_len = q_len + m_len
+        pos = torch.arange(k_len - 1, -1, -1.0, dtype=torch.float64)
+        if clamp_len > 0:
+            pos = pos.clamp(max=clamp_len)
+        inv_freq = sd["pos_emb.inv_freq"]
+        sinusoid = torch.ger(pos, inv_freq)
+        r = torch.cat([sinusoid.sin(), sinusoid.cos()], -1)
+        mask = torch.triu(torch.ones(q_len, k_len), diagonal=1 + m_len)
+        if same_length:
+            mask_len = k_len - mem_len
+            shift = q_len - mask_len if mask_len > 0 else q_len
+            mask = mask + torch.tril(torch.ones(q_len, k_len), -shift)
+        mask = mask.bool()
+        h, hids = embed(inp), []
+        for l in range(L):
+            a, f = "layers.%d.dec_attn" % l, "layers.%d.pos_ff" % l
+            hids.append(h)
+            cat = torch.cat([mems[l], h], 0)
+            heads = F.linear(ln(cat, a + ".layer_norm") if pre_lnorm else cat, sd[a + ".qkv_net.weight"])
+            q, k, v = heads.view(k_len, 3, H, dh).unbind(1)
+            q = q[-q_len:]
+            rk = F.linear(r, sd[a + ".r_net.weight"]).view(k_len, H, dh)
+            u = sd[a + ".r_w_bias"] if c.get("untie_r") else sd["r_w_bias"]
+            vb = sd[a + ".r_r_bias"] if c.get("untie_r") else sd["r_r_bias"]
+            ac = torch.einsum("ind,jnd->ijn", q + u, k)
+            bd = rel_shift(torch.einsum("ind,jnd->ijn", q + vb, rk))
+            score = ((ac + bd) * (1 / dh ** 0.5)).masked_fill(mask[:, :, None], float("-inf"))
+            vec = torch.einsum("ijn,jnd->ind", F.softmax(score, 1), v).reshape(q_len, H * dh)
+            out = F.linear(vec, sd[a + ".o_net.weight"])
+            h = h + out if pre_lnorm else ln(h + out, a + ".layer_norm")
+            core_in = ln(h, f + ".layer_norm") if pre_lnorm else h
+            core = F.linear(F.relu(F.linear(core_in, sd[f + ".CoreNet.0.weight"], sd[f + ".CoreNet.0.bias"])),
+                            sd[f + ".CoreNet.3.weight"], sd[f + ".CoreNet.3.bias"])
+            h = h + core if pre_lnorm else ln(h + core, f + ".layer_norm")
+        mems = [torch.cat([m, hid], 0)[-mem_len:] if mem_len > 0 else m[:0] for m, hid in zip(mems, hids)]
+        losses = nll(h, tgt)
+        total += losses.sum().item()
+        count += len(tgt)
+    return total / count
+
+
+cmd = args[0]
+if cmd == "make":
+    c = json.load(open(args[1]))
+    opts = dict(zip(args[3::2], args[4::2]))
+    if FAKE:
+        names, ties = layout(c)
+        vals = values(c, names, ties)
+        fake_save(edit(names, opts), vals, ties, opts.get("--untie"), args[2])
+    else:
+        torch_save(c, opts, args[2])
+elif cmd == "compare":
+    a, b = load(args[1]), load(args[2])
+    if set(a) != set(b):
+        sys.exit("names differ: only in %s: %s; only in %s: %s" % (args[1], sorted(set(a) - set(b)), args[2], sorted(set(b) - set(a))))
+    for n in a:
+        if a[n] != b[n]:
+            sys.exit("tensor %s differs" % n)
+elif cmd == "loss":
+    import h5py, torch
+    flags = args[7:]
+    clamp = int(flags[flags.index("--clamp-len") + 1]) if "--clamp-len" in flags else 0
+    ids = [int(i) for i in h5py.File(args[3], "r")["splits"][args[4]][:]]
+    print("%.12f" % txl_loss(json.load(open(args[1])), torch.load(args[2]), ids, int(args[5]), int(args[6]),
+                             "--pre-lnorm" in flags, "--same-length" in flags, clamp))
+elif cmd == "load-strict":
+    import torch
+    m = torch_model(json.load(open(args[1])))
+    m.load_state_dict(torch.load(args[2]), strict=True)
+    sd = torch.load(args[2])
+    for n, t in m.state_dict().items():
+        if not torch.equal(t, sd[n]):
+            sys.exit("tensor %s differs after load_state_dict" % n)

@@ -1,0 +1,207 @@
+// The torch.save reader, fed zips written byte for byte as torch.save writes a state_dict (an
+// OrderedDict with _metadata, views sharing storage, memo references), and files that are not
+// state_dicts, which fail with 65 naming the problem.
+#include <gtest/gtest.h>
+
+#include <caffe2/serialize/inline_container.h>
+
+#include "xl/interop/torch_pickle.h"
+#include "xl/util/error.h"
+#include "test_support.h"
+
+using namespace xl::interop;
+using torch::Tensor;
+using xl::checkpoint::TensorList;
+using xl::test::error_code;
+
+namespace {
+
+// Emits pickle opcodes (protocol 2, as torch.save).
+struct Pickle {
+  std::string s;
+  void op(uint8_t c) { s += static_cast<char>(c); }
+  void u32(uint32_t v) {
+    for (int k = 0; k < 4; ++k) s += static_cast<char>((v >> (8 * k)) & 0xff);
+  }
+  void str(const std::string& x) {
+    op('X');
+    u32(static_cast<uint32_t>(x.size()));
+    s += x;
+  }
+  void global(const std::string& module, const std::string& name) { s += "c" + module + "\n" + name + "\n"; }
+  void int1(uint8_t v) {
+    op('K');
+    op(v);
+  }
+  void put(uint8_t k) {
+    op('q');
+    op(k);
+  }
+  void get(uint8_t k) {
+    op('h');
+    op(k);
+  }
+  void ints(const std::vector<uint8_t>& v) {
+    op('(');
+    for (auto x : v) int1(x);
+    op('t');
+  }
+  void ordered_dict() {
+    global("collections", "OrderedDict");
+    op(')');
+    op('R');
+  }
+  // torch._utils._rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())
+  void tensor(const std::string& storage_type, const std::string& key, uint8_t numel, uint8_t offset,
+              const std::vector<uint8_t>& size, const std::vector<uint8_t>& stride) {
+    global("torch._utils", "_rebuild_tensor_v2");
+    op('(');
+    op('(');
+    str("storage");
+    global("torch", storage_type);
+    str(key);
+    str("cpu");
+    int1(numel);
+    op('t');
+    op('Q');
+    int1(offset);
+    ints(size);
+    ints(stride);
+    op(0x89);
+    ordered_dict();
+    op('t');
+    op('R');
+  }
+};
+
+std::string zip(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::string out;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* p, size_t n) {
+      out.append(static_cast<const char*>(p), n);
+      return n;
+    });
+    for (const auto& [name, bytes] : records) writer.writeRecord(name, bytes.data(), bytes.size());
+    writer.writeEndOfFile();
+  }
+  return out;
+}
+
+template <typename T>
+std::string raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+TEST(TorchPickle, ReadsAnOrderedDictStateDictAsTorchSaveWritesIt) {
+  Pickle p;
+  p.op(0x80);
+  p.op(2);
+  p.ordered_dict();
+  p.put(0);
+  p.op('(');
+  p.str("a");  // [2, 3] float at offset 1 of storage 0
+  p.tensor("FloatStorage", "0", 8, 1, {2, 3}, {3, 1});
+  p.put(1);
+  p.str("t");  // transposed view of storage 0: [3, 2] with strides (1, 3)
+  p.tensor("FloatStorage", "0", 8, 1, {3, 2}, {1, 3});
+  p.str("tied");  // the same object again (memo)
+  p.get(1);
+  p.str("d");
+  p.tensor("DoubleStorage", "1", 2, 0, {2}, {1});
+  p.str("h");
+  p.tensor("HalfStorage", "2", 1, 0, {}, {});
+  p.op('u');
+  // The state_dict's _metadata attribute: {'_metadata': OrderedDict([('', {'version': 1})])}, BUILD.
+  p.op('}');
+  p.str("_metadata");
+  p.ordered_dict();
+  p.op('(');
+  p.str("");
+  p.op('}');
+  p.str("version");
+  p.int1(1);
+  p.op('s');
+  p.op('u');
+  p.op('s');
+  p.op('b');
+  p.op('.');
+
+  std::vector<float> f{0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<double> d{0.25, -1.5};
+  std::vector<uint16_t> h{0x3c00};  // 1.0 in half precision
+  std::string file = zip({{"data.pkl", p.s}, {"data/0", raw(f)}, {"data/1", raw(d)}, {"data/2", raw(h)}});
+
+  TensorList sd = parse_torch_state_dict(file, "", "sd.pt");
+  ASSERT_EQ(sd.size(), 5u);
+  EXPECT_EQ(sd[0].first, "a");
+  EXPECT_TRUE(torch::equal(sd[0].second, torch::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}).view({2, 3})));
+  EXPECT_EQ(sd[1].first, "t");
+  EXPECT_TRUE(torch::equal(sd[1].second, sd[0].second.t()));
+  EXPECT_EQ(sd[2].first, "tied");
+  EXPECT_TRUE(torch::equal(sd[2].second, sd[0].second));
+  EXPECT_EQ(sd[3].second.scalar_type(), torch::kFloat64);
+  EXPECT_TRUE(torch::equal(sd[3].second, torch::tensor({0.25, -1.5}, torch::kFloat64)));
+  EXPECT_EQ(sd[4].second.scalar_type(), torch::kFloat16);
+  EXPECT_EQ(sd[4].second.dim(), 0);
+  EXPECT_EQ(sd[4].second.item<float>(), 1.f);
+
+  // The same state_dict under a key of a checkpoint dict.
+  Pickle outer;
+  outer.op(0x80);
+  outer.op(2);
+  outer.op('}');
+  outer.op('(');
+  outer.str("epoch");
+  outer.int1(3);
+  outer.str("model_state");
+  outer.op('}');
+  outer.str("w");
+  outer.tensor("FloatStorage", "0", 8, 0, {8}, {1});
+  outer.op('s');
+  outer.op('u');
+  outer.op('.');
+  std::string ckpt = zip({{"data.pkl", outer.s}, {"data/0", raw(f)}});
+  TensorList inner = parse_torch_state_dict(ckpt, "model_state", "ck.pt");
+  ASSERT_EQ(inner.size(), 1u);
+  EXPECT_TRUE(torch::equal(inner[0].second, torch::arange(8, torch::kFloat)));
+  std::string msg;
+  EXPECT_EQ(error_code([&] { parse_torch_state_dict(ckpt, "", "ck.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("--key"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model_state"), std::string::npos) << msg;
+  EXPECT_EQ(error_code([&] { parse_torch_state_dict(ckpt, "state_dict", "ck.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("state_dict"), std::string::npos) << msg;
+}
+
+TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {
+  std::string msg;
+  auto code = [&](const std::string& bytes) { return error_code([&] { parse_torch_state_dict(bytes, "", "x.pt"); }, &msg); };
+  EXPECT_EQ(code(""), xl::kExitDataErr);
+  EXPECT_EQ(code("hello world, not a zip"), xl::kExitDataErr);
+  EXPECT_NE(msg.find("x.pt"), std::string::npos) << msg;
+  EXPECT_EQ(code(std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e", 15)), xl::kExitDataErr);
+  EXPECT_NE(msg.find("legacy"), std::string::npos) << msg;
+  std::string good = torch_state_dict_bytes({{"a", torch::ones({2})}});
+  EXPECT_EQ(code(good.substr(0, good.size() / 2)), xl::kExitDataErr);
+  EXPECT_EQ(code(zip({{"other.txt", "x"}})), xl::kExitDataErr);
+  EXPECT_NE(msg.find("data.pkl"), std::string::npos) << msg;
+  // A pickle of something other than a dict, and a truncated pickle.
+  EXPECT_EQ(code(zip({{"data.pkl", std::string("\x80\x02K\x05.", 5)}})), xl::kExitDataErr);
+  EXPECT_NE(msg.find("not a state_dict"), std::string::npos) << msg;
+  EXPECT_EQ(code(zip({{"data.pkl", std::string("\x80\x02}(X\x01\x00\x00", 8)}})), xl::kExitDataErr);
+  // A storage record missing from the archive.
+  Pickle p;
+  p.op(0x80);
+  p.op(2);
+  p.op('}');
+  p.str("w");
+  p.tensor("FloatStorage", "0", 8, 0, {8}, {1});
+  p.op('s');
+  p.op('.');
+  EXPECT_EQ(code(zip({{"data.pkl", p.s}})), xl::kExitDataErr);
+  EXPECT_NE(msg.find("data/0"), std::string::npos) << msg;
+  // A tensor reaching past its storage.
+  std::vector<float> f(4, 1.f);
+  EXPECT_EQ(code(zip({{"data.pkl", p.s}, {"data/0", raw(f)}})), xl::kExitDataErr);
+}

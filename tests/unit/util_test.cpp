@@ -1,0 +1,61 @@
+// The small parsers every tool uses, and the statistics of repeated runs.
+#include <gtest/gtest.h>
+
+#include "xl/util/error.h"
+#include "xl/util/parse.h"
+#include "xl/util/stats.h"
+
+using namespace xl;
+
+TEST(Parse, ListsCountsDurationsAndBooleans) {
+  EXPECT_EQ(parse::int_list("20000, 40000,200000", "--cutoffs"), (std::vector<int64_t>{20000, 40000, 200000}));
+  EXPECT_TRUE(parse::int_list("", "--cutoffs").empty());
+  EXPECT_THROW(parse::int_list("1,x", "--cutoffs"), Error);
+  EXPECT_EQ(parse::split_list(" a, b,,c "), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(parse::split_list("a,,b", ',', true), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(parse::count("90M", "x"), 90000000u);
+  EXPECT_EQ(parse::count("64K", "x"), 64000u);
+  EXPECT_EQ(parse::count("1.5k", "x"), 1500u);
+  EXPECT_THROW(parse::count("5T", "x"), Error);
+  EXPECT_THROW(parse::count("-1", "x"), Error);
+  EXPECT_DOUBLE_EQ(parse::duration("15m", "x"), 900);
+  EXPECT_DOUBLE_EQ(parse::duration("2h", "x"), 7200);
+  EXPECT_DOUBLE_EQ(parse::duration("90", "x"), 90);
+  EXPECT_THROW(parse::duration("soon", "x"), Error);
+  EXPECT_TRUE(parse::boolean("True", "x"));
+  EXPECT_FALSE(parse::boolean("off", "x"));
+  try {
+    parse::boolean("maybe", "--tie-projs");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("--tie-projs"), std::string::npos);
+  }
+}
+
+TEST(Parse, DurationsPrintForProgressAndTables) {
+  EXPECT_EQ(parse::format_duration(42), "42s");
+  EXPECT_EQ(parse::format_duration(75), "1m15s");
+  EXPECT_EQ(parse::format_duration(3720), "1h02m");
+  EXPECT_EQ(parse::format_hms(0), "0:00:00");
+  EXPECT_EQ(parse::format_hms(3723.4), "1:02:03");
+  EXPECT_EQ(parse::format_hms(94 * 3600 + 26 * 60), "94:26:00");
+}
+
+TEST(Stats, StudentQuantilesAndIntervals) {
+  // Published two-sided 95% critical values.
+  EXPECT_NEAR(stats::t_quantile(0.975, 1), 12.7062, 1e-3);
+  EXPECT_NEAR(stats::t_quantile(0.975, 2), 4.3027, 1e-3);
+  EXPECT_NEAR(stats::t_quantile(0.975, 4), 2.7764, 1e-3);
+  EXPECT_NEAR(stats::t_quantile(0.975, 10), 2.2281, 1e-3);
+  EXPECT_NEAR(stats::t_quantile(0.975, 30), 2.0423, 1e-3);
+  EXPECT_NEAR(stats::t_quantile(0.995, 5), 4.0321, 1e-3);
+  // Three values: mean 2, sd 1, half width t(0.975, 2) / sqrt(3).
+  auto m = stats::mean_ci95({1.0, 2.0, 3.0});
+  EXPECT_EQ(m.n, 3);
+  EXPECT_DOUBLE_EQ(m.mean, 2.0);
+  EXPECT_DOUBLE_EQ(m.sd, 1.0);
+  EXPECT_NEAR(m.half_width, 4.3027 / std::sqrt(3.0), 1e-3);
+  EXPECT_EQ(stats::mean_ci95({5.0}).half_width, 0.0);
+  EXPECT_EQ(stats::mean_ci95({}).n, 0);
+}
