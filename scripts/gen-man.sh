@@ -5,7 +5,8 @@
 #   scripts/gen-man.sh [BIN_DIR [OUT_DIR]]      defaults: build/bin and man/man1
 #
 # Each page also takes the sections of man/include/common.h2m (exit status, config files) and,
-# when it exists, man/include/<tool>.h2m (notes, files, see also).
+# when it exists, man/include/<tool>.h2m (notes, files, see also); the trainers also take
+# man/include/training.h2m (data parallel, devices and precision).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,6 +59,7 @@ EOF
   summary=${summary,}
   includes=(-i "$root/man/include/common.h2m")
   [ -f "$root/man/include/$t.h2m" ] && includes+=(-i "$root/man/include/$t.h2m")
+  [[ $t == xl-train-* ]] && includes+=(-i "$root/man/include/training.h2m")
   # Only --version's first line: the library versions after it depend on the build machine.
   help2man --no-info --section=1 --name="$summary" \
     --version-string="$("$bin/$t" --version | head -n 1)" \

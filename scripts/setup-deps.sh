@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libtorch-dev            # LibTorch 1.13 (CPU)
+  libgloo-dev             # the headers of the Gloo collectives LibTorch was built with (data parallel)
   libopenblas0-pthread    # optimized BLAS: without it matmul falls back to reference BLAS (~35x slower)
   libhdf5-dev hdf5-tools  # token files and checkpoints
   libboost-program-options-dev libboost-iostreams-dev

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
         ("out", po::value<std::string>(), "directory of the runs")
         ("jobs,j", po::value<int>()->default_value(1), "runs trained in parallel (make -jN)")
         ("threads", po::value<int>()->default_value(0), "threads of each tool (0: cores / jobs)")
+        ("launch", po::value<std::string>()->default_value(""), "start each training with this launcher, e.g. 'torchrun --nproc_per_node 2 --no-python'")
         ("emit-makefile", po::bool_switch(), "print the Makefile on stdout instead of running it");
     cli.add("Report")
         ("format", po::value<std::string>()->default_value("md"), "jsonl, md (Markdown tables) or tsv")
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
     ms.bin_dir = bin;
     ms.out_dir = absolute(cli.get<std::string>("out"));
     ms.threads = threads;
+    ms.launch = cli.get<std::string>("launch");
     ms.grid_path = absolute(args[0]);
     if (cli.has("tokens")) {
       ms.tokens = absolute(cli.get<std::string>("tokens"));

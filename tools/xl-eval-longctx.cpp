@@ -8,6 +8,7 @@
 #include "xl/eval/report.h"
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
+#include "xl/model/device.h"
 #include "xl/model/model_io.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
     const auto compute = xl::options::compute_settings(cli);
     xl::model::set_threads(compute.threads);
     torch::manual_seed(compute.seed);
-    const torch::Device device = xl::eval::parse_device(compute.device);
+    const torch::Device device = xl::model::parse_device(compute.device);
+    base.precision = xl::model::resolve_precision(compute.precision, device);
 
     auto tokens = xl::h5::TokensFile::open(tokens_path);
     const std::string& split = request.split;

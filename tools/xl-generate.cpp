@@ -6,6 +6,7 @@
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
 #include "xl/checkpoint/checkpoint.h"
+#include "xl/model/device.h"
 #include "xl/model/model_io.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
@@ -88,7 +89,8 @@ int main(int argc, char** argv) {
     const auto compute = xl::options::compute_settings(cli);
     xl::model::set_threads(compute.threads);
     torch::manual_seed(compute.seed);
-    const torch::Device device = xl::eval::parse_device(compute.device);
+    const torch::Device device = xl::model::parse_device(compute.device);
+    gs.precision = xl::model::resolve_precision(compute.precision, device);
     std::string prompt_text;
     std::string prompt_name = "--prompt";
     if (cli.has("prompt")) prompt_text = cli.get<std::string>("prompt");

@@ -12,6 +12,7 @@
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/eval/metric.h"
 #include "xl/h5/tokens_file.h"
+#include "xl/model/device.h"
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
 #include "xl/model/kernels/parallel.h"
@@ -30,8 +31,10 @@ namespace {
 struct Study {
   checkpoint::Checkpoint ckpt;
   std::string path;
+  torch::Device device = torch::kCPU;
   model::TransformerXL make() const {
     auto m = model::model_from_checkpoint(ckpt, path);
+    m->to(device);
     return m;
   }
 };
@@ -48,7 +51,8 @@ int main(int argc, char** argv) {
                       "--mode ablate-one masks every head in turn and reports the change in bpc (char level) or\n"
                       "perplexity (word level) against the unpruned model, with each layer's sample standard\n"
                       "deviation; --compare OTHER.h5 puts a second model beside it in the shape of the paper's\n"
-                      "Table 3 (% change of the standard deviation). --mode importance scores heads with Michel et\n"
+                      "Table 3 (% change of the standard deviation). Either side may be a comma list of checkpoints\n"
+                      "(seeds of one setting): its lines are then means, with the 95% interval of the deviation. --mode importance scores heads with Michel et\n"
                       "al.'s I_h = E |dL/d mask_h| (dropout off, memory carried across segments); -o stores the\n"
                       "scores in a copy of the checkpoint. --mode iterative prunes --step % of all heads at a time\n"
                       "by importance (--rescore recomputes it each step), evaluates after each step and prints the\n"
@@ -60,10 +64,10 @@ int main(int argc, char** argv) {
                       "  xl-prune-heads --mode iterative --step 10 --rescore --plot curve.png model.h5 tokens.h5\n"
                       "  xl-prune-heads --mode iterative --prune-heads 8 -o pruned.h5 model.h5 tokens.h5"});
     cli.add("Study")
-        ("checkpoint", po::value<std::string>(), "checkpoint to study")
+        ("checkpoint", po::value<std::string>(), "checkpoint to study (ablate-one: a comma list of seeds of one setting)")
         ("tokens", po::value<std::string>()->default_value("-"), "tokens file (- is stdin)")
         ("mode", po::value<std::string>()->default_value("ablate-one"), "ablate-one, importance or iterative")
-        ("compare", po::value<std::string>(), "ablate-one: a second checkpoint shown beside the first")
+        ("compare", po::value<std::string>(), "ablate-one: second checkpoint(s) shown beside the first (a comma list: seeds)")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
         ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)");
     options::add_eval_options(cli, "valid");
@@ -79,9 +83,11 @@ int main(int argc, char** argv) {
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
     cli.add_output("a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
-    options::add_compute_options(cli, {false, false});
+    options::add_compute_options(cli, {false, true});
     if (!cli.parse(argc, argv)) return 0;
-    xl::model::set_threads(options::compute_settings(cli).threads);
+    const auto compute = options::compute_settings(cli);
+    xl::model::set_threads(compute.threads);
+    const torch::Device device = model::parse_device(compute.device);
     XL_CHECK(cli.has("checkpoint"), kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-prune-heads --help)");
     const std::string mode = cli.get<std::string>("mode"), format = cli.get<std::string>("format");
     XL_CHECK(mode == "ablate-one" || mode == "importance" || mode == "iterative", kExitUsage,
@@ -96,35 +102,46 @@ int main(int argc, char** argv) {
     XL_CHECK(request.mem_lens.size() == 1, kExitUsage, "--mem-len: xl-prune-heads evaluates at one memory length");
     auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
     const eval::Metric metric(tokens.vocab().type());
-    Study study{checkpoint::load(cli.get<std::string>("checkpoint"), tokens.vocab().sha256()), cli.get<std::string>("checkpoint")};
+    const auto paths = parse::split_list(cli.get<std::string>("checkpoint"));
+    XL_CHECK(!paths.empty(), kExitUsage, "give a CHECKPOINT");
+    XL_CHECK(paths.size() == 1 || mode == "ablate-one", kExitUsage, "--mode " << mode << " studies one checkpoint");
+    Study study{checkpoint::load(paths.front(), tokens.vocab().sha256()), paths.front(), device};
     auto ids = tokens.read_split(request.split);
     eval::EvalSettings es = request.settings;
+    es.precision = model::resolve_precision(compute.precision, device);
     auto head_mask = [&](const checkpoint::Checkpoint& c) {
       return request.ignore_head_mask ? torch::Tensor() : model::head_mask_of(c);
     };
     es.head_mask = head_mask(study.ckpt);
 
     if (mode == "ablate-one") {
-      std::vector<analysis::LabeledAblation> results;
-      std::vector<Study> studies{study};
-      if (cli.has("compare")) {
-        std::string other = cli.get<std::string>("compare");
-        studies.push_back({checkpoint::load(other, tokens.vocab().sha256()), other});
+      // Each side: one checkpoint, or a comma list of them (seeds of one setting).
+      std::vector<std::vector<std::string>> side_paths = {paths};
+      if (cli.has("compare")) side_paths.push_back(parse::split_list(cli.get<std::string>("compare")));
+      std::vector<analysis::AblationSide> sides;
+      for (size_t side = 0; side < side_paths.size(); ++side) {
+        sides.emplace_back();
+        for (size_t k = 0; k < side_paths[side].size(); ++k) {
+          const std::string& path = side_paths[side][k];
+          const Study st{side == 0 && k == 0 ? study.ckpt : checkpoint::load(path, tokens.vocab().sha256()), path, device};
+          eval::EvalSettings s = es;
+          s.head_mask = head_mask(st.ckpt);
+          auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"),
+                                                   [&](int64_t done, int64_t total) {
+                                                     XL_DEBUG(st.path << ": " << done << "/" << total << " evaluations");
+                                                   });
+          XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s");
+          sides.back().push_back({st.path, result});
+        }
       }
-      for (const auto& st : studies) {
-        eval::EvalSettings s = es;
-        s.head_mask = head_mask(st.ckpt);
-        auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"),
-                                                 [&](int64_t done, int64_t total) {
-                                                   XL_DEBUG(st.path << ": " << done << "/" << total << " evaluations");
-                                                 });
-        XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s");
-        results.push_back({st.path, result});
+      const bool several = sides.front().size() > 1 || sides.back().size() > 1;
+      if (format == "md") std::cout << analysis::ablation_markdown(sides, metric);
+      else if (format == "tsv") std::cout << analysis::ablation_tsv(sides, metric);
+      else {
+        for (const auto& side : sides)
+          for (const auto& r : side) emit(analysis::ablation_rows(r, metric));
+        if (several) emit(analysis::layer_summary_rows(sides, metric));
       }
-      if (format == "md") std::cout << analysis::ablation_markdown(results, metric);
-      else if (format == "tsv") std::cout << analysis::ablation_tsv(results, metric);
-      else
-        for (const auto& r : results) emit(analysis::ablation_rows(r, metric));
       std::cout.flush();
       return 0;
     }
@@ -137,6 +154,7 @@ int main(int argc, char** argv) {
     is.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("importance-max-tokens"), "--importance-max-tokens"));
     is.normalize_layers = cli.get<bool>("normalize-layers");
     is.head_mask = es.head_mask;
+    is.precision = es.precision;
     const std::string score_split = cli.get<std::string>("importance-split");
     auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split);
 

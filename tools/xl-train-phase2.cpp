@@ -25,6 +25,6 @@ int main(int argc, char** argv) {
     xl::options::add_training_options(cli, xl::options::Phase::kTwo);
     if (!cli.parse(argc, argv)) return 0;
     xl::model::set_threads(xl::options::compute_settings(cli).threads);
-    return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kTwo, argc, argv));
+    return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kTwo, argc, argv), argv);
   });
 }

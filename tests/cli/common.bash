@@ -105,3 +105,15 @@ out += b"the cat sat on a mat"
 open(path, "wb").write(bytes(out))
 EOF
 }
+
+# training_corpus: the path of 150 KB of text to train on: the enwik8 head from ../shared/data
+# when it is there, else a generated mixed text.
+training_corpus() {
+  local p
+  p=$(shared_data enwik8/enwik8.head-150000)
+  if [ -z "$p" ]; then
+    p=$TMP/corpus.txt
+    [ -f "$p" ] || make_mixed_text "$p" 150000
+  fi
+  echo "$p"
+}

@@ -19,6 +19,14 @@ expect 0 xl-prune-heads --mode ablate-one $E sch.h5 tokens.h5
 expect 0 xl-prune-heads --mode ablate-one --jobs 2 --format md --compare base.h5 $E sch.h5 tokens.h5
 grep -q '% stddev change' out || fail "no Table 3 shape: $(cat out)"
 [ "$(grep -c '^| Layer' out)" -eq 2 ] || fail "expected two layers in the table"
+$T --max-steps 30 --sch-beta 0 --seed 2 tokens.h5 -o base2.h5
+$T --max-steps 30 --sch-beta 0.5 --seed 2 tokens.h5 -o sch2.h5
+expect 0 xl-prune-heads --mode ablate-one --jobs 2 --compare base.h5,base2.h5 $E sch.h5,sch2.h5 tokens.h5
+[ "$(grep -c '"event":"head"' out)" -eq 24 ] || fail "expected 6 head rows per checkpoint: $(cat out)"
+[ "$(grep -c '"event":"layer_summary"' out)" -eq 4 ] || fail "expected a summary per side and layer: $(cat out)"
+grep '"event":"layer_summary"' out | grep -q '"ci95"' || fail "no interval over the seeds"
+expect 64 xl-prune-heads --mode importance $E sch.h5,sch2.h5 tokens.h5
+stderr_is_one_line "one checkpoint"
 
 step "importance, stored in the checkpoint with -o"
 expect 0 xl-prune-heads --mode importance --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o scored.h5

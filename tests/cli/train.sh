@@ -3,11 +3,7 @@
 # files and pipes, bit-exact resume (after a stop and after SIGTERM), seeds, skip rates, bad input.
 source "$(dirname "$0")/common.bash"
 
-corpus=$(shared_data enwik8/enwik8.head-150000)
-if [ -z "$corpus" ]; then
-  corpus=$TMP/corpus.txt
-  make_mixed_text "$corpus" 150000
-fi
+corpus=$(training_corpus)
 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
 
 # A model small enough for steps of a few milliseconds.
@@ -101,6 +97,21 @@ skips() { grep '"event":"train"' "$1" | python3 -c 'import json,sys; print([json
 [ "$(skips beta0.jsonl)" = "$(skips beta0.5.jsonl)" ] || fail "beta changed the skip pattern"
 [ "$(skips beta0.jsonl)" != "$(skips seed9.jsonl)" ] || fail "another seed gave the same skip pattern"
 h5diff -q beta0.h5 beta0.5.h5 /model /model >/dev/null && fail "beta 0.5 trained the same model as beta 0"
+
+step "the tiny word config trains on a small word corpus as it is (cutoffs above the vocab dropped)"
+python3 - <<'EOF'
+import random
+r = random.Random(3)
+with open("words.txt", "w") as f:
+    for _ in range(2000):
+        f.write(" ".join("w%d" % int(r.expovariate(0.01)) for _ in range(10)) + "\n")
+EOF
+xl-tokenize --mode word --split 0.9,0.05,0.05 words.txt -o words.h5 -q
+expect 0 xl-train-phase1 -c "$XL_SOURCE_DIR/share/xl/configs/tiny-word.ini" --threads 1 --max-steps 3 --batch-size 2 \
+  --tgt-len 8 --mem-len 8 --eval-interval 0 --eval-max-tokens 200 words.h5 -o word1.h5
+grep -q "cutoffs \[20000,40000,200000\] dropped" err || fail "no line about the dropped cutoffs: $(cat err)"
+expect 0 xl-train-phase2 -c "$XL_SOURCE_DIR/share/xl/configs/tiny-word.ini" --threads 1 --init word1.h5 --max-steps 2 \
+  --batch-size 2 --tgt-len 8 --mem-len 8 --eval-interval 0 --eval-max-tokens 200 words.h5 -o word2.h5
 
 step "stopped and resumed == uninterrupted, bit for bit"
 expect 0 $T --max-steps 40 --eval-interval 15 tokens.h5 -o whole.h5

@@ -168,7 +168,9 @@ TEST(HeadPruning, PrunedModelHasFewerParametersByExactlyTheRemovedHeads) {
       const int64_t biases_after = 2 * kept * cfg.d_head;
       EXPECT_EQ(pruned->parameter_count(), model->parameter_count() - removed * per_head - biases_before + biases_after)
           << name;
-      if (removed > 0) EXPECT_LT(pruned->parameter_count(true), model->parameter_count(true)) << name;
+      if (removed > 0) {
+        EXPECT_LT(pruned->parameter_count(true), model->parameter_count(true)) << name;
+      }
     }
   }
 }

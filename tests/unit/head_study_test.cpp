@@ -70,6 +70,41 @@ TEST(HeadStudy, AblateOneGivesOneRowPerHeadAndTheSampleStddev) {
   EXPECT_NEAR(xl::stats::sample_stddev({-0.01, -0.01, -0.01, 0.77, -0.01, -0.01, -0.01, -0.01}), 0.2758, 1e-3);
 }
 
+TEST(HeadStudy, SidesOfSeveralCheckpointsShowMeansAndIntervals) {
+  eval::EvalSettings s;
+  s.tgt_len = 8;
+  s.mem_len = 8;
+  s.batch_size = 2;
+  const auto ids = stream(120);
+  const eval::Metric bpc(text::VocabType::kByte);
+  std::vector<analysis::AblationSide> sides(2);
+  for (int seed = 1; seed <= 4; ++seed) {
+    auto m = tiny_model(seed);
+    sides[seed <= 2 ? 0 : 1].push_back({"m" + std::to_string(seed) + ".h5", analysis::ablate_each_head([&] { return m; }, ids, s, 1)});
+  }
+  // Each checkpoint's own layer deviation, from its rows; the side's line is their mean.
+  auto layer_sd = [&](const analysis::LabeledAblation& a, int64_t layer) {
+    for (const auto& r : analysis::ablation_rows(a, bpc))
+      if (r["event"] == "layer" && r["layer"] == layer) return r["stddev_bpc"].get<double>();
+    return -1.0;
+  };
+  const auto summary = analysis::layer_summary_rows(sides, bpc);
+  ASSERT_EQ(summary.size(), 4u);
+  for (const auto& row : summary) {
+    const auto& side = sides[row["side"].get<size_t>()];
+    const int64_t layer = row["layer"];
+    const double a = layer_sd(side[0], layer), b = layer_sd(side[1], layer);
+    EXPECT_NEAR(row["stddev_bpc_mean"].get<double>(), (a + b) / 2, 1e-12);
+    // Two values: the interval is t(0.975, 1) = 12.706 times |a - b| / 2.
+    EXPECT_NEAR(row["ci95"][1].get<double>() - row["stddev_bpc_mean"].get<double>(), 12.7062 * std::abs(a - b) / 2, 1e-3 * std::abs(a - b) + 1e-9);
+  }
+  EXPECT_TRUE(summary[2].contains("stddev_change_pct"));
+  const std::string md = analysis::ablation_markdown(sides, bpc);
+  EXPECT_NE(md.find("mean over each side's checkpoints"), std::string::npos) << md;
+  EXPECT_NE(md.find(" ± "), std::string::npos) << md;
+  EXPECT_NE(md.find("m1.h5, m2.h5"), std::string::npos) << md;
+}
+
 TEST(HeadStudy, AHeadWhoseOutputColumnsAreZeroHasImportanceZero) {
   torch::manual_seed(2);
   auto m = tiny_model();

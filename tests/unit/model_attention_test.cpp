@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/rel_attention.h"
 
 using namespace xl::model;
@@ -127,6 +129,23 @@ void expect_close(const Tensor& a, const Tensor& b, double tol = 1e-10) {
   EXPECT_LT(diff, tol) << "max abs difference " << diff;
 }
 
+// Checks the gradients of `objective` with respect to `wrt` against directional derivatives by
+// central differences (double precision: eps 1e-6, agreement to 1e-6).
+void expect_directional_derivatives(const std::function<Tensor()>& objective, const std::vector<Tensor>& wrt) {
+  auto grads = torch::autograd::grad({objective()}, wrt);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    auto dir = torch::randn_like(wrt[i]);
+    const double eps = 1e-6;
+    wrt[i].add_(dir, eps);
+    const double up = objective().item<double>();
+    wrt[i].add_(dir, -2 * eps);
+    const double down = objective().item<double>();
+    wrt[i].add_(dir, eps);
+    EXPECT_NEAR((up - down) / (2 * eps), (grads[i] * dir).sum().item<double>(), 1e-6) << "tensor " << i;
+  }
+}
+
 }  // namespace
 
 TEST(RelAttention, MatchesNaiveLoopOverShapesMemoryLengthsAndOptions) {
@@ -233,18 +252,7 @@ TEST(RelAttention, CrossHeadPermutationEqualsNaivePerHeadSwap) {
   auto probe = torch::randn_like(got);
   std::vector<Tensor> wrt{wg, f.attn->qkv_net->weight, f.attn->r_net->weight};
   auto objective = [&] { return (module_attention(f, wg, mem, runs, position, s) * probe).sum(); };
-  auto grads = torch::autograd::grad({objective()}, wrt);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < wrt.size(); ++i) {
-    auto dir = torch::randn_like(wrt[i]);
-    const double eps = 1e-6;
-    wrt[i].add_(dir, eps);
-    const double up = objective().item<double>();
-    wrt[i].add_(dir, -2 * eps);
-    const double down = objective().item<double>();
-    wrt[i].add_(dir, eps);
-    EXPECT_NEAR((up - down) / (2 * eps), (grads[i] * dir).sum().item<double>(), 1e-6) << "tensor " << i;
-  }
+  expect_directional_derivatives(objective, wrt);
 }
 
 TEST(RelAttention, HeadMaskOfOnesIsNoMaskAndMaskingActsOnlyThroughThatHead) {
@@ -302,4 +310,50 @@ TEST(RelAttention, GradientsOfTheFusedSoftmaxMatchAutogradOfTheNaiveShift) {
   auto p2 = torch::softmax((ac + shifted).masked_fill(mask, -INFINITY), -1);
   auto grads2 = torch::autograd::grad({(p2 * g).sum()}, {ac, bd_mem, bd_cur});
   for (int i = 0; i < 3; ++i) EXPECT_LT((grads[i] - grads2[i]).abs().max().item<double>(), 1e-12) << i;
+}
+
+// What a GPU runs where no fused kernel applies: the same attention with tensor ops only (the
+// relative shift as a gather, the softmax in float32 or float64), forced on the CPU.
+TEST(RelAttention, GenericPathMatchesNaiveLoopWithGradients) {
+  GenericKernels generic;
+  // Fresh, aged and several-run memories; SCH; same_length; clamp; a head mask; float64.
+  struct Case {
+    int64_t t;
+    std::vector<MemoryRun> runs;
+    bool same_length;
+    int64_t clamp;
+    std::vector<int64_t> perm;
+  };
+  const int64_t position = 40;
+  for (const Case& c : {Case{5, {}, false, 0, {}}, Case{3, {{37, 3}}, true, 0, {}}, Case{4, {{30, 4}}, false, 5, {2, 0, 1}},
+                        Case{2, {{25, 3}, {33, 2}, {38, 2}}, false, 0, {1, 2, 0}}, Case{70, {{10, 20}}, true, 0, {}}}) {
+    Fixture f(3);
+    NaiveSettings s;
+    s.same_length = c.same_length;
+    s.clamp_len = c.clamp;
+    s.perm = c.perm;
+    int64_t m = 0;
+    for (const auto& r : c.runs) m += r.length;
+    s.mem_len = std::max<int64_t>(m, 4);
+    s.head_mask = torch::tensor({1.0, 0.5, 1.0}, torch::kFloat64);
+    auto w = torch::randn({2, c.t, f.cfg.d_model}, torch::kFloat64);
+    Tensor mem = m > 0 ? torch::randn({2, m, f.cfg.d_model}, torch::kFloat64) : Tensor();
+    const auto want = naive_attention(f.attn, w, mem, positions_of(c.runs, position, c.t), position, f.u, f.v, s);
+    SCOPED_TRACE(testing::Message() << "t=" << c.t << " runs=" << c.runs.size() << " same_length=" << c.same_length);
+    expect_close(module_attention(f, w, mem, c.runs, position, s), want);
+    // Directional derivatives by central differences.
+    auto wg = w.clone().requires_grad_();
+    auto probe = torch::randn_like(want);
+    std::vector<Tensor> wrt{wg, f.attn->qkv_net->weight, f.attn->r_net->weight, f.attn->o_net->weight};
+    auto objective = [&] { return (module_attention(f, wg, mem, c.runs, position, s) * probe).sum(); };
+    expect_directional_derivatives(objective, wrt);
+    // The same in float32, as a GPU computes it.
+    f.attn->to(torch::kFloat32);
+    f.u = f.u.to(torch::kFloat32);
+    f.v = f.v.to(torch::kFloat32);
+    NaiveSettings s32 = s;
+    s32.head_mask = s.head_mask.to(torch::kFloat32);
+    auto got32 = module_attention(f, w.to(torch::kFloat32), m > 0 ? mem.to(torch::kFloat32) : Tensor(), c.runs, position, s32);
+    expect_close(got32.to(torch::kFloat64), want, 1e-4);
+  }
 }

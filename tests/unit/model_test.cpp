@@ -4,6 +4,8 @@
 #include <map>
 
 #include "xl/model/cross_head.h"
+#include "xl/model/kernels/kernel_choice.h"
+#include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/util/error.h"
@@ -304,7 +306,9 @@ TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
         want = head[head.size() - i] + scores(i)[y - ends[i]];
       }
       EXPECT_NEAR(lp[n][y].item<double>(), want, 1e-10) << "token " << y;
-      if (y == target[n].item<int64_t>()) EXPECT_NEAR(nll[n].item<double>(), -want, 1e-10);
+      if (y == target[n].item<int64_t>()) {
+        EXPECT_NEAR(nll[n].item<double>(), -want, 1e-10);
+      }
     }
   }
 }
@@ -347,6 +351,42 @@ TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {
       }
     }
   }
+}
+
+TEST(Model, GenericPathAndBf16TrackTheFusedFloat32Path) {
+  // What a GPU computes (the tensor-op path) and what mixed precision gives, against the CPU's
+  // fused float32 kernels: the whole model over segments whose memory fills and slides.
+  ModelConfig c = tiny_config();
+  c.d_model = 16;
+  c.d_head = 8;
+  auto m = make_model(c, torch::kFloat32);
+  ForwardOptions opts;
+  opts.mem_len = 6;
+  auto run = [&](bool generic, Precision p) {
+    GenericKernels forced;
+    if (!generic) force_generic_kernels(false);
+    Memory mem = m->new_memory();
+    std::vector<Tensor> out;
+    for (int step = 0; step < 3; ++step) {
+      AutocastScope autocast(p, torch::kCPU);
+      out.push_back(m->forward(tokens(2, 5, c.n_token, step), tokens(2, 5, c.n_token, step + 10), mem, opts));
+    }
+    for (const auto& layer : mem.layers) EXPECT_EQ(layer.hidden.scalar_type(), torch::kFloat) << "memories stay fp32";
+    return torch::stack(out);
+  };
+  const Tensor fused = run(false, Precision::kFp32), generic = run(true, Precision::kFp32), bf16 = run(false, Precision::kBf16);
+  EXPECT_EQ(generic.scalar_type(), torch::kFloat);
+  EXPECT_EQ(bf16.scalar_type(), torch::kFloat) << "the loss is fp32";
+  EXPECT_LT((fused - generic).abs().max().item<double>(), 1e-5);
+  // bf16 keeps 8 bits of mantissa: per-token losses within a few percent, their mean closer.
+  EXPECT_LT(((bf16 - fused).abs() / fused.abs()).max().item<double>(), 0.05);
+  EXPECT_LT(std::abs(bf16.mean().item<double>() - fused.mean().item<double>()) / fused.mean().item<double>(), 0.01);
+  EXPECT_GT((bf16 - fused).abs().max().item<double>(), 0.0) << "bf16 did not change anything: autocast is off";
+  // The precision a run resolves to: fp32 on a CPU; fp16 needs a GPU.
+  EXPECT_EQ(resolve_precision("auto", torch::kCPU), Precision::kFp32);
+  EXPECT_EQ(resolve_precision("bf16", torch::kCPU), Precision::kBf16);
+  EXPECT_THROW(resolve_precision("fp16", torch::kCPU), xl::Error);
+  EXPECT_THROW(resolve_precision("fp8", torch::kCPU), xl::Error);
 }
 
 TEST(Model, ConfigJsonRoundTripAndValidation) {

@@ -5,6 +5,7 @@
 
 #include "xl/train/adam.h"
 #include "xl/train/batcher.h"
+#include "xl/train/loss_scale.h"
 #include "xl/train/lr_schedule.h"
 #include "xl/train/train_config.h"
 #include "xl/util/error.h"
@@ -149,6 +150,25 @@ TEST(Adam, StepModeMovesSkippedParametersAsPyTorchDoesWithZeroGradients) {
   auto before = f.detach().clone();
   EXPECT_EQ(frozen.step(0.01), 0);
   EXPECT_TRUE(torch::equal(f, before));
+}
+
+TEST(LossScaler, UnscalesSkipsOverflowsAndGrows) {
+  auto a = torch::zeros({3}, torch::requires_grad()), b = torch::zeros({2}, torch::requires_grad());
+  LossScaler scaler(1024.0, 0, 3);
+  a.mutable_grad() = torch::tensor({1024.0f, 2048.0f, -512.0f});
+  b.mutable_grad() = torch::tensor({4.0f, 8.0f});
+  EXPECT_TRUE(scaler.unscale({a, b}));
+  EXPECT_TRUE(torch::allclose(a.grad(), torch::tensor({1.0f, 2.0f, -0.5f})));
+  EXPECT_TRUE(torch::allclose(b.grad(), torch::tensor({4.0f / 1024, 8.0f / 1024})));
+  for (int i = 0; i < 3; ++i) scaler.update(true);
+  EXPECT_EQ(scaler.scale(), 2048.0);  // three good steps in a row
+  b.mutable_grad() = torch::tensor({INFINITY, 1.0f});
+  EXPECT_FALSE(scaler.unscale({a, b}));
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 1024.0);
+  EXPECT_EQ(scaler.good_steps(), 0);
+  a.mutable_grad() = torch::tensor({NAN, 0.0f, 0.0f});
+  EXPECT_FALSE(scaler.unscale({a}));
 }
 
 TEST(Adam, ClipsTheGlobalNorm) {

@@ -118,7 +118,10 @@ std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
      << "OUT := " << s.out_dir << "\n"
      << "CONFIG := " << grid.base_config << "\n"
      << "TOKENS := " << (s.tokens_text.empty() ? s.tokens : "$(OUT)/tokens.h5") << "\n"
-     << "THREADS ?= " << std::max(1, s.threads) << "\n\n";
+     << "THREADS ?= " << std::max(1, s.threads) << "\n"
+     << "# What starts each training: empty (one process), or a launcher such as\n"
+     << "# torchrun --nproc_per_node 2 --no-python, srun, or mpirun -n 2.\n"
+     << "LAUNCH ?= " << s.launch << "\n\n";
   for (const auto& r : grid.runs) mk << "R" << r.index << " := $(OUT)/" << r.name << "\n";
   mk << "\n.PHONY: all report\nall:";
   for (const auto& r : grid.runs) mk << " $(R" << r.index << ")/done.stamp";
@@ -153,7 +156,7 @@ std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
     mk << R << "/p1.stamp: " << R << "/run.json | $(TOKENS)\n"
        << "\t@rm -f " << R << "/failed; if [ -f " << R << "/p1.h5 ]; then m=--resume; echo \"" << who << " phase 1 (resuming)\"; "
        << "else m=-f; echo \"" << who << " phase 1\"; fi; \\\n"
-       << "\t$(BIN)/xl-train-phase1 -c $(CONFIG)" << overrides << budget_flags(r.budgets[0])
+       << "\t$(LAUNCH) $(BIN)/xl-train-phase1 -c $(CONFIG)" << overrides << budget_flags(r.budgets[0])
        << " --threads $(THREADS) --metrics " << R << "/p1.jsonl -o " << R << "/p1.h5 $$m $(TOKENS)" << logged(R, "p1.log") << "\n"
        << "\t@touch $@\n";
     std::string last = "p1";
@@ -161,7 +164,7 @@ std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
       mk << R << "/p2.stamp: " << R << "/p1.stamp\n"
          << "\t@rm -f " << R << "/failed; if [ -f " << R << "/p2.h5 ]; then m=--resume; echo \"" << who << " phase 2 (resuming)\"; "
          << "else m=\"-f --init " << R << "/p1.h5\"; echo \"" << who << " phase 2\"; fi; \\\n"
-         << "\t$(BIN)/xl-train-phase2" << budget_flags(r.budgets[1]) << " --threads $(THREADS) --metrics " << R
+         << "\t$(LAUNCH) $(BIN)/xl-train-phase2" << budget_flags(r.budgets[1]) << " --threads $(THREADS) --metrics " << R
          << "/p2.jsonl -o " << R << "/p2.h5 $$m $(TOKENS)" << logged(R, "p2.log") << "\n"
          << "\t@touch $@\n";
       last = "p2";

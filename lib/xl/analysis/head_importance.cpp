@@ -24,7 +24,11 @@ torch::Tensor head_importance(model::TransformerXL& model, const std::vector<int
     auto seg = batcher.next(&cursor);
     torch::Tensor mask = base.clone().requires_grad_(true);
     fo.head_mask = mask;
-    torch::Tensor loss = model->forward(seg.input, seg.target, memory, fo).mean();
+    torch::Tensor loss;
+    {
+      model::AutocastScope autocast(s.precision, opts.device());
+      loss = model->forward(seg.input.to(opts.device()), seg.target.to(opts.device()), memory, fo).mean();
+    }
     auto grad = torch::autograd::grad({loss}, {mask})[0];
     total += grad.abs();
     ++batches;

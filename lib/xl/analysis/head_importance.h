@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "xl/model/precision.h"
 #include "xl/model/transformer_xl.h"
 
 namespace xl::analysis {
@@ -18,6 +19,7 @@ struct ImportanceSettings {
   int64_t max_tokens = 0;        // 0: the whole split
   bool normalize_layers = false; // divide each layer's scores by their L2 norm
   torch::Tensor head_mask;       // [n_layer, n_head] 0/1 mask in force (pruned heads), or undefined
+  model::Precision precision = model::Precision::kFp32;  // of the matrix products
 };
 
 // [n_layer, n_head] float scores; entries beyond a layer's head count are 0.

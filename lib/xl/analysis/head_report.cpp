@@ -51,50 +51,106 @@ std::vector<nlohmann::json> ablation_rows(const LabeledAblation& la, const eval:
   return rows;
 }
 
-std::string ablation_markdown(const std::vector<LabeledAblation>& models, const eval::Metric& metric) {
+namespace {
+
+// A side's per-layer figures: each head's change (mean over the checkpoints) and the layer's
+// standard deviations, one per checkpoint.
+struct LayerFigures {
+  std::map<int64_t, double> head_mean;
+  std::vector<double> stddevs;
+};
+
+std::map<int64_t, LayerFigures> layer_figures(const AblationSide& side, const eval::Metric& metric) {
+  std::map<int64_t, LayerFigures> out;
+  std::map<int64_t, std::map<int64_t, std::vector<double>>> deltas;
+  for (const auto& la : side)
+    for (const auto& [l, heads] : by_layer(la.result)) {
+      out[l].stddevs.push_back(layer_stddev(la.result, heads, metric));
+      for (auto* h : heads) deltas[l][h->head].push_back(delta_metric(la.result, *h, metric));
+    }
+  for (const auto& [l, by_head] : deltas)
+    for (const auto& [h, v] : by_head) out[l].head_mean[h] = stats::mean(v);
+  return out;
+}
+
+std::string side_label(const AblationSide& side) {
+  std::string s;
+  for (size_t i = 0; i < side.size(); ++i) s += (i ? ", " : "") + side[i].label;
+  return s;
+}
+
+}  // namespace
+
+std::vector<nlohmann::json> layer_summary_rows(const std::vector<AblationSide>& sides, const eval::Metric& metric) {
+  std::vector<nlohmann::json> rows;
+  std::map<int64_t, double> first_mean;
+  for (size_t i = 0; i < sides.size(); ++i)
+    for (const auto& [l, f] : layer_figures(sides[i], metric)) {
+      const auto m = stats::mean_ci95(f.stddevs);
+      nlohmann::json row = {{"event", "layer_summary"}, {"side", i}, {"models", side_label(sides[i])}, {"layer", l},
+                            {"checkpoints", m.n}, {"stddev_" + metric.name() + "_mean", m.mean}};
+      if (m.n >= 2) row["ci95"] = {m.mean - m.half_width, m.mean + m.half_width};
+      if (i == 0) first_mean[l] = m.mean;
+      else if (first_mean.count(l) && first_mean[l] > 0) row["stddev_change_pct"] = 100 * (m.mean - first_mean[l]) / first_mean[l];
+      rows.push_back(row);
+    }
+  return rows;
+}
+
+std::string ablation_markdown(const std::vector<AblationSide>& sides, const eval::Metric& metric) {
   const std::string m = metric.name();
   int64_t nh = 0;
-  for (const auto& la : models)
-    for (const auto& h : la.result.heads) nh = std::max(nh, h.head + 1);
+  bool several = false;
+  for (const auto& side : sides) {
+    several = several || side.size() > 1;
+    for (const auto& la : side)
+      for (const auto& h : la.result.heads) nh = std::max(nh, h.head + 1);
+  }
   std::ostringstream os;
-  os << "Change in " << m << " when one head is masked";
-  for (size_t i = 0; i < models.size(); ++i)
-    os << (i ? "; " : " (") << (models.size() > 1 ? (i == 0 ? "first line: " : "second line: ") : "") << models[i].label
-       << ", base " << fmt(metric.of(models[i].result.base_loss), 4);
+  os << "Change in " << m << " when one head is masked" << (several ? " (mean over each side's checkpoints)" : "");
+  for (size_t i = 0; i < sides.size(); ++i) {
+    std::vector<double> base;
+    for (const auto& la : sides[i]) base.push_back(metric.of(la.result.base_loss));
+    os << (i ? "; " : " (") << (sides.size() > 1 ? (i == 0 ? "first line: " : "second line: ") : "") << side_label(sides[i])
+       << ", base " << fmt(stats::mean(base), 4);
+  }
   os << ")\n\n| layer |";
   for (int64_t h = 0; h < nh; ++h) os << " H" << h + 1 << " |";
-  os << " stddev |" << (models.size() > 1 ? " % stddev change |" : "") << "\n|---|";
+  os << " stddev" << (several ? " (95% interval)" : "") << " |" << (sides.size() > 1 ? " % stddev change |" : "") << "\n|---|";
   for (int64_t h = 0; h <= nh; ++h) os << "---:|";
-  if (models.size() > 1) os << "---:|";
+  if (sides.size() > 1) os << "---:|";
   os << "\n";
-  std::vector<std::map<int64_t, std::vector<const HeadScore*>>> layers;
-  for (const auto& la : models) layers.push_back(by_layer(la.result));
-  for (const auto& [l, unused] : layers[0]) {
+  std::vector<std::map<int64_t, LayerFigures>> figures;
+  for (const auto& side : sides) figures.push_back(layer_figures(side, metric));
+  for (const auto& [l, unused] : figures[0]) {
     double first_sd = 0;
-    for (size_t i = 0; i < models.size(); ++i) {
-      auto it = layers[i].find(l);
-      if (it == layers[i].end()) continue;
+    for (size_t i = 0; i < sides.size(); ++i) {
+      auto it = figures[i].find(l);
+      if (it == figures[i].end()) continue;
       os << "| " << (i == 0 ? "Layer " + std::to_string(l + 1) : "") << " |";
-      std::map<int64_t, double> vals;
-      for (auto* h : it->second) vals[h->head] = delta_metric(models[i].result, *h, metric);
-      for (int64_t h = 0; h < nh; ++h) os << " " << (vals.count(h) ? fmt(vals[h]) : "-") << " |";
-      double sd = layer_stddev(models[i].result, it->second, metric);
-      os << " " << fmt(sd) << " |";
-      if (models.size() > 1) os << " " << (i == 0 ? "" : first_sd > 0 ? fmt(100 * (sd - first_sd) / first_sd, 1) : "-") << " |";
-      if (i == 0) first_sd = sd;
+      for (int64_t h = 0; h < nh; ++h) {
+        auto v = it->second.head_mean.find(h);
+        os << " " << (v != it->second.head_mean.end() ? fmt(v->second) : "-") << " |";
+      }
+      const auto sd = stats::mean_ci95(it->second.stddevs);
+      os << " " << fmt(sd.mean) << (sd.n >= 2 ? " ± " + fmt(sd.half_width) : "") << " |";
+      if (sides.size() > 1) os << " " << (i == 0 ? "" : first_sd > 0 ? fmt(100 * (sd.mean - first_sd) / first_sd, 1) : "-") << " |";
+      if (i == 0) first_sd = sd.mean;
       os << "\n";
     }
   }
   return os.str();
 }
 
-std::string ablation_tsv(const std::vector<LabeledAblation>& models, const eval::Metric& metric) {
+std::string ablation_tsv(const std::vector<AblationSide>& sides, const eval::Metric& metric) {
   const std::string m = metric.name();
   std::ostringstream os;
-  os << "model\tlayer\thead\tloss\tdelta_" << m << "\n";
-  for (const auto& la : models)
-    for (const auto& h : la.result.heads)
-      os << la.label << '\t' << h.layer << '\t' << h.head << '\t' << h.loss << '\t' << delta_metric(la.result, h, metric) << "\n";
+  os << "side\tmodel\tlayer\thead\tloss\tdelta_" << m << "\n";
+  for (size_t i = 0; i < sides.size(); ++i)
+    for (const auto& la : sides[i])
+      for (const auto& h : la.result.heads)
+        os << i << '\t' << la.label << '\t' << h.layer << '\t' << h.head << '\t' << h.loss << '\t'
+           << delta_metric(la.result, h, metric) << "\n";
   return os.str();
 }
 

@@ -18,7 +18,10 @@ nlohmann::json RunState::to_json() const {
   nlohmann::json j = {{"step", step}, {"tokens_seen", tokens_seen}, {"epoch", epoch}, {"offset", offset},
                       {"schedule_origin", schedule_origin}, {"last_lr", last_lr}, {"phases", phase_list},
                       {"best_loss", best_loss ? nlohmann::json(*best_loss) : nlohmann::json()},
-                      {"best_step", best_step}, {"history", history}, {"command_line", command_line}};
+                      {"best_step", best_step}, {"history", history}, {"world_size", world_size},
+                      {"command_line", command_line}};
+  if (loss_scale > 0)
+    j.update({{"loss_scale", loss_scale}, {"loss_scale_good_steps", loss_scale_good_steps}, {"skipped_steps", skipped_steps}});
   if (!imported_from.empty()) j["imported_from"] = imported_from;
   return j;
 }
@@ -43,11 +46,15 @@ RunState RunState::from_json(const nlohmann::json& j, const std::string& file) {
     s.best_step = j.value("best_step", int64_t{-1});
     if (j.contains("history")) s.history = j.at("history").get<std::vector<std::pair<int64_t, double>>>();
     s.command_line = j.value("command_line", std::string());
+    s.world_size = j.value("world_size", 1);
+    s.loss_scale = j.value("loss_scale", 0.0);
+    s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
+    s.skipped_steps = j.value("skipped_steps", int64_t{0});
     s.imported_from = j.value("imported_from", std::string());
   } catch (const nlohmann::json::exception&) {
     XL_FAIL(kExitDataErr, file << ": malformed run state in the checkpoint");
   }
-  XL_CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.epoch >= 0 && s.offset >= 0, kExitDataErr,
+  XL_CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.epoch >= 0 && s.offset >= 0 && s.world_size >= 1, kExitDataErr,
            file << ": malformed run state in the checkpoint (negative counts)");
   return s;
 }

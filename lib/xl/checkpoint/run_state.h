@@ -31,6 +31,10 @@ struct RunState {
   std::optional<double> best_loss;     // best validation loss of the current phase
   int64_t best_step = -1;
   std::vector<std::pair<int64_t, double>> history;  // (step, validation loss) of the current phase
+  double loss_scale = 0;               // fp16: the dynamic loss scale (0: none)
+  int64_t loss_scale_good_steps = 0;   // fp16: good steps since the scale last changed
+  int64_t skipped_steps = 0;           // fp16: steps skipped because their gradients overflowed
+  int world_size = 1;                  // data-parallel ranks of the run that wrote it
   std::string command_line;            // of the process that wrote the checkpoint
   std::string imported_from;           // xl-import-torch: the state_dict it came from
 

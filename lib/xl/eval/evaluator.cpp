@@ -26,23 +26,6 @@ int64_t stream_count(int64_t n, int64_t batch_size) {
   return std::max<int64_t>(1, std::min<int64_t>(batch_size, n / 2));
 }
 
-torch::Device parse_device(const std::string& name) {
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  if (name == "cpu") return torch::Device(torch::kCPU);
-  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
-    XL_CHECK(torch::cuda::is_available(), kExitNoInput, "--device " << name << ": CUDA is not available in this build or machine");
-    try {
-      torch::Device d(name);
-      XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
-               "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
-      return d;
-    } catch (const c10::Error&) {
-      XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
-    }
-  }
-  XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
-}
-
 namespace {
 
 // Puts the model in evaluation state and restores its training flag and the overridden config
@@ -72,6 +55,7 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
   XL_CHECK(s.batch_size >= 1, kExitUsage, "batch size must be at least 1, not " << s.batch_size);
   XL_CHECK(s.clamp_len.value_or(0) >= 0, kExitUsage, "clamp_len must be 0 (off) or positive, not " << *s.clamp_len);
   XL_CHECK(s.max_tokens >= 0, kExitUsage, "max_tokens must not be negative, not " << s.max_tokens);
+  XL_CHECK(s.shards >= 1 && s.shard >= 0 && s.shard < s.shards, kExitSoftware, "bad evaluation shard " << s.shard << "/" << s.shards);
   if (s.head_mask.defined()) {
     const auto& c = model->config;
     XL_CHECK(s.head_mask.dim() == 2 && s.head_mask.size(0) == c.n_layer && s.head_mask.size(1) >= c.n_head, kExitDataErr,
@@ -123,7 +107,10 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
       at += len;
     }
   }
-  data = data.to(device);
+  // A data-parallel shard keeps its rows of streams.
+  const int64_t first = b * s.shard / s.shards, last = b * (s.shard + 1) / s.shards;
+  if (first == last) return EvalResult();  // more shards than streams
+  data = data.slice(0, first, last).to(device);
 
   model::ForwardOptions opts;
   opts.mem_len = s.mem_len;
@@ -133,7 +120,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   EvalResult result;
   const int64_t steps = longest - 1;  // input positions of the longest stream
   const int64_t total = n - b;
-  int64_t consumed = 0;
+  int64_t consumed = 0, all_scored = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t pos = 0; pos < steps; pos += s.tgt_len) {
     const int64_t t = std::min(s.tgt_len, steps - pos);
@@ -142,15 +129,19 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
       for (const auto& layer : memory.layers) scored = scored && layer.length() == s.mem_len;
     torch::Tensor input = data.narrow(1, pos, t).contiguous();
     torch::Tensor target = data.narrow(1, pos + 1, t).contiguous();
-    torch::Tensor nll = model->forward(input, target, memory, opts);
+    torch::Tensor nll;
+    {
+      model::AutocastScope autocast(s.precision, device);
+      nll = model->forward(input, target, memory, opts);
+    }
     torch::Tensor host = nll.to(torch::kCPU, torch::kDouble).contiguous();
     const double* v = host.data_ptr<double>();
-    for (int64_t i = 0; i < b; ++i) {
+    for (int64_t i = first; i < last; ++i) {
       // Positions past the stream's last prediction are padding.
       const int64_t valid = std::max<int64_t>(0, std::min(t, length[static_cast<size_t>(i)] - 1 - pos));
       consumed += valid;
       if (!scored) continue;
-      const double* row = v + i * t;
+      const double* row = v + (i - first) * t;
       double sum = 0;
       for (int64_t j = 0; j < valid; ++j) sum += row[j];
       result.loss_sum += sum;
@@ -160,7 +151,10 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
           sink(i, start[static_cast<size_t>(i)] + pos + j + 1, static_cast<float>(row[j]));
     }
     if (progress) progress(result.tokens, consumed, total);
-    if (s.max_tokens > 0 && result.tokens >= s.max_tokens) break;
+    // --max-tokens counts the tokens of all streams, so that data-parallel shards stop together.
+    if (scored)
+      for (int64_t i = 0; i < b; ++i) all_scored += std::max<int64_t>(0, std::min(t, length[static_cast<size_t>(i)] - 1 - pos));
+    if (s.max_tokens > 0 && all_scored >= s.max_tokens) break;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "xl/model/precision.h"
 #include "xl/model/transformer_xl.h"
 
 namespace xl::eval {
@@ -38,6 +39,10 @@ struct EvalSettings {
   bool warmup = false;       // NVIDIA's convention: score only tokens whose memory is full
   int64_t max_tokens = 0;    // 0: the whole split; else stop once about this many tokens are scored
   torch::Tensor head_mask;   // [n_layer, n_head] or undefined
+  model::Precision precision = model::Precision::kFp32;  // of the matrix products
+  // Data parallel: this process evaluates streams [b * shard / shards, b * (shard + 1) / shards)
+  // of the b streams; the shards' sums add up to the whole evaluation.
+  int shard = 0, shards = 1;
 };
 
 struct EvalResult {
@@ -69,9 +74,5 @@ int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSetting
 
 // The number of parallel streams `evaluate` uses for a split of n tokens.
 int64_t stream_count(int64_t n, int64_t batch_size);
-
-// "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N"; 64 on anything else and 66
-// when CUDA is asked for but not available.
-torch::Device parse_device(const std::string& name);
 
 }  // namespace xl::eval

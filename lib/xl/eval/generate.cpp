@@ -82,6 +82,7 @@ std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int
   model::ForwardOptions opts;
   opts.mem_len = s.mem_len;
   model::Memory memory = model->new_memory();
+  model::AutocastScope autocast(s.precision, device);
 
   // The prompt in segments; the last position's hidden state predicts the first new token.
   auto all = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong).view({1, -1}).to(device);

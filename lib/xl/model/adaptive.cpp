@@ -1,5 +1,7 @@
 #include "xl/model/adaptive.h"
 
+#include "xl/model/precision.h"
+
 #include <cmath>
 
 namespace xl::model {
@@ -120,7 +122,7 @@ std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::cluster_params(i
 torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const torch::Tensor& weight,
                                              const torch::Tensor& bias, const torch::Tensor& proj) const {
   torch::Tensor h = proj.defined() ? torch::matmul(hidden, proj) : hidden;  // [N, d_proj] -> [N, d_i]
-  return torch::linear(h, weight, bias);
+  return upcast(torch::linear(h, weight, bias));  // the log-softmax and the loss in fp32 at least
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {

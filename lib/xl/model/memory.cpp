@@ -68,6 +68,11 @@ void Memory::trim(int64_t mem_len) {
   }
 }
 
+void Memory::to(const torch::Device& device) {
+  for (auto& l : layers)
+    if (l.hidden.defined()) l.hidden = l.hidden.to(device);
+}
+
 double Memory::mean_gap() const {
   if (layers.empty()) return 0;
   double sum = 0;
@@ -75,26 +80,30 @@ double Memory::mean_gap() const {
   return sum / static_cast<double>(layers.size());
 }
 
-void Memory::to_tensors(const std::string& prefix, checkpoint::TensorList* out) const {
-  out->emplace_back(prefix + "position", torch::tensor(position, torch::kLong));
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const LayerMemory& lm = layers[l];
-    if (!lm.hidden.defined()) continue;
-    const std::string lp = prefix + "l" + std::to_string(l) + ".";
-    auto runs = torch::empty({static_cast<int64_t>(lm.runs.size()), 2}, torch::kLong);
-    auto r = runs.accessor<int64_t, 2>();
-    for (size_t i = 0; i < lm.runs.size(); ++i) {
-      r[static_cast<int64_t>(i)][0] = lm.runs[i].start;
-      r[static_cast<int64_t>(i)][1] = lm.runs[i].length;
-    }
-    out->emplace_back(lp + "hidden", lm.hidden);
-    out->emplace_back(lp + "runs", runs);
-  }
+Memory Memory::rows(int64_t begin, int64_t end) const {
+  Memory m = *this;
+  for (auto& l : m.layers)
+    if (l.hidden.defined()) l.hidden = l.hidden.slice(0, begin, end);
+  return m;
 }
 
-Memory Memory::from_tensors(const checkpoint::TensorList& list, const std::string& prefix, int64_t n_layer,
-                            const std::string& file) {
-  Memory m = empty(n_layer);
+Memory Memory::concat_rows(const std::vector<Memory>& parts) {
+  Memory m = parts.at(0);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    if (!m.layers[l].hidden.defined()) continue;
+    std::vector<torch::Tensor> h;
+    for (const auto& p : parts) h.push_back(p.layers[l].hidden);
+    m.layers[l].hidden = torch::cat(h, 0);
+  }
+  return m;
+}
+
+namespace {
+
+// One memory from the entries named PREFIX*.
+Memory memory_from(const checkpoint::TensorList& list, const std::string& prefix, int64_t n_layer,
+                   const std::string& file) {
+  Memory m = Memory::empty(n_layer);
   auto bad = [&](const std::string& what) { XL_FAIL(kExitDataErr, file << ": malformed memory " << prefix << what); };
   auto pos = checkpoint::find_tensor(list, prefix + "position");
   if (!pos.defined()) return m;
@@ -121,6 +130,37 @@ Memory Memory::from_tensors(const checkpoint::TensorList& list, const std::strin
     if (total != hidden.size(1)) bad("l" + std::to_string(l) + " (runs do not cover the memory)");
   }
   return m;
+}
+
+}  // namespace
+
+Memory Memory::from_tensors(const checkpoint::TensorList& list, int64_t n_layer, const std::string& file) {
+  if (!checkpoint::find_tensor(list, "c0.position").defined()) return memory_from(list, "", n_layer, file);
+  std::vector<Memory> chunks;
+  for (int c = 0; checkpoint::find_tensor(list, "c" + std::to_string(c) + ".position").defined(); ++c)
+    chunks.push_back(memory_from(list, "c" + std::to_string(c) + ".", n_layer, file));
+  try {
+    return concat_rows(chunks);
+  } catch (const c10::Error&) {
+    XL_FAIL(kExitDataErr, file << ": malformed memory (its batch chunks do not fit together)");
+  }
+}
+
+void Memory::to_tensors(checkpoint::TensorList* out) const {
+  out->emplace_back("position", torch::tensor(position, torch::kLong));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerMemory& lm = layers[l];
+    if (!lm.hidden.defined()) continue;
+    const std::string lp = "l" + std::to_string(l) + ".";
+    auto runs = torch::empty({static_cast<int64_t>(lm.runs.size()), 2}, torch::kLong);
+    auto r = runs.accessor<int64_t, 2>();
+    for (size_t i = 0; i < lm.runs.size(); ++i) {
+      r[static_cast<int64_t>(i)][0] = lm.runs[i].start;
+      r[static_cast<int64_t>(i)][1] = lm.runs[i].length;
+    }
+    out->emplace_back(lp + "hidden", lm.hidden);
+    out->emplace_back(lp + "runs", runs);
+  }
 }
 
 }  // namespace xl::model

@@ -39,15 +39,23 @@ struct Memory {
   static void append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len);
   // Keeps each layer's newest `mem_len` slots.
   void trim(int64_t mem_len);
+  // The same memory on `device`.
+  void to(const torch::Device& device);
   // Mean over layers of the memory gap, in tokens.
   double mean_gap() const;
 
-  // As named tensors for a checkpoint: PREFIX "position", and per layer l with a memory
-  // PREFIX "l<l>.hidden" [B, M, d_model] and PREFIX "l<l>.runs" [R, 2] (start, length).
-  void to_tensors(const std::string& prefix, checkpoint::TensorList* out) const;
-  // Back from them; 65 naming `file` when the entries do not describe a memory of n_layer layers.
-  static Memory from_tensors(const checkpoint::TensorList& list, const std::string& prefix, int64_t n_layer,
-                             const std::string& file);
+  // Streams [begin, end) of the batch (rows of every layer's memory).
+  Memory rows(int64_t begin, int64_t end) const;
+  // The memories of consecutive groups of streams as one (their positions and runs must agree:
+  // batch chunks and data-parallel ranks of one step do).
+  static Memory concat_rows(const std::vector<Memory>& parts);
+
+  // As named tensors for a checkpoint: "position", and per layer l with a memory "l<l>.hidden"
+  // [B, M, d_model] and "l<l>.runs" [R, 2] (start, length), all streams of the batch together.
+  void to_tensors(checkpoint::TensorList* out) const;
+  // Back from them (also from checkpoints of xl 0.1, which kept one memory per batch chunk as
+  // "c<c>.*"); 65 naming `file` when the entries do not describe a memory of n_layer layers.
+  static Memory from_tensors(const checkpoint::TensorList& list, int64_t n_layer, const std::string& file);
 };
 
 }  // namespace xl::model

@@ -1,6 +1,7 @@
 #include "xl/model/transformer_xl.h"
 
 #include "xl/model/kernels/fused_dropout.h"
+#include "xl/model/precision.h"
 #include "xl/util/error.h"
 
 namespace xl::model {
@@ -92,7 +93,8 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   pass.sinusoid = &sinusoid_;
   pass.mask_cache = &mask_cache_;
 
-  torch::Tensor h = word_emb(input);
+  // The residual stream, and with it the memories, in fp32 (or float64) whatever the products' precision.
+  torch::Tensor h = upcast(word_emb(input));
   if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const size_t li = static_cast<size_t>(l);

@@ -1,24 +1,47 @@
 #include "xl/options/compute_options.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 namespace xl::options {
 namespace po = cli::po;
+namespace {
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
 
 void add_compute_options(cli::Options& cli, ComputeFlags flags) {
   auto group = cli.add("Compute");
-  group("threads", po::value<int>()->default_value(0), "CPU threads (0: one per core)");
+  group("threads", po::value<int>()->default_value(0), "CPU threads (0: one per core, shared by the ranks on this machine)");
   if (flags.seed) group("seed", po::value<uint64_t>()->default_value(1), "seed of every random generator");
-  if (flags.device) group("device", po::value<std::string>()->default_value("auto"), "auto (a GPU when there is one), cpu, cuda or cuda:N");
+  if (flags.device) {
+    group("device", po::value<std::string>()->default_value("auto"), "auto (a GPU when there is one), cpu, cuda or cuda:N");
+    group("precision", po::value<std::string>()->default_value("auto"),
+          "matrix products in fp32, bf16 or fp16 (auto: fp32 on a CPU, bf16 on a GPU that has it)");
+  }
 }
 
 Compute compute_settings(const cli::Options& cli) {
   Compute c;
   c.threads = cli.has("threads") ? cli.get<int>("threads") : 0;
-  if (c.threads <= 0) c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (c.threads <= 0) {
+    // The cores this process may run on (a batch system's binding narrows them), shared by the
+    // data-parallel ranks that torchrun or --nproc-per-node started beside it.
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int ranks = std::max(1, local ? std::atoi(local) : 1);
+    c.threads = std::max(1, usable_cores() / ranks);
+  }
   if (cli.has("seed")) c.seed = cli.get<uint64_t>("seed");
   if (cli.has("device")) c.device = cli.get<std::string>("device");
+  if (cli.has("precision")) c.precision = cli.get<std::string>("precision");
   return c;
 }
 

@@ -1,4 +1,5 @@
-// --threads, --seed and --device: how and where a tool computes, defined once for every tool.
+// --threads, --seed, --device and --precision: how and where a tool computes, defined once for
+// every tool.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,7 +10,7 @@ namespace xl::options {
 
 struct ComputeFlags {
   bool seed = true;    // the tool draws random numbers
-  bool device = true;  // the tool can compute on a GPU
+  bool device = true;  // the tool can compute on a GPU, in mixed precision (--device, --precision)
 };
 
 void add_compute_options(cli::Options& cli, ComputeFlags flags = {});
@@ -17,7 +18,8 @@ void add_compute_options(cli::Options& cli, ComputeFlags flags = {});
 struct Compute {
   int threads = 1;          // resolved: 0 became the number of cores
   uint64_t seed = 1;
-  std::string device = "cpu";  // as given: auto, cpu, cuda, cuda:N
+  std::string device = "cpu";     // as given: auto, cpu, cuda, cuda:N
+  std::string precision = "fp32";  // as given: auto, fp32, bf16, fp16
 };
 Compute compute_settings(const cli::Options& cli);
 

@@ -68,9 +68,13 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("metrics", po::value<std::string>()->default_value(""), "write JSON Lines events to FILE")
       ("progress", po::value<std::string>()->default_value("auto"), "auto (live line on a terminal), always or never")
       ("resume", po::bool_switch(), "continue the run whose latest checkpoint is -o");
+  cli.add("Data parallel (torchrun, Slurm and mpirun start ranks through the environment)")
+      ("nproc-per-node", po::value<int>()->default_value(1), "start this many ranks of this training on this machine")
+      ("dist-backend", po::value<std::string>()->default_value("auto"), "auto (NCCL on GPUs, Gloo on CPUs), gloo or nccl")
+      ("dist-timeout", po::value<std::string>()->default_value("5m"), "how long a rank waits for the others before giving up");
   cli.positional("tokens", 1);
   cli.add_output("the checkpoint (the best one goes to NAME.best.h5)");
-  add_compute_options(cli, {true, false});
+  add_compute_options(cli);
 }
 
 train::TrainRequest training_request(const cli::Options& cli, Phase phase, int argc, char** argv) {
@@ -115,7 +119,14 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.eval_max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("eval-max-tokens"), "--eval-max-tokens"));
   t.save_every = cli.get<int64_t>("save-every");
   t.log_interval = cli.get<int64_t>("log-interval");
-  t.seed = compute_settings(cli).seed;
+  const Compute compute = compute_settings(cli);
+  t.seed = compute.seed;
+  t.precision = compute.precision;
+  r.device = compute.device;
+  r.nproc_per_node = cli.get<int>("nproc-per-node");
+  XL_CHECK(r.nproc_per_node >= 1, kExitUsage, "--nproc-per-node must be at least 1");
+  r.dist_backend = cli.get<std::string>("dist-backend");
+  r.dist_timeout = parse::duration(cli.get<std::string>("dist-timeout"), "--dist-timeout");
   const GivenModel model = given_model(cli);
   r.model = model.config;
   r.model_given = model.fields;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/util/error.h"
 
@@ -48,7 +49,7 @@ __attribute__((target("avx2,fma"))) void adam_range_avx2(const AdamScalars& a, f
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 
 bool fusable(const torch::Tensor& p, const torch::Tensor& g) {
-  return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && p.device().is_cpu() &&
+  return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(p) &&
          p.is_contiguous() && g.is_contiguous();
 }
 
@@ -100,15 +101,16 @@ void Adam::clear_grads() {
 
 double Adam::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
-  double sq = 0;
+  // Squared norms summed on the gradients' device: one synchronisation, not one per parameter. A
+  // dot product reads a gradient once; pow(2).sum() writes a temporary first.
+  torch::Tensor sq;
   for (auto& s : slots_)
     if (s.param.grad().defined()) {
-      const torch::Tensor& g = s.param.grad();
-      // A dot product reads the gradient once; pow(2).sum() writes a temporary first.
-      torch::Tensor flat = g.reshape(-1);
-      sq += torch::dot(flat, flat).item<double>();
+      const torch::Tensor flat = s.param.grad().reshape(-1).to(torch::kFloat);
+      const torch::Tensor d = torch::dot(flat, flat).to(torch::kDouble);
+      sq = sq.defined() ? sq + d : d;
     }
-  double norm = std::sqrt(sq);
+  const double norm = sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
   if (max_norm > 0 && norm > max_norm) {
     double coef = max_norm / (norm + 1e-6);
     for (auto& s : slots_)

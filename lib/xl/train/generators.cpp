@@ -56,7 +56,11 @@ void Generators::to_tensors(checkpoint::TensorList* out) const {
   }
 }
 
-void Generators::load(const checkpoint::TensorList& states, const std::string& file) {
+std::string Generators::rank_name(const std::string& name, int rank) {
+  return rank == 0 ? name : name + ".r" + std::to_string(rank);
+}
+
+bool Generators::load(const checkpoint::TensorList& states, const std::string& file, int rank) {
   auto get = [&](const char* name) {
     auto t = checkpoint::find_tensor(states, name);
     XL_CHECK(t.defined(), kExitDataErr,
@@ -81,10 +85,15 @@ void Generators::load(const checkpoint::TensorList& states, const std::string& f
       malformed(name);
     }
   };
-  restore(c10::kCPU, "dropout_cpu", get("dropout_cpu"));
+  get("dropout_cpu");  // every xl checkpoint has rank 0's
+  const std::string cpu = rank_name("dropout_cpu", rank), cuda = rank_name("dropout_cuda", rank);
+  const auto cpu_state = checkpoint::find_tensor(states, cpu);
+  if (!cpu_state.defined()) return false;
+  restore(c10::kCPU, cpu.c_str(), cpu_state.to(torch::kUInt8));
   // A GPU run's dropout stream; a run resumed on another kind of device draws its masks afresh.
-  auto cuda = checkpoint::find_tensor(states, "dropout_cuda");
-  if (cuda.defined() && have_cuda()) restore(c10::kCUDA, "dropout_cuda", cuda.to(torch::kUInt8));
+  const auto cuda_state = checkpoint::find_tensor(states, cuda);
+  if (cuda_state.defined() && have_cuda()) restore(c10::kCUDA, cuda.c_str(), cuda_state.to(torch::kUInt8));
+  return true;
 }
 
 }  // namespace xl::train

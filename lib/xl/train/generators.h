@@ -19,10 +19,15 @@ struct Generators {
   // Seeds all three streams; dropout draws from LibTorch's default generators (CPU and, where
   // there is one, the GPU's), seeded with `seed` and the data-parallel `rank` (masks differ per rank).
   static Generators seeded(uint64_t seed, int rank = 0);
-  // "skip", "cross_head", "dropout_cpu" and, on a GPU, "dropout_cuda".
+  // "skip", "cross_head", "dropout_cpu" and, on a GPU, "dropout_cuda" (this process's dropout).
   void to_tensors(checkpoint::TensorList* out) const;
-  // 65 naming `file` when a state is missing or malformed.
-  void load(const checkpoint::TensorList& states, const std::string& file);
+  // The name a data-parallel rank's dropout state has in a checkpoint: "dropout_cpu" for rank 0,
+  // "dropout_cpu.r1" for rank 1, ...
+  static std::string rank_name(const std::string& name, int rank);
+  // The skip and SCH streams, and `rank`'s dropout stream; false when the checkpoint has no dropout
+  // state for `rank` (written with fewer ranks): this rank's masks then draw afresh. 65 naming
+  // `file` when a state is missing or malformed.
+  bool load(const checkpoint::TensorList& states, const std::string& file, int rank = 0);
 };
 
 }  // namespace xl::train

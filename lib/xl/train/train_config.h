@@ -49,6 +49,7 @@ struct TrainConfig {
   int64_t eval_max_tokens = 0;        // 0: whole valid split
   int64_t save_every = 0;             // also checkpoint every N steps (0: at validations only)
   uint64_t seed = 1;
+  std::string precision = "auto";     // of the matrix products: auto | fp32 | bf16 | fp16 (stored resolved)
 
   int64_t effective_eval_tgt_len() const { return eval_tgt_len > 0 ? eval_tgt_len : tgt_len; }
   int64_t effective_eval_mem_len() const {

@@ -25,6 +25,10 @@ struct TrainRequest {
   std::set<std::string> on_command_line;  // those of them given on the command line (not in a config file)
   std::string metrics;              // JSON Lines file ("" for none)
   std::string progress = "auto";
+  std::string device = "auto";      // --device
+  int nproc_per_node = 1;           // data parallel: ranks this process starts (without torchrun)
+  std::string dist_backend = "auto";
+  double dist_timeout = 300;        // seconds a collective may wait for the other ranks
 };
 
 }  // namespace xl::train

@@ -2,24 +2,32 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/metric.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/model/cross_head.h"
+#include "xl/model/device.h"
 #include "xl/model/model_io.h"
+#include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
 #include "xl/train/batcher.h"
+#include "xl/train/distributed.h"
 #include "xl/train/generators.h"
+#include "xl/train/gradient_sync.h"
+#include "xl/train/launcher.h"
+#include "xl/train/loss_scale.h"
 #include "xl/train/metrics.h"
 #include "xl/train/phase_start.h"
 #include "xl/train/train_log.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/parse.h"
 #include "xl/util/progress.h"
 #include "xl/util/resources.h"
 #include "xl/util/signals.h"
@@ -37,29 +45,44 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A memory list per batch chunk, named "c<chunk>." in checkpoints.
-std::string chunk_prefix(size_t c) { return "c" + std::to_string(c) + "."; }
-
 class Trainer {
  public:
-  explicit Trainer(const TrainRequest& req) : req_(req), progress_(req.progress) {}
+  Trainer(const TrainRequest& req, const DistConfig& dist)
+      : req_(req), dist_(dist), progress_(dist.rank == 0 ? req.progress : "never") {}
   int run();
 
  private:
   void open_data();
   void build(PhaseStart start, const checkpoint::Checkpoint* from, const std::string& file);
-  void train_step();
+  struct Step {
+    double loss = 0, seconds = 0, grad_norm = 0, memory_age = 0;
+    int64_t tokens = 0;
+    std::vector<bool> skips;
+  };
+  Step train_step();  // this rank's mean loss
   bool validate();  // true when the stopping rule fires
   void save(bool best);
-  checkpoint::Checkpoint snapshot() const;
+  checkpoint::Checkpoint snapshot();  // collective: every rank takes part
   void log_window();
   void update_live_line();
   double phase_elapsed() const {
     return elapsed_before_ + std::chrono::duration<double>(Clock::now() - started_).count();
   }
   double eta() const;
+  // Data parallel: this rank's streams of the global batch, and the decisions taken together.
+  int64_t rank_rows() const { return cfg_.batch_size / dist_.world; }
+  bool leader() const { return dist_.rank == 0; }
+  struct Vote {
+    double loss = 0;   // mean over the ranks
+    bool stop = false; // a signal or a spent budget on any rank
+    int signal = 0;
+  };
+  Vote vote(double loss, int signal, bool budget_spent);
 
   TrainRequest req_;
+  DistConfig dist_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<GradientSync> sync_;
   Progress progress_;
   MetricsLog metrics_;
   std::unique_ptr<h5::TokensFile> tokens_;
@@ -75,9 +98,12 @@ class Trainer {
   Generators gen_;
   std::unique_ptr<StreamBatcher> batcher_;
   Cursor cursor_;
-  std::vector<model::Memory> memories_;  // one per batch chunk
+  std::vector<model::Memory> memories_;  // one per batch chunk of this rank
   std::vector<double> p_skip_;
   bool phase1_ = true;
+  torch::Device device_ = torch::kCPU;
+  model::Precision precision_ = model::Precision::kFp32;
+  std::unique_ptr<LossScaler> scaler_;  // fp16 only
 
   Clock::time_point started_ = Clock::now();
   double elapsed_before_ = 0;  // seconds of this phase before this process (a resumed run)
@@ -109,6 +135,12 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   phase1_ = cfg_.phase == "phase1";
   open_data();
   const bool resume = req_.resume;
+  // The precision is resolved for the device once and kept by the run unless given again.
+  if (cfg_.precision == "auto" || req_.given.count("precision"))
+    cfg_.precision = model::to_string(model::resolve_precision(req_.train.precision, device_));
+  precision_ = model::parse_precision(cfg_.precision);
+  if (precision_ == model::Precision::kFp16)
+    scaler_ = std::make_unique<LossScaler>(state_.loss_scale > 0 ? state_.loss_scale : 65536.0, state_.loss_scale_good_steps);
   if (!from) {
     torch::manual_seed(cfg_.seed);
     model_ = model::TransformerXL(start.model);
@@ -117,6 +149,7 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
     model_ = model::TransformerXL(start.model);
     model::load_model_tensors(model_, from->model, file);
   }
+  model_->to(device_);
   AdamOptions o{cfg_.adam_beta1, cfg_.adam_beta2, cfg_.adam_eps, cfg_.skipped_layers_in_adam == "step"};
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& p : model_->named_parameters(true)) params.emplace_back(p.key(), p.value());
@@ -125,26 +158,42 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   if (from && !resume && req_.reset_optimizer) XL_INFO("phase 2: fresh optimizer state (--reset-optimizer)");
 
   // The run's random streams continue across the phase boundary, as they do across a resume.
-  gen_ = Generators::seeded(cfg_.seed);
-  if (from) gen_.load(from->rng, file);
+  gen_ = Generators::seeded(cfg_.seed, dist_.rank);
+  if (from && !gen_.load(from->rng, file, dist_.rank))
+    XL_WARN(file << " was written by fewer ranks: rank " << dist_.rank << "'s dropout masks draw afresh");
   if (start.keep_cursor) {
     cursor_.epoch = state_.epoch;
     cursor_.offset = state_.offset;
   }
+  XL_CHECK(cfg_.batch_size % dist_.world == 0 && rank_rows() % cfg_.batch_chunk == 0, kExitUsage,
+           "--batch-size " << cfg_.batch_size << " does not split into " << dist_.world << " ranks of "
+                           << cfg_.batch_chunk << " batch chunks each");
   memories_.assign(static_cast<size_t>(cfg_.batch_chunk), model_->new_memory());
-  if (start.keep_memories)
+  if (start.keep_memories) {
+    // Checkpoints keep the memory of all streams: each rank and chunk takes its rows.
+    const model::Memory all = model::Memory::from_tensors(from->memory, model_->config.n_layer, file);
+    const int64_t per_chunk = rank_rows() / cfg_.batch_chunk;
+    XL_CHECK(all.batch_size() == 0 || all.batch_size() == cfg_.batch_size, kExitDataErr,
+             file << ": its memory holds " << all.batch_size() << " streams, the run has " << cfg_.batch_size);
     for (size_t c = 0; c < memories_.size(); ++c) {
-      memories_[c] = model::Memory::from_tensors(from->memory, chunk_prefix(c), model_->config.n_layer, file);
+      const int64_t begin = dist_.rank * rank_rows() + static_cast<int64_t>(c) * per_chunk;
+      memories_[c] = all.batch_size() == 0 ? all : all.rows(begin, begin + per_chunk);
       memories_[c].trim(cfg_.mem_len);
+      memories_[c].to(device_);
     }
+  }
   if (resume) elapsed_before_ = state_.current()->elapsed;
   p_skip_ = model::skip_probabilities(phase1_ ? model::parse_skip_schedule(cfg_.skip_schedule) : model::SkipSchedule::kNone,
                                       model_->config.n_layer, cfg_.skip_p);
   batcher_ = std::make_unique<StreamBatcher>(train_ids_, cfg_.batch_size, cfg_.tgt_len);
   window_ = std::make_unique<TrainWindow>(model_->config.n_layer);
+  sync_ = std::make_unique<GradientSync>(*comm_, model_->parameters());
+  // Every rank must train the same run on the same data.
+  comm_->check_same("settings", cfg_.to_json().dump() + model_->config.to_json().dump());
+  comm_->check_same("tokens (vocab and training split)", vocab_.sha256() + " " + std::to_string(train_ids_.size()));
 }
 
-checkpoint::Checkpoint Trainer::snapshot() const {
+checkpoint::Checkpoint Trainer::snapshot() {
   checkpoint::Checkpoint ck;
   ck.phase = cfg_.phase;
   ck.model_config = model_->config.to_json();
@@ -154,17 +203,36 @@ checkpoint::Checkpoint Trainer::snapshot() const {
   ck.state.offset = cursor_.offset;
   ck.state.phases.back().elapsed = phase_elapsed();
   ck.state.command_line = req_.command_line;
+  if (scaler_) {
+    ck.state.loss_scale = scaler_->scale();
+    ck.state.loss_scale_good_steps = scaler_->good_steps();
+  }
   ck.vocab = vocab_;
   ck.model = model::model_tensors(model_);
   ck.optimizer = adam_->state();
-  gen_.to_tensors(&ck.rng);
-  for (size_t c = 0; c < memories_.size(); ++c) memories_[c].to_tensors(chunk_prefix(c), &ck.memory);
+  ck.state.world_size = dist_.world;
+  // The streams' memories of every rank and chunk, as one; every rank's dropout stream.
+  model::Memory mine = model::Memory::concat_rows(memories_);
+  for (auto& layer : mine.layers)
+    if (layer.hidden.defined()) layer.hidden = torch::cat(comm_->all_gather(layer.hidden.contiguous(), "gathering the memories"), 0);
+  mine.to_tensors(&ck.memory);
+  checkpoint::TensorList states;
+  gen_.to_tensors(&states);
+  for (const auto& [name, t] : states) {
+    if (name.rfind("dropout_", 0) != 0) {
+      ck.rng.emplace_back(name, t);
+      continue;
+    }
+    const auto all = comm_->all_gather(t, "gathering the generator states");
+    for (int r = 0; r < dist_.world; ++r) ck.rng.emplace_back(Generators::rank_name(name, r), all[static_cast<size_t>(r)]);
+  }
   return ck;
 }
 
 void Trainer::save(bool best) {
   if (io::is_stdio(req_.output)) return;  // a checkpoint on stdout is written once, at the end
   auto ck = snapshot();
+  if (!leader()) return;
   checkpoint::save(req_.output, ck, true);
   saved_once_ = true;
   nlohmann::json ev = {{"step", state_.step}, {"path", req_.output}};
@@ -175,35 +243,58 @@ void Trainer::save(bool best) {
   metrics_.write("checkpoint", ev);
 }
 
-void Trainer::train_step() {
+Trainer::Step Trainer::train_step() {
   const auto t0 = Clock::now();
-  std::vector<bool> skips;
-  if (phase1_) skips = model::draw_skips(gen_.skip, p_skip_);
+  Step out;
+  if (phase1_) out.skips = model::draw_skips(gen_.skip, p_skip_);
   const auto perms = model::draw_cross_head(gen_.cross_head, cfg_.sch_beta, model_->heads_per_layer());
   const Segment seg = batcher_->next(&cursor_);
   if (seg.new_epoch)
     for (auto& m : memories_) m.reset();
-  const double memory_age = memories_[0].mean_gap();
+  out.memory_age = memories_[0].mean_gap();
   model_->train();
   model::ForwardOptions opts;
   opts.mem_len = cfg_.mem_len;
-  opts.skip = skips;
+  opts.skip = out.skips;
   opts.perms = perms;
-  const int64_t chunks = cfg_.batch_chunk, rows = cfg_.batch_size / chunks, t = seg.input.size(1);
+  // This rank's streams, in batch chunks of their own memory each.
+  const int64_t chunks = cfg_.batch_chunk, rows = rank_rows() / chunks, t = seg.input.size(1);
+  const int64_t first = dist_.rank * rank_rows();
+  const torch::Tensor input = seg.input.slice(0, first, first + rank_rows()).to(device_);
+  const torch::Tensor target = seg.target.slice(0, first, first + rank_rows()).to(device_);
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   double loss_sum = 0;
   for (int64_t c = 0; c < chunks; ++c) {
-    auto in = seg.input.slice(0, c * rows, (c + 1) * rows), tg = seg.target.slice(0, c * rows, (c + 1) * rows);
-    torch::Tensor loss = model_->forward(in, tg, memories_[static_cast<size_t>(c)], opts).mean();
-    (loss / static_cast<double>(chunks)).backward();
+    auto in = input.slice(0, c * rows, (c + 1) * rows), tg = target.slice(0, c * rows, (c + 1) * rows);
+    torch::Tensor loss;
+    {
+      model::AutocastScope autocast(precision_, device_);
+      loss = model_->forward(in, tg, memories_[static_cast<size_t>(c)], opts).mean();
+    }
+    if (c + 1 == chunks) sync_->arm();  // the gradients are final in this backward pass
+    (loss * (loss_scale / static_cast<double>(chunks))).backward();
     loss_sum += loss.item<double>();
   }
-  const double loss = loss_sum / static_cast<double>(chunks);
-  if (!std::isfinite(loss)) {
-    std::string keep = saved_once_ ? "; the last good checkpoint is " + req_.output : "";
-    XL_FAIL(kExitDataErr, "training diverged at step " << state_.step + 1 << ": the loss is " << loss << keep);
+  sync_->finish();
+  out.loss = loss_sum / static_cast<double>(chunks);
+  out.tokens = cfg_.batch_size * t;
+  state_.tokens_seen += out.tokens;
+  ++state_.step;
+  // fp16: gradients that overflowed skip the update (the data is consumed) and shrink the scale.
+  if (scaler_) {
+    const bool finite = scaler_->unscale(model_->parameters());
+    scaler_->update(finite);
+    if (!finite) {
+      ++state_.skipped_steps;
+      XL_WARN("step " << state_.step << ": fp16 gradients overflowed; update skipped, loss scale now "
+                      << scaler_->scale() << " (" << state_.skipped_steps << " skipped so far)");
+      adam_->clear_grads();
+      out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      return out;
+    }
   }
-  const double norm = adam_->clip_grad_norm(cfg_.clip);
-  const int64_t done = state_.step - state_.schedule_origin;
+  out.grad_norm = adam_->clip_grad_norm(cfg_.clip);
+  const int64_t done = state_.step - 1 - state_.schedule_origin;
   if (!warned_schedule_end_ && schedule_.end() >= 0 && done >= schedule_.end()) {
     warned_schedule_end_ = true;
     XL_WARN("the " << schedule_.kind << " schedule ended at step " << state_.schedule_origin + schedule_.end()
@@ -212,10 +303,23 @@ void Trainer::train_step() {
   state_.last_lr = schedule_.at(done);
   adam_->step(state_.last_lr);
   adam_->clear_grads();
-  ++state_.step;
-  state_.tokens_seen += cfg_.batch_size * t;
-  window_->add(loss, std::chrono::duration<double>(Clock::now() - t0).count(), cfg_.batch_size * t, norm, memory_age,
-               skips);
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+// One all-reduce per step: the mean loss for the logs, and the stop decisions, so that every rank
+// validates, saves and stops at the same step (wall clocks and signals differ between processes).
+Trainer::Vote Trainer::vote(double loss, int signal, bool budget_spent) {
+  Vote v;
+  if (dist_.single()) return {loss, signal != 0 || budget_spent, signal};
+  std::vector<torch::Tensor> t = {torch::tensor({loss, static_cast<double>(signal), budget_spent ? 1.0 : 0.0,
+                                                 std::isfinite(loss) ? 0.0 : 1.0}, torch::kDouble)};
+  comm_->all_reduce_sum(t, "the step's vote");
+  auto a = t[0].accessor<double, 1>();
+  v.loss = a[3] > 0 ? NAN : a[0] / dist_.world;
+  v.signal = a[1] > 0 ? (signal ? signal : SIGTERM) : 0;
+  v.stop = a[1] > 0 || a[2] > 0;
+  return v;
 }
 
 // Seconds until the budget that binds first is spent, at this process's pace so far; -1 without a budget.
@@ -230,6 +334,7 @@ void Trainer::log_window() {
   nlohmann::json ev = window_->event(metric_, phase1_);
   ev.update({{"step", state_.step}, {"epoch", batcher_->epoch_progress(cursor_)}, {"tokens", state_.tokens_seen},
              {"lr", state_.last_lr}, {"elapsed", phase_elapsed()}});
+  if (scaler_) ev.update({{"loss_scale", scaler_->scale()}, {"skipped_steps", state_.skipped_steps}});
   if (phase1_) ev["expected_context"] = model::expected_context(p_skip_, cfg_.mem_len);
   metrics_.write("train", ev);
   const std::string line = status_line(state_.step, batcher_->epoch_progress(cursor_), window_->mean_loss(), metric_,
@@ -252,7 +357,16 @@ bool Trainer::validate() {
   s.mem_len = cfg_.effective_eval_mem_len();
   s.batch_size = cfg_.eval_batch_size;
   s.max_tokens = cfg_.eval_max_tokens;
+  s.precision = precision_;
+  s.shard = dist_.rank;
+  s.shards = dist_.world;
   auto r = eval::evaluate(model_, valid_ids_, s);
+  if (!dist_.single()) {
+    std::vector<torch::Tensor> sums = {torch::tensor({r.loss_sum, static_cast<double>(r.tokens)}, torch::kDouble)};
+    comm_->all_reduce_sum(sums, "the validation sums");
+    r.loss_sum = sums[0][0].item<double>();
+    r.tokens = static_cast<int64_t>(sums[0][1].item<double>());
+  }
   const double loss = r.loss();
   const bool improved = !state_.best_loss || loss < *state_.best_loss;
   if (improved) {
@@ -285,10 +399,22 @@ bool Trainer::validate() {
 int Trainer::run() {
   XL_CHECK(!(io::is_stdio(req_.tokens) && io::is_stdio(req_.init)), kExitUsage,
            "the tokens and --init cannot both come from stdin");
+  XL_CHECK(dist_.single() || (!io::is_stdio(req_.tokens) && !io::is_stdio(req_.init) && !io::is_stdio(req_.output)),
+           kExitUsage, "data-parallel ranks read and write files, not pipes (give TOKENS, --init and -o as files)");
+  // One GPU per local rank (each one's only GPU when the launcher gave each rank its own through
+  // CUDA_VISIBLE_DEVICES); every rank meets the others before anything can fail alone.
+  device_ = model::parse_device(req_.device);
+  if (device_.is_cuda() && !dist_.single() && !device_.has_index())
+    device_ = torch::Device(torch::kCUDA,
+                            static_cast<c10::DeviceIndex>(dist_.local_rank % std::max<int64_t>(1, torch::cuda::device_count())));
+  // On a GPU a resumed run must compute what the uninterrupted one did: deterministic kernels
+  // (and cuBLAS's fixed workspace, set at start-up). Runs on other GPU models differ in the last bits.
+  if (device_.is_cuda()) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  comm_ = Communicator::connect(dist_, device_);
   if (req_.resume) {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
-  } else if (!io::is_stdio(req_.output)) {
+  } else if (!io::is_stdio(req_.output) && leader()) {
     XL_CHECK(req_.force || !io::exists(req_.output), kExitCantCreat,
              req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
     io::AtomicOutput probe(req_.output, true, true);  // the directory must be writable now, not in an hour
@@ -297,6 +423,9 @@ int Trainer::run() {
   const std::string vocab_sha = tokens_->vocab().sha256();
   if (req_.resume) {
     const auto ckpt = checkpoint::load(req_.output, vocab_sha);
+    if (ckpt.state.world_size != dist_.world)
+      XL_INFO(req_.output << " was written by " << ckpt.state.world_size << " rank(s), this run has " << dist_.world
+                          << ": the streams and memories are re-sharded exactly");
     build(resume_run(req_, ckpt, req_.output), &ckpt, req_.output);
   } else if (!req_.init.empty()) {
     const auto ckpt = checkpoint::load(req_.init, vocab_sha);
@@ -305,13 +434,14 @@ int Trainer::run() {
   } else {
     build(start_new_run(req_, static_cast<int64_t>(tokens_->vocab().size())), nullptr, "");
   }
-  if (!req_.metrics.empty()) metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume, req_.force);
+  if (!req_.metrics.empty() && leader()) metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume, req_.force);
   start_step_ = state_.step;
   used_at_start_ = budget_used(cfg_, state_, elapsed_before_);
   started_ = Clock::now();
   signals::catch_stop();
 
   nlohmann::json start = {{"step", state_.step}, {"phase", cfg_.phase}, {"parameters", model_->parameter_count()},
+                          {"device", device_.str()}, {"precision", cfg_.precision}, {"ranks", dist_.world},
                           {"model", model_->config.to_json()}, {"train", cfg_.to_json()}, {"resumed", req_.resume},
                           {"phase_start_step", state_.current()->start_step}, {"schedule", state_.current()->schedule},
                           {"command_line", req_.command_line}};
@@ -323,12 +453,20 @@ int Trainer::run() {
   progress_.print(std::string(req_.resume ? "resuming " : "starting ") + cfg_.phase + " at step " + std::to_string(state_.step) +
                   ": " + std::to_string(model_->parameter_count()) + " parameters" +
                   (phase1_ ? ", skip schedule " + cfg_.skip_schedule : std::string()) +
-                  ", SCH beta " + std::to_string(cfg_.sch_beta).substr(0, 4));
+                  ", SCH beta " + std::to_string(cfg_.sch_beta).substr(0, 4) + ", on " + device_.str() + " in " +
+                  cfg_.precision + (dist_.single() ? "" : ", " + std::to_string(dist_.world) + " ranks"));
 
-  std::string reason;
+  std::string reason = budget_reached(cfg_, state_, phase_elapsed());
   bool validated_now = false;
-  while ((reason = budget_reached(cfg_, state_, phase_elapsed())).empty()) {
-    train_step();
+  while (reason.empty()) {
+    const Step st = train_step();
+    const std::string spent = budget_reached(cfg_, state_, phase_elapsed());
+    const Vote v = vote(st.loss, signals::pending(), !spent.empty());
+    if (!std::isfinite(v.loss)) {
+      const std::string keep = saved_once_ ? "; the last good checkpoint is " + req_.output : "";
+      XL_FAIL(kExitDataErr, "training diverged at step " << state_.step << ": the loss is " << v.loss << keep);
+    }
+    window_->add(v.loss, st.seconds, st.tokens, st.grad_norm, st.memory_age, st.skips);
     validated_now = false;
     if (state_.step % cfg_.log_interval == 0) log_window();
     else update_live_line();
@@ -342,7 +480,7 @@ int Trainer::run() {
     } else if (cfg_.save_every > 0 && state_.step % cfg_.save_every == 0) {
       save(false);
     }
-    if (int sig = signals::pending()) {
+    if (const int sig = v.signal) {
       log_window();
       save(false);
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
@@ -350,6 +488,8 @@ int Trainer::run() {
                       (io::is_stdio(req_.output) ? "" : "; resume with --resume -o " + req_.output));
       return 128 + sig;
     }
+    // A wall-clock budget may run out on one rank a step before another: all stop together.
+    if (v.stop) reason = spent.empty() ? "used the --time-budget of " + parse::format_duration(cfg_.time_budget) : spent;
   }
   log_window();
   if (!validated_now && !valid_ids_.empty() && state_.step > start_step_) {
@@ -362,7 +502,7 @@ int Trainer::run() {
   metrics_.write("done", {{"step", state_.step}, {"reason", reason}, {"tokens", state_.tokens_seen},
                           {"phase_steps", state_.step - state_.current()->start_step}, {"elapsed", phase_elapsed()},
                           {"best_loss", state_.best_loss ? nlohmann::json(*state_.best_loss) : nlohmann::json()},
-                          {"peak_rss_mb", rss}});
+                          {"peak_rss_mb", rss}, {"all_reduce_wait_s", sync_->wait_seconds()}});
   progress_.print("done at step " + std::to_string(state_.step) + ": " + reason + " (peak RSS " +
                   std::to_string(static_cast<int>(rss)) + " MB)");
   return 0;
@@ -370,8 +510,19 @@ int Trainer::run() {
 
 }  // namespace
 
-int run_training(const TrainRequest& request) {
-  Trainer t(request);
+int run_training(const TrainRequest& request, char** argv) {
+  const DistConfig dist = dist_config_from_env(request.dist_backend, request.dist_timeout);
+  if (request.nproc_per_node > 1 && !started_by_launcher()) {
+    XL_CHECK(dist.single(), kExitUsage,
+             "--nproc-per-node starts ranks itself, but this process already is rank "
+                 << dist.rank << " of " << dist.world << " (started by torchrun, srun or mpirun): drop one of the two");
+    return launch_local_ranks(argv, request.nproc_per_node);
+  }
+  if (!dist.single()) {
+    log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
+    if (dist.rank > 0 && log::level() == log::Level::kInfo) log::set_level(log::Level::kQuiet);  // rank 0 speaks
+  }
+  Trainer t(request, dist);
   return t.run();
 }
 

@@ -13,7 +13,9 @@ namespace xl::train {
 std::string best_path(const std::string& output);
 
 // Runs to a budget or stopping rule. Returns 0, or 128+N after signal N (a checkpoint is saved
-// first). Failures throw xl::Error.
-int run_training(const TrainRequest& request);
+// first). Failures throw xl::Error. As one rank of a data-parallel job when the environment says
+// so (see distributed.h); with request.nproc_per_node > 1 and no such environment, this process
+// starts that many ranks of itself (argv: the command line to start them with).
+int run_training(const TrainRequest& request, char** argv);
 
 }  // namespace xl::train

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "xl/model/kernels/blas.h"
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
 
 namespace xl::model {
@@ -29,7 +30,7 @@ GemmOperand gemm_operand(const torch::Tensor& x) {
 
 bool usable(const torch::Tensor& a, const torch::Tensor& b) {
   const Blas& l = blas();
-  return l.sgemm && a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && a.device().is_cpu() &&
+  return l.sgemm && a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && cpu_kernel_allowed(a) &&
          b.device().is_cpu() && a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1) &&
          a.size(0) > 0 && a.numel() > 0 && b.numel() > 0 && a.size(1) < INT32_MAX && b.size(2) < INT32_MAX &&
          a.size(2) < INT32_MAX;

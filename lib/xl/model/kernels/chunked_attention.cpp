@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#include "xl/model/kernels/kernel_choice.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -290,7 +292,7 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
 }  // namespace
 
 bool chunked_attention_usable(const torch::Tensor& q) {
-  return blas().sgemm && q.scalar_type() == torch::kFloat && q.device().is_cpu();
+  return blas().sgemm && q.scalar_type() == torch::kFloat && cpu_kernel_allowed(q);
 }
 
 torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,

@@ -1,6 +1,7 @@
 #include "xl/model/kernels/fused_dropout.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
 
 #include <algorithm>
@@ -230,24 +231,31 @@ class DropoutAdd : public torch::autograd::Function<DropoutAdd> {
   }
 };
 
+// The counter-based kernels cover float and double CPU tensors; everything else (GPUs, bf16,
+// the generic path forced) draws its masks with torch::dropout from the device's generator.
+bool fused(const torch::Tensor& x) {
+  return cpu_kernel_allowed(x) && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
+}
+
 }  // namespace
 
 torch::Tensor fused_dropout(const torch::Tensor& x, double p, bool train) {
   if (!train || p <= 0) return x;
   if (p >= 1) return x * 0;
-  return Dropout::apply(x, p);
+  return fused(x) ? Dropout::apply(x, p) : torch::dropout(x, p, true);
 }
 
 torch::Tensor fused_relu_dropout(const torch::Tensor& x, double p, bool train) {
   if (!train || p <= 0) return torch::relu(x);
   if (p >= 1) return torch::relu(x) * 0;
-  return ReluDropout::apply(x, p);
+  return fused(x) ? ReluDropout::apply(x, p) : torch::dropout(torch::relu(x), p, true);
 }
 
 torch::Tensor fused_dropout_add(const torch::Tensor& x, const torch::Tensor& residual, double p, bool train) {
   if (!train || p <= 0) return residual + x;
   if (p >= 1) return residual + x * 0;
-  return DropoutAdd::apply(x, residual, p);
+  return fused(x) && x.scalar_type() == residual.scalar_type() ? DropoutAdd::apply(x, residual, p)
+                                                                : residual + torch::dropout(x, p, true);
 }
 
 }  // namespace xl::model

@@ -2,7 +2,8 @@
 // the drop threshold, where the seed is one 64-bit draw from LibTorch's default CPU generator per
 // call. The mask is generated in parallel, never stored (backward recomputes it from the seed),
 // and depends only on the generator's state, so checkpoints that save that state resume exactly.
-// Kept elements are scaled by 1/(1-p), as torch::dropout does.
+// Kept elements are scaled by 1/(1-p), as torch::dropout does. Float and double CPU tensors;
+// elsewhere torch::dropout with the device's generator.
 #pragma once
 #include <torch/torch.h>
 

@@ -1,5 +1,6 @@
 #include "xl/model/kernels/rel_softmax.h"
 
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/row_kernels.h"
 
@@ -168,12 +169,34 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
   }
 };
 
+// Any device, any dtype, differentiable by autograd: block b's scores read its table at row
+// j + T - 1 - i (a gather); masked scores are -inf; the softmax runs in float32 at least.
+torch::Tensor generic_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
+                            const std::vector<KeyBlock>& blocks, const torch::Tensor& mask, double scale) {
+  const int64_t n = ac.size(0), t = ac.size(1);
+  const auto compute = ac.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  std::vector<torch::Tensor> parts;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const KeyBlock& blk = blocks[b];
+    const auto opts = torch::TensorOptions().dtype(torch::kLong).device(ac.device());
+    const torch::Tensor rows = torch::arange(t, opts).unsqueeze(1), cols = torch::arange(blk.len, opts).unsqueeze(0);
+    // Rows past the table (a query's future) are clamped here and masked below.
+    const torch::Tensor index = (cols + (t - 1) - rows).clamp(0, blk.table - 1).expand({n, t, blk.len});
+    parts.push_back(ac.narrow(2, blk.col, blk.len).to(compute) + bds[b].to(compute).gather(2, index));
+  }
+  torch::Tensor scores = (parts.size() == 1 ? parts[0] : torch::cat(parts, 2)) * scale;
+  if (mask.defined()) scores = scores.masked_fill(mask.to(torch::kBool).to(ac.device()).unsqueeze(0), -INFINITY);
+  return torch::softmax(scores, -1).to(ac.scalar_type());
+}
+
 }  // namespace
 
 torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale) {
   TORCH_CHECK(bds.size() == blocks.size(), "one positional score tensor per key block");
+  const bool fused = cpu_kernel_allowed(ac) && (ac.scalar_type() == torch::kFloat || ac.scalar_type() == torch::kDouble);
+  if (!fused) return generic_probs(ac, bds, blocks, mask, scale);
   return RelativeAttentionProbs::apply(ac, torch::TensorList(bds), blocks, mask, scale);
 }
 

@@ -1,9 +1,10 @@
-// The attention probabilities of relative attention in one autograd step:
+// The attention probabilities of relative attention:
 //   p = softmax(scale * (AC + shift(BD)) masked),
 // where BD holds, per block of keys, the positional scores of each query against a descending
 // table of distances, and shift(BD)[n, i, j] = BD[n, i, j + T - 1 - i] (Transformer-XL's relative
-// shift) is read in place instead of through padded copies. The general path: the blocked one
-// (chunked_attention) covers float32 without attention dropout.
+// shift) is read in place instead of through padded copies (the CPU kernel, one autograd step) or
+// gathered (any device). The general path: the blocked one (chunked_attention) covers float32 on
+// CPUs without attention dropout.
 #pragma once
 #include <torch/torch.h>
 
@@ -25,6 +26,9 @@ std::vector<int64_t> pack_key_blocks(const std::vector<KeyBlock>& blocks);
 std::vector<KeyBlock> unpack_key_blocks(const std::vector<int64_t>& packed);
 
 // ac: [N, T, K]; bds[b]: [N, T, blocks[b].table]; mask: [T, K] bool (true = masked) or undefined.
+// Returns the probabilities in ac's dtype, computed in float32 or float64. A fused CPU kernel
+// runs on CPU tensors; elsewhere (or with the generic path forced) tensor ops do the same: the
+// relative shift is a gather of each block's table, and the softmax runs in float32 at least.
 torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale);

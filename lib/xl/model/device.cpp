@@ -1,0 +1,28 @@
+#include "xl/model/device.h"
+
+#include "xl/model/kernels/cuda_support.h"
+#include "xl/util/error.h"
+
+namespace xl::model {
+
+torch::Device parse_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+    XL_CHECK(torch::cuda::is_available(), kExitNoInput,
+             "--device " << name << ": "
+                         << (built_with_cuda() ? "this machine has no usable GPU"
+                                               : "this build of xl has no CUDA (README: Building for GPUs)"));
+    try {
+      torch::Device d(name);
+      XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
+               "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
+      return d;
+    } catch (const c10::Error&) {
+      XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
+    }
+  }
+  XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
+}
+
+}  // namespace xl::model

@@ -1,0 +1,12 @@
+// The build without CUDA (see cuda_support.h).
+#include "xl/model/kernels/cuda_support.h"
+
+namespace xl::model {
+
+bool built_with_cuda() { return false; }
+bool cuda_bf16_native(int) { return false; }
+std::string cuda_device_name(int) { return ""; }
+int64_t cuda_peak_allocated_bytes(int) { return 0; }
+void cuda_reset_peak_allocated_bytes(int) {}
+
+}  // namespace xl::model

@@ -1,0 +1,41 @@
+// Mixed precision (--precision): the matrix products run in bf16 or fp16 through LibTorch's
+// autocast, while the parameters and Adam's state (fp32 master weights), the residual stream and
+// the memories, layer norm, the attention softmax and the loss stay fp32: the model code upcasts
+// those explicitly (upcast()), so the policy does not depend on autocast's per-device op lists.
+// fp16 also needs loss scaling (train/loss_scale.h); bf16 does not.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+namespace xl::model {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+
+// "fp32", "bf16" or "fp16"; 64 on anything else.
+Precision parse_precision(const std::string& name);
+std::string to_string(Precision p);
+// "auto": fp32 on a CPU, bf16 on a GPU that computes in it natively (compute capability 8.0 and
+// up), fp32 on older GPUs; otherwise the named precision. fp16 on a CPU is refused (64): LibTorch's
+// CPU autocast computes in bf16 only.
+Precision resolve_precision(const std::string& name, const torch::Device& device);
+
+// Half and bfloat16 tensors as float; others as they are.
+torch::Tensor upcast(const torch::Tensor& x);
+
+// Autocast to the precision's dtype on `device` while alive (nothing for fp32).
+class AutocastScope {
+ public:
+  AutocastScope(Precision p, const torch::Device& device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+}  // namespace xl::model

@@ -1,0 +1,199 @@
+#include "xl/train/distributed.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "xl/train/group_communicator.h"
+#include "xl/util/error.h"
+
+namespace xl::train {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, int fallback, int min) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  XL_CHECK(end && *end == '\0' && errno == 0 && x >= min && x <= 1 << 20, kExitUsage,
+           "environment variable " << name << "=" << v << " is not a number from " << min);
+  return static_cast<int>(x);
+}
+
+// Whether process `pid` of this machine has ended (a zombie not yet reaped has, too).
+bool process_gone(long pid) {
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string skip, state;
+  stat >> skip >> skip >> state;  // pid, (comm), state; a comm with spaces reads wrong and says alive
+  return state == "Z" || state == "X";
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// One process: every collective is the identity.
+class SingleProcess : public Communicator {
+ public:
+  explicit SingleProcess(const DistConfig& c) : Communicator(c) {}
+  void all_reduce_sum(std::vector<torch::Tensor>&, const std::string&) override {}
+  std::unique_ptr<Pending> start_all_reduce_sum(torch::Tensor&, const std::string&) override {
+    struct Done : Pending {
+      void wait() override {}
+    };
+    return std::make_unique<Done>();
+  }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& t, const std::string&) override { return {t}; }
+  void check_same(const std::string&, const std::string&) override {}
+};
+
+std::string store_get(c10d::Store& store, const std::string& key) {
+  auto v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+
+void store_set(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+}  // namespace
+
+DistConfig dist_config_from_env(const std::string& backend, double timeout_seconds) {
+  DistConfig c;
+  c.backend = backend;
+  XL_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl", kExitUsage,
+           "--dist-backend must be auto, gloo or nccl, not '" << backend << "'");
+  XL_CHECK(timeout_seconds > 0, kExitUsage, "--dist-timeout must be positive");
+  c.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  // torchrun, then the launchers of Slurm, Open MPI and MPICH.
+  // Slurm: the step's task count (srun's), not the job's, which a batch script also sees.
+  struct Names {
+    const char *rank, *world, *local_rank;
+  };
+  for (const Names& n : {Names{"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+                         Names{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"},
+                         Names{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                         Names{"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"}}) {
+    if (!env(n.world)) continue;
+    c.world = env_int(n.world, 1, 1);
+    c.rank = env_int(n.rank, 0, 0);
+    c.local_rank = env_int(n.local_rank, c.rank, 0);
+    XL_CHECK(c.rank < c.world, kExitUsage, "environment: " << n.rank << "=" << c.rank << " is not below " << n.world << "=" << c.world);
+    break;
+  }
+  if (c.single()) return c;
+  XL_CHECK(env("MASTER_ADDR"), kExitUsage,
+           "rank " << c.rank << " of " << c.world << ": set MASTER_ADDR (and MASTER_PORT) to the rendezvous host, e.g. "
+                      "MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) under Slurm");
+  c.master_addr = env("MASTER_ADDR");
+  c.master_port = env_int("MASTER_PORT", 29500, 1);
+  XL_CHECK(c.master_port < 65536, kExitUsage, "environment variable MASTER_PORT=" << c.master_port << " is not a port");
+  return c;
+}
+
+std::string store_prefix() {
+  const char* restart = env("TORCHELASTIC_RESTART_COUNT");
+  return std::string("xl/") + (restart ? restart : "0") + "/";
+}
+
+std::string lost_rank(c10d::Store& store, const DistConfig& config) {
+  const std::string me = hostname(), prefix = store_prefix();
+  try {
+    store.setTimeout(std::chrono::seconds(5));
+    for (int r = 0; r < config.world; ++r) {
+      if (r == config.rank) continue;
+      std::istringstream who(store_get(store, prefix + "pid/" + std::to_string(r)));
+      long pid = 0;
+      std::string host;
+      who >> pid >> host;
+      if (host == me && pid > 0 && process_gone(pid))
+        return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone";
+    }
+  } catch (const std::exception&) {
+    return "rank 0, the rendezvous host, is gone or unreachable";
+  }
+  return "another rank is gone or stalled";
+}
+
+void guarded(c10d::Store& store, const DistConfig& config, const std::string& what, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    XL_FAIL(kExitUnavailable, "rank " << config.rank << ": " << what << " failed: " << lost_rank(store, config) << " ("
+                                      << why.substr(0, 160) << ")");
+  }
+}
+
+void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
+                              const std::string& value, int serial) {
+  const std::string key = store_prefix() + "same/" + std::to_string(serial) + "/";
+  std::vector<std::string> values;
+  guarded(store, config, "comparing the ranks' " + what, [&] {
+    store_set(store, key + std::to_string(config.rank), value);
+    for (int r = 0; r < config.world; ++r) values.push_back(store_get(store, key + std::to_string(r)));
+  });
+  for (int r = 1; r < config.world; ++r)
+    XL_CHECK(values[static_cast<size_t>(r)] == values[0], kExitConfig,
+             "rank " << r << "'s " << what << " differ from rank 0's (every rank must be started with the same settings and files)");
+}
+
+std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, const torch::Device& device) {
+  if (config.single()) return std::make_unique<SingleProcess>(config);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(config.master_port);
+    // Under torchrun the agent hosts the store; otherwise rank 0 does.
+    const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+    o.isServer = config.rank == 0 && !(agent && std::string(agent) == "True");
+    o.numWorkers = o.isServer ? c10::optional<std::size_t>(static_cast<std::size_t>(config.world)) : c10::nullopt;
+    o.waitWorkers = false;
+    o.timeout = config.timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(config.master_addr, o);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    XL_FAIL(kExitUnavailable, "rank " << config.rank << ": no rendezvous at " << config.master_addr << ":" << config.master_port
+                                      << " (" << why.substr(0, 160) << ")"
+                                      << (config.rank == 0 ? "; is the port in use?" : "; is rank 0 running and MASTER_ADDR right?"));
+  }
+  store_set(*store, store_prefix() + "pid/" + std::to_string(config.rank), std::to_string(getpid()) + " " + hostname());
+  const bool nccl = config.backend == "nccl" || (config.backend == "auto" && device.is_cuda());
+  if (nccl) return connect_nccl(config, store);
+  XL_CHECK(device.is_cpu() || config.backend == "gloo", kExitUsage, "--dist-backend gloo all-reduces CPU tensors: use nccl on GPUs");
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  guarded(*store, config, "setting up the Gloo process group", [&] {
+    auto options = c10d::ProcessGroupGloo::Options::create(config.timeout);
+    const std::string& a = config.master_addr;
+    const bool loopback = a == "localhost" || a.rfind("127.", 0) == 0;
+    const char* ifname = env("GLOO_SOCKET_IFNAME");
+    options->devices.push_back(ifname     ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                               : loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                          : c10d::ProcessGroupGloo::createDefaultDevice());
+    options->threads = 2;
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, config.rank, config.world, options);
+  });
+  return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(config, store, group);
+}
+
+}  // namespace xl::train

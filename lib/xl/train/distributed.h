@@ -1,0 +1,66 @@
+// Data parallelism over processes on LibTorch's c10d: a TCPStore rendezvous from the standard
+// environment (torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; Slurm's and
+// MPI's variables mapped onto them), ProcessGroupGloo on CPUs and ProcessGroupNCCL on GPUs when
+// the LibTorch has it. One process is the default and talks to nobody.
+//
+// What the trainer makes of it: the global batch's streams are split over the ranks; skip draws
+// and SCH permutations come from identically seeded generators, so every rank skips the same
+// layers; gradients are summed (bucketed, while the backward pass still runs: GradientSync) and
+// averaged; every stop decision is taken together (StepVote); rank 0 writes what is written.
+#pragma once
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xl::train {
+
+struct DistConfig {
+  int rank = 0, world = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string backend = "auto";  // auto (NCCL on GPUs, Gloo on CPUs), gloo or nccl
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  bool single() const { return world == 1; }
+};
+
+// The rendezvous settings of this process from its environment: RANK/WORLD_SIZE/LOCAL_RANK/
+// MASTER_ADDR/MASTER_PORT, else SLURM_PROCID/SLURM_STEP_NUM_TASKS/SLURM_LOCALID, else
+// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK, else PMI_RANK/PMI_SIZE; world 1 when none is set. 64
+// with one line naming the variable for a bad value or a missing MASTER_ADDR.
+DistConfig dist_config_from_env(const std::string& backend, double timeout_seconds);
+
+// Collective operations among the ranks (a no-op group for one process). Failures (a rank died,
+// a timeout) throw xl::Error 69 naming the rank that is gone when it can be told.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  // Rendezvous and the process group; 69 for an unreachable master or a port in use.
+  static std::unique_ptr<Communicator> connect(const DistConfig& config, const torch::Device& device);
+
+  int rank() const { return config_.rank; }
+  int world() const { return config_.world; }
+  bool single() const { return config_.single(); }
+
+  // Sums in place over the ranks (blocking).
+  virtual void all_reduce_sum(std::vector<torch::Tensor>& tensors, const std::string& what) = 0;
+  // Starts a sum in place; finish it with wait().
+  struct Pending {
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  virtual std::unique_ptr<Pending> start_all_reduce_sum(torch::Tensor& tensor, const std::string& what) = 0;
+  // The tensor of every rank, in rank order (equal shapes on every rank).
+  virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const std::string& what) = 0;
+  // Every rank must give the same `value` for `what` (a config, a vocab); 78 naming the first
+  // rank that differs from rank 0, on every rank.
+  virtual void check_same(const std::string& what, const std::string& value) = 0;
+
+ protected:
+  explicit Communicator(const DistConfig& c) : config_(c) {}
+  DistConfig config_;
+};
+
+}  // namespace xl::train

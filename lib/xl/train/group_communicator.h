@@ -1,0 +1,75 @@
+// The Communicator of a c10d process group (ProcessGroupGloo here, ProcessGroupNCCL in
+// nccl_group_cuda.cpp): collectives, their failures turned into one line naming the rank that is
+// gone, and the agreement checks through the rendezvous store. Internal to train/.
+#pragma once
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "xl/train/distributed.h"
+
+namespace xl::train {
+
+// Why a collective failed, as well as it can be told: "rank 1 (pid 4242) is gone", "rank 0, the
+// rendezvous host, is gone or unreachable", or "another rank is gone or stalled".
+std::string lost_rank(c10d::Store& store, const DistConfig& config);
+// The key prefix of this job in the store (torchrun restarts get fresh keys).
+std::string store_prefix();
+// Every rank publishes `value` under `what`; throws 78 on every rank when one differs from rank 0's.
+void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
+                              const std::string& value, int serial);
+// Runs a collective; any failure becomes xl::Error 69 with lost_rank()'s words.
+void guarded(c10d::Store& store, const DistConfig& config, const std::string& what, const std::function<void()>& f);
+
+template <typename Group>
+class GroupCommunicator : public Communicator {
+ public:
+  GroupCommunicator(const DistConfig& c, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group)
+      : Communicator(c), store_(std::move(store)), group_(std::move(group)) {}
+
+  void all_reduce_sum(std::vector<torch::Tensor>& tensors, const std::string& what) override {
+    guarded(*store_, config_, what, [&] { group_->allreduce(tensors)->wait(); });
+  }
+
+  std::unique_ptr<Pending> start_all_reduce_sum(torch::Tensor& tensor, const std::string& what) override {
+    struct Work : Pending {
+      GroupCommunicator* self;
+      std::string what;
+      std::vector<torch::Tensor> tensors;
+      decltype(std::declval<Group&>().allreduce(std::declval<std::vector<at::Tensor>&>())) work;
+      void wait() override {
+        guarded(*self->store_, self->config_, what, [&] { work->wait(); });
+      }
+    };
+    auto w = std::make_unique<Work>();
+    w->self = this;
+    w->what = what;
+    w->tensors = {tensor};
+    guarded(*store_, config_, what, [&] { w->work = group_->allreduce(w->tensors); });
+    return w;
+  }
+
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const std::string& what) override {
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < config_.world; ++r) out[0].push_back(torch::empty_like(tensor));
+    std::vector<at::Tensor> in = {tensor.contiguous()};
+    guarded(*store_, config_, what, [&] { group_->allgather(out, in)->wait(); });
+    return out[0];
+  }
+
+  void check_same(const std::string& what, const std::string& value) override {
+    check_same_through_store(*store_, config_, what, value, serial_++);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<Group> group_;
+  int serial_ = 0;
+};
+
+// ProcessGroupNCCL for a build with CUDA; 69 with one line in a build without.
+std::unique_ptr<Communicator> connect_nccl(const DistConfig& config, const c10::intrusive_ptr<c10d::Store>& store);
+
+}  // namespace xl::train

@@ -1,0 +1,18 @@
+// ProcessGroupNCCL in a build with CUDA (see group_communicator.h).
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "xl/train/group_communicator.h"
+
+namespace xl::train {
+
+std::unique_ptr<Communicator> connect_nccl(const DistConfig& config, const c10::intrusive_ptr<c10d::Store>& store) {
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> group;
+  guarded(*store, config, "setting up the NCCL process group", [&] {
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = config.timeout;
+    group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, config.rank, config.world, options);
+  });
+  return std::make_unique<GroupCommunicator<c10d::ProcessGroupNCCL>>(config, store, group);
+}
+
+}  // namespace xl::train

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Data-parallel training over processes (Gloo on loopback): 2 and 3 ranks train what one process
+# trains at the same global batch (within float32 reduction-order noise: parameters within 1e-4
+# after 50 steps, losses within 1e-5 relative), a resumed 2-rank run ends bit-identical to an
+# uninterrupted one, a killed rank stops the job with one line naming it and leaves a resumable
+# checkpoint, and bad rendezvous settings give one line and a sysexits code.
+source "$(dirname "$0")/common.bash"
+
+corpus=$(training_corpus)
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
+
+# Tiny and without dropout (dropout masks differ per rank by design).
+cat > dp.ini <<'INI'
+n-layer = 3
+d-model = 32
+n-head = 2
+d-head = 16
+d-inner = 64
+dropout = 0
+tgt-len = 16
+mem-len = 16
+batch-size = 6
+lr = 0.002
+schedule-steps = 400
+skip-schedule = linear
+sch-beta = 0.3
+eval-interval = 25
+eval-max-tokens = 2000
+log-interval = 5
+INI
+T="xl-train-phase1 -c dp.ini --threads 1 -q"
+
+# close A B: every parameter within 1e-4 and every logged loss within 1e-5 relative.
+close() {
+  /usr/bin/python3 - "$@" <<'PY' || fail "$1 and $2 differ by more than float32 reduction-order noise"
+import h5py, json, sys, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+worst = max(float(np.abs(a["model"][k][()] - b["model"][k][()]).max()) for k in a["model"])
+print("  max parameter difference %.2e" % worst)
+assert worst < 1e-4, worst
+la = [e["loss"] for e in map(json.loads, open(sys.argv[3])) if e["event"] in ("train", "valid")]
+lb = [e["loss"] for e in map(json.loads, open(sys.argv[4])) if e["event"] in ("train", "valid")]
+assert len(la) == len(lb) and la, (len(la), len(lb))
+rel = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+print("  max relative loss difference %.2e over %d losses" % (rel, len(la)))
+assert rel < 1e-5, rel
+PY
+}
+
+step "2 ranks (--nproc-per-node) train what one process trains, phase 1 and phase 2"
+expect 0 $T --max-steps 50 tokens.h5 -o one1.h5 --metrics one1.jsonl
+expect 0 $T --nproc-per-node 2 --max-steps 50 tokens.h5 -o two1.h5 --metrics two1.jsonl
+close one1.h5 two1.h5 one1.jsonl two1.jsonl
+grep -q '"ranks":2' two1.jsonl || fail "the metrics do not say 2 ranks"
+expect 0 xl-train-phase2 --threads 1 -q --init one1.h5 --max-steps 20 tokens.h5 -o one2.h5 --metrics one2.jsonl
+expect 0 xl-train-phase2 --threads 1 -q --nproc-per-node 2 --init two1.h5 --max-steps 20 tokens.h5 -o two2.h5 --metrics two2.jsonl
+close one2.h5 two2.h5 one2.jsonl two2.jsonl
+# Phase 2 from a phase-1 checkpoint made by another number of ranks: the streams re-shard exactly.
+expect 0 xl-train-phase2 --threads 1 -q --nproc-per-node 2 --init one1.h5 --max-steps 20 tokens.h5 -o mixed2.h5 --metrics mixed2.jsonl
+close one2.h5 mixed2.h5 one2.jsonl mixed2.jsonl
+
+step "torchrun starts the same 2 ranks"
+# Debian's torchrun (PyTorch 1.13 on Python 3.11) cannot parse its default --redirects/--tee
+# values ("0"); "1" (stdout) works around it.
+if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --master_port "$port" --redirects 1 --tee 1 \
+    --no_python "$(command -v xl-train-phase1)" -c dp.ini --threads 1 -q --max-steps 50 tokens.h5 -o torchrun1.h5 \
+    >torchrun.out 2>&1 || fail "torchrun failed: $(tail -5 torchrun.out)"
+  h5diff -q two1.h5 torchrun1.h5 /model /model >/dev/null || fail "torchrun's ranks trained another model than --nproc-per-node's"
+else
+  echo "  (no PyTorch for /usr/bin/python3: torchrun not tried)"
+fi
+
+step "3 ranks started through the environment (as torchrun, srun or mpirun start them)"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pids=()
+for r in 0 1 2; do
+  RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    $T --max-steps 50 tokens.h5 -o three.h5 --metrics three.jsonl 2>"rank$r.err" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || fail "a rank of the 3-rank job failed: $(cat rank*.err)"; done
+close one1.h5 three.h5 one1.jsonl three.jsonl
+
+step "a resumed 2-rank run ends bit-identical to an uninterrupted one"
+expect 0 $T --nproc-per-node 2 --max-steps 40 tokens.h5 -o whole.h5
+expect 0 $T --nproc-per-node 2 --max-steps 17 tokens.h5 -o split.h5
+expect 0 $T --nproc-per-node 2 --max-steps 40 --resume tokens.h5 -o split.h5
+for g in /model /optimizer /memory /rng; do
+  h5diff -q whole.h5 split.h5 "$g" "$g" >/dev/null || fail "resumed 2-rank run differs in $g"
+done
+
+step "a killed rank stops the job with one line naming it; the last checkpoint resumes"
+STATUS=0
+start=$(date +%s)
+$T --nproc-per-node 2 --max-steps 100000 --save-every 10 --log-interval 1 --metrics killed.jsonl tokens.h5 -o killed.h5 \
+  2>killed.err &
+job=$!
+for _ in $(seq 1 200); do
+  n=$(grep -c '"event":"checkpoint"' killed.jsonl 2>/dev/null) || n=0
+  [ "$n" -ge 2 ] && break
+  sleep 0.1
+done
+rank1=$(pgrep -P "$job" | sort -n | tail -1)
+kill -9 "$rank1"
+wait "$job" || STATUS=$?
+elapsed=$(($(date +%s) - start))
+[ "$STATUS" -ne 0 ] || fail "the job ended well after a rank was killed"
+[ "$elapsed" -lt 60 ] || fail "the job took ${elapsed}s to stop after a rank died"
+grep -q "rank 1 died of signal 9" killed.err || fail "no line names the dead rank: $(cat killed.err)"
+grep -q "rank 0: .*failed: rank 1 (pid $rank1) is gone" killed.err || fail "rank 0 did not name rank 1: $(cat killed.err)"
+[ "$(pgrep -f 'max-steps 100000' | wc -l)" -eq 0 ] || fail "ranks are left running"
+stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
+expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 5)) --resume tokens.h5 -o killed.h5
+no_temp_files .
+
+step "bad rendezvous settings: one line and a sysexits code"
+closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$closed
+expect 69 $T --dist-timeout 3s --max-steps 5 tokens.h5 -o bad.h5
+stderr_is_one_line "rank 1" "no rendezvous" "127.0.0.1:$closed"
+# A port that another program holds.
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)' >busy.port &
+holder=$!
+for _ in $(seq 1 50); do [ -s busy.port ] && break; sleep 0.1; done
+export RANK=0 MASTER_PORT=$(cat busy.port)
+expect 69 $T --dist-timeout 3s --max-steps 5 tokens.h5 -o bad.h5
+stderr_is_one_line "rank 0" "port"
+kill "$holder"
+expect 64 $T --nproc-per-node 2 --max-steps 5 tokens.h5 -o bad.h5
+stderr_is_one_line "already is rank 0 of 2"
+export RANK=x
+expect 64 $T --max-steps 5 tokens.h5 -o bad.h5
+stderr_is_one_line "RANK=x"
+unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
+# Ranks that disagree on their settings: both stop, naming rank 1.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 5 tokens.h5 -o bad.h5 2>r0.err &
+r0=$!
+STATUS=0
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --lr 0.01 --max-steps 5 tokens.h5 -o bad.h5 2>r1.err || STATUS=$?
+R0=0
+wait $r0 || R0=$?
+[ "$STATUS" -eq 78 ] && [ "$R0" -eq 78 ] || fail "ranks with other settings exited $R0 and $STATUS, expected 78: $(cat r0.err r1.err)"
+grep -q "rank 1's settings differ from rank 0's" r0.err || fail "rank 0 does not name rank 1: $(cat r0.err)"
+[ "$(wc -l <r1.err)" -eq 1 ] || fail "rank 1 printed more than one line: $(cat r1.err)"
+[ ! -e bad.h5 ] || fail "a failed job left bad.h5"
+echo "all data-parallel checks passed"
