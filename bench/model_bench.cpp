@@ -3,8 +3,14 @@
 // no grad, memory 2 x tgt_len) tokens/s, peak RSS and model FLOP utilisation against the GEMM peak
 // measured in the same process. Prints one JSON object.
 //   xl_bench_model CONFIG [MODE [STEPS [SKIP_SCHEDULE [BETA]]]]
-//   CONFIG: tiny | small | base (../shared/docs/bench-configs.md); MODE: train | eval;
-//   SKIP_SCHEDULE: none (default) | linear | uniform | ... (Skip-Retain, phase 1); BETA: SCH rate.
+//   CONFIG: tiny | small | base (../shared/docs/bench-configs.md), or the paper's per-GPU shapes
+//   enwik8 (Table 1: 12 x 512, batch 30) and wt103 (Table 2: 15 x 624, adaptive softmax, batch 16);
+//   MODE: train | eval; SKIP_SCHEDULE: none (default) | linear | uniform | ... (Skip-Retain,
+//   phase 1); BETA: SCH rate.
+// Environment: XL_BENCH_DEVICE (cpu, cuda, cuda:N; default cpu), XL_BENCH_PRECISION (fp32, bf16,
+// fp16, auto; default auto), XL_BENCH_BATCH (overrides the config's batch). On a GPU the peak is
+// the median of 5 products at 8192^3 in the step's precision (and in fp32), and the peak device
+// memory is the caching allocator's.
 #include <sys/resource.h>
 
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -17,7 +23,10 @@
 
 #include "xl/cli/tool_main.h"
 #include "xl/model/cross_head.h"
+#include "xl/model/device.h"
+#include "xl/model/kernels/cuda_support.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
@@ -29,13 +38,28 @@ namespace {
 
 struct BenchConfig {
   int64_t n_layer, d_model, n_head, d_head, d_inner, tgt_len, mem_len, batch;
+  int64_t vocab = 256;
+  std::vector<int64_t> cutoffs = {};
+  int64_t div_val = 1;
 };
 
 BenchConfig lookup(const std::string& name) {
   if (name == "tiny") return {4, 128, 4, 32, 512, 128, 128, 16};
   if (name == "small") return {8, 256, 8, 32, 1024, 256, 256, 8};
   if (name == "base") return {12, 512, 8, 64, 2048, 512, 512, 2};
+  // The paper's models at its per-GPU batch (two GPUs: 60 and 32 streams in all).
+  if (name == "enwik8") return {12, 512, 8, 64, 2048, 512, 512, 30};
+  if (name == "wt103") return {15, 624, 16, 39, 2496, 512, 512, 16, 267735, {20000, 40000, 200000}, 4};
   throw std::runtime_error("unknown config " + name);
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -48,14 +72,19 @@ double cpu_seconds() {
 
 // The machine's fp32 GEMM peak as bench-configs.md defines it: the median of 5 timed products at
 // each of 2048^3 and 4096^3 (after one warm-up each).
-double gemm_peak_gflops() {
+// On a GPU: 5 products at 8192^3 in `dtype`, on random data (zeros run faster than real data).
+double gemm_peak_gflops(const torch::Device& device, torch::ScalarType dtype) {
   std::vector<double> rates;
-  for (int64_t n : {2048, 4096}) {
-    auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  const std::vector<int64_t> sizes = device.is_cuda() ? std::vector<int64_t>{8192} : std::vector<int64_t>{2048, 4096};
+  for (int64_t n : sizes) {
+    const auto opts = torch::TensorOptions().device(device).dtype(dtype);
+    auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
     torch::mm(a, b);
-    for (int r = 0; r < 5; ++r) {
+    synchronize(device);
+    for (int r = 0; r < (device.is_cuda() ? 10 : 5); ++r) {
       auto t = Clock::now();
       torch::mm(a, b);
+      synchronize(device);
       rates.push_back(2.0 * n * n * n / seconds_since(t) / 1e9);
     }
   }
@@ -80,8 +109,13 @@ int main(int argc, char** argv) {
     double beta = argc > 5 ? std::atof(argv[5]) : 0.0;
     xl::model::set_threads(2);
     BenchConfig bc = lookup(name);
+    if (const char* b = std::getenv("XL_BENCH_BATCH")) bc.batch = std::atoi(b);
+    const torch::Device device = parse_device(env_or("XL_BENCH_DEVICE", "cpu"));
+    const Precision precision = resolve_precision(env_or("XL_BENCH_PRECISION", "auto"), device);
     ModelConfig cfg;
-    cfg.n_token = 256;
+    cfg.n_token = bc.vocab;
+    cfg.cutoffs = bc.cutoffs;
+    cfg.div_val = bc.div_val;
     cfg.n_layer = bc.n_layer;
     cfg.d_model = bc.d_model;
     cfg.n_head = bc.n_head;
@@ -89,6 +123,7 @@ int main(int argc, char** argv) {
     cfg.d_inner = bc.d_inner;
     cfg.dropout = 0.1;
     TransformerXL model(cfg);
+    model->to(device);
     const bool train = mode == "train";
     const int64_t tgt = bc.tgt_len, mem_len = train ? bc.mem_len : 2 * bc.tgt_len, b = bc.batch;
     std::vector<std::pair<std::string, torch::Tensor>> params;
@@ -99,7 +134,8 @@ int main(int argc, char** argv) {
     auto p_skip = skip_probabilities(parse_skip_schedule(skip_name), bc.n_layer, 0.0);
     xl::Rng rng(1);
     Memory mem = model->new_memory();
-    auto data = torch::randint(0, 256, {b, tgt * (steps + 3) + 1}, torch::kLong);
+    auto data = torch::randint(0, bc.vocab, {b, tgt * (steps + 3) + 1}, torch::TensorOptions().dtype(torch::kLong).device(device));
+    if (device.is_cuda()) cuda_reset_peak_allocated_bytes(device.index());
     if (train) model->train();
     else model->eval();
     double elapsed = 0, cpu = 0;
@@ -112,8 +148,10 @@ int main(int argc, char** argv) {
       std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
       const char* prof_file = std::getenv("XL_BENCH_PROFILE");
       if (prof_file && s == steps + 1) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(prof_file);
+      synchronize(device);
       auto t = Clock::now();
       double c0 = cpu_seconds();
+      AutocastScope autocast(precision, device);
       if (train) {
         if (skip_name != "none") fo.skip = draw_skips(rng, p_skip);
         fo.perms = draw_cross_head(rng, beta, model->heads_per_layer());
@@ -127,6 +165,7 @@ int main(int argc, char** argv) {
         torch::NoGradGuard ng;
         model->forward(in, tg, mem, fo).sum().item<double>();
       }
+      synchronize(device);
       if (s >= 2) {  // memory full from step 1 on; step 0 and 1 warm up
         elapsed += seconds_since(t);
         cpu += cpu_seconds() - c0;
@@ -135,7 +174,12 @@ int main(int argc, char** argv) {
     }
     // The GEMM peak after the steps: its 4096^2 matrices must not count in the model's peak RSS.
     const double rss = peak_rss_mb();
-    const double peak = gemm_peak_gflops();
+    const double device_mb = device.is_cuda() ? cuda_peak_allocated_bytes(device.index()) / 1048576.0 : 0.0;
+    // The peak in the precision the products ran in (bf16 and fp16 run on other units than fp32).
+    const torch::ScalarType dtype =
+        precision == Precision::kBf16 ? torch::kBFloat16 : precision == Precision::kFp16 ? torch::kHalf : torch::kFloat;
+    const double peak = gemm_peak_gflops(device, dtype);
+    const double peak_fp32 = dtype == torch::kFloat ? peak : gemm_peak_gflops(device, torch::kFloat);
     double tok_s = timed * b * tgt / elapsed;
     double nonemb = static_cast<double>(model->parameter_count(true));
     double per_tok = 6 * nonemb + 6.0 * bc.n_layer * (tgt + mem_len) * bc.d_model;
@@ -144,7 +188,12 @@ int main(int argc, char** argv) {
     nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", elapsed / timed},
                         {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", peak}, {"mfu", mfu},
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
-                        {"beta", beta}};
+                        {"beta", beta}, {"batch", b}, {"device", device.str()}, {"precision", to_string(precision)},
+                        {"gemm_peak_fp32_gflops", peak_fp32}};
+    if (device.is_cuda()) {
+      j["gpu"] = cuda_device_name(device.index());
+      j["peak_device_mb"] = device_mb;
+    }
     std::cout << j.dump() << std::endl;
     return 0;
   });
