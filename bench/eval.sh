@@ -11,7 +11,9 @@
 # Measurements, each in its own process so that peak_rss_mb is that setting's:
 #   configs: tiny/small/base at their bench tgt_len and batch with the eval memory 2 x tgt_len;
 #   long:    base at tgt_len 128, batch 10 with mem_len 512, 1600 and 3800 (the long-context
-#            settings of the Transformer-XL evaluation scripts).
+#            settings of the Transformer-XL evaluation scripts), with the memories' key/value
+#            projections kept (--kv-cache-budget 4G) and without (0).
+# The standard PyTorch Transformer-XL's evaluation runs beside xl in bench/model.sh (REFERENCE).
 # Checkpoints have the bench shapes and (nearly) random weights: xl-train-phase1 runs one step.
 # Throughput is measured at full memory: --warmup leaves the memory-filling segments unscored and
 # tokens_per_s counts only the scored segments' time. Compare ratios measured in one run: the
@@ -56,14 +58,15 @@ make_ckpt() {
     --threads "$THREADS" --progress never tokens.h5 -o "$1.h5"
 }
 
-# measure NAME TGT MEM BATCH SEGMENTS: RUNS fresh processes scoring SEGMENTS segments at full memory.
+# measure NAME TGT MEM BATCH SEGMENTS [KV_BUDGET]: RUNS fresh processes scoring SEGMENTS segments
+# at full memory (KV_BUDGET: --kv-cache-budget, default the tool's).
 measure() {
-  local name=$1 tgt=$2 mem=$3 batch=$4 segs=$5 r
-  echo "bench/eval.sh: $name tgt_len $tgt mem_len $mem batch $batch ($RUNS runs)" >&2
+  local name=$1 tgt=$2 mem=$3 batch=$4 segs=$5 kv=${6:-4G} r
+  echo "bench/eval.sh: $name tgt_len $tgt mem_len $mem batch $batch kv-cache-budget $kv ($RUNS runs)" >&2
   for ((r = 0; r < RUNS; r++)); do
     xl-eval-longctx -q --threads "$THREADS" --split test --tgt-len "$tgt" --mem-len "$mem" --batch-size "$batch" \
-      --warmup --max-tokens $((tgt * batch * segs)) "$name.h5" tokens.h5 |
-      python3 -c 'import json, sys; r = json.loads(sys.stdin.read()); r["config"] = sys.argv[1]; print(json.dumps(r))' "$name"
+      --warmup --max-tokens $((tgt * batch * segs)) --kv-cache-budget "$kv" "$name.h5" tokens.h5 |
+      python3 -c 'import json, sys; r = json.loads(sys.stdin.read()); r["config"] = sys.argv[1]; r["kv_cache_budget"] = sys.argv[2]; print(json.dumps(r))' "$name" "$kv"
   done >>rows.jsonl
 }
 
@@ -79,33 +82,33 @@ if [[ $SETS == *configs* ]]; then
   measure base 512 1024 2 3
 fi
 if [[ $SETS == *long* ]]; then
-  measure base 128 512 10 3
-  measure base 128 1600 10 3
-  measure base 128 3800 10 3
+  # Kept key/value projections (the default) against projecting the memory every segment (0).
+  for mem in 512 1600 3800; do
+    measure base 128 "$mem" 10 3 4G
+    measure base 128 "$mem" 10 3 0
+  done
 fi
 
 python3 - rows.jsonl "$RUNS" "$THREADS" <<'EOF'
 import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-# The standard PyTorch Transformer-XL on this machine, eval, tuned threads (bench-configs.md).
-reference = {"tiny": (9310, 425), "small": (830, 660), "base": (280, 840)}
-bench_tgt = {"tiny": 128, "small": 256, "base": 512}
 groups = {}
 for r in rows:
-    groups.setdefault((r["config"], r["tgt_len"], r["mem_len"], r["batch_size"]), []).append(r)
+    groups.setdefault((r["config"], r["tgt_len"], r["mem_len"], r["batch_size"], r["kv_cache_budget"]), []).append(r)
 results = []
-for (config, tgt, mem, batch), rs in groups.items():
+for (config, tgt, mem, batch, kv), rs in groups.items():
     tps = [r["tokens_per_s"] for r in rs]
     rss = [r["peak_rss_mb"] for r in rs]
-    out = {"config": config, "tgt_len": tgt, "mem_len": mem, "batch_size": batch,
-           "tokens_scored": rs[0]["tokens"], "tokens_per_s": round(statistics.median(tps), 1),
-           "tokens_per_s_runs": [round(t, 1) for t in tps], "peak_rss_mb": round(statistics.median(rss), 1)}
-    if config in reference and tgt == bench_tgt[config] and mem == 2 * tgt:
-        ref_tps, ref_rss = reference[config]
-        out["reference_tokens_per_s"] = ref_tps
-        out["reference_peak_rss_mb"] = ref_rss
-        out["speedup_vs_reference"] = round(out["tokens_per_s"] / ref_tps, 2)
-    results.append(out)
+    results.append({"config": config, "tgt_len": tgt, "mem_len": mem, "batch_size": batch, "kv_cache_budget": kv,
+                    "tokens_scored": rs[0]["tokens"], "tokens_per_s": round(statistics.median(tps), 1),
+                    "tokens_per_s_runs": [round(t, 1) for t in tps], "peak_rss_mb": round(statistics.median(rss), 1)})
+# What keeping the memories' projections gains at each long memory.
+for r in results:
+    if r["kv_cache_budget"] != "0":
+        off = [o for o in results if o["kv_cache_budget"] == "0" and
+               (o["config"], o["tgt_len"], o["mem_len"], o["batch_size"]) == (r["config"], r["tgt_len"], r["mem_len"], r["batch_size"])]
+        if off:
+            r["speedup_from_kv_cache"] = round(r["tokens_per_s"] / off[0]["tokens_per_s"], 2)
 print(json.dumps({"bench": "eval", "runs": int(sys.argv[2]), "threads": int(sys.argv[3]),
                   "cpus": os.cpu_count(), "results": results}, indent=1))
 EOF

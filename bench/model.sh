@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # Model throughput (docs: ../shared/docs/bench-configs.md): forward+backward training steps (loss,
 # backward, clip, Adam, gradients reset: the trainer's step) and forward-only evaluation (no grad,
-# memory 2 x tgt_len) for tiny, small and base. Each measurement is the median of RUNS fresh
+# memory 2 x tgt_len) for tiny, small, base and the word-level wt103 shape. Each measurement is the median of RUNS fresh
 # processes; each process measures the GEMM peak itself (median of 5 products at 2048^3 and 4096^3,
 # as bench-configs.md defines it) and reports MFU against it, peak RSS and
 # CPU seconds per step. Prints one JSON object on stdout; progress on stderr.
 #
 #   bench/model.sh [BUILD_DIR]     BUILD_DIR: where bench/xl_bench_model is (default: build)
 #
-# Environment: RUNS (default 3), CONFIGS (default "tiny small base"), MODES (default "train eval").
+# Environment: RUNS (default 3), CONFIGS (default "tiny small base wt103"), MODES (default "train eval"),
+# REFERENCE (a kimiyoung/transformer-xl checkout's pytorch/ folder, not part of xl: its model runs
+# beside ours at the same shapes, alternating run by run, with the same 2 threads, passive waiting
+# and BLAS kernels; "speedup" is xl's median over its median), PYTHON (with torch; default python3).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build}}" && pwd)
 BIN="$BUILD/bench/xl_bench_model"
 if [ ! -x "$BIN" ]; then echo "{\"skipped\": \"$BIN is not built\"}"; exit 0; fi
 RUNS=${RUNS:-3}
-CONFIGS=${CONFIGS:-tiny small base}
+CONFIGS=${CONFIGS:-tiny small base wt103}
+# The word-level shape (WikiText-103's adaptive softmax over 267,735 words) at batch 1: its
+# per-GPU batch of 16 would take minutes per step on a small machine.
+export XL_BENCH_BATCH=${XL_BENCH_BATCH:-}
+batch_for() { if [ "$1" = wt103 ] && [ -z "$XL_BENCH_BATCH" ]; then echo 1; else echo "$XL_BENCH_BATCH"; fi; }
 MODES=${MODES:-train eval}
 steps() {  # timed steps per process (after 2 warm-up steps): a few seconds each
   case "$1/$2" in
     tiny/train) echo 8 ;; small/train) echo 3 ;; base/train) echo 2 ;;
     tiny/eval) echo 12 ;; small/eval) echo 4 ;; base/eval) echo 3 ;;
+    wt103/train) echo 1 ;; wt103/eval) echo 2 ;;
   esac
 }
 out=$(mktemp); trap 'rm -f "$out"' EXIT
@@ -28,21 +36,28 @@ for c in $CONFIGS; do
   for m in $MODES; do
     for r in $(seq "$RUNS"); do
       echo "model.sh: $c $m run $r/$RUNS" >&2
-      "$BIN" "$c" "$m" "$(steps "$c" "$m")" >>"$out"
+      XL_BENCH_BATCH=$(batch_for "$c") "$BIN" "$c" "$m" "$(steps "$c" "$m")" >>"$out"
+      if [ -n "${REFERENCE:-}" ]; then
+        core=$(tail -n 1 "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["blas_core"])')
+        echo "model.sh: $c $m reference run $r/$RUNS ($core kernels)" >&2
+        XL_BENCH_BATCH=$(batch_for "$c") OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE="$core" \
+          "${PYTHON:-python3}" "$here/reference_txl.py" "$REFERENCE" "$c" "$m" "$(steps "$c" "$m")" cpu fp32 >>"$out"
+      fi
     done
   done
 done
 python3 - "$out" "$RUNS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-res = {}
+res, ref = {}, {}
 for r in rows:
-    res.setdefault(r["config"], {}).setdefault(r["mode"], []).append(r)
+    (ref if r.get("implementation") == "reference" else res).setdefault(r["config"], {}).setdefault(r["mode"], []).append(r)
 def med(v): return statistics.median(v)
-out = {"runs": int(sys.argv[2]), "results": {}}
+first = rows[0]
+out = {"runs": int(sys.argv[2]), "cpu": first["cpu"], "blas": first["blas"], "results": {}}
 for c, modes in res.items():
     for m, rs in modes.items():
-        out["results"].setdefault(c, {})[m] = {
+        row = out["results"].setdefault(c, {})[m] = {
             "tokens_per_s": med([r["tokens_per_s"] for r in rs]),
             "mfu": med([r["mfu"] for r in rs]),
             "gemm_peak_gflops": med([r["gemm_peak_gflops"] for r in rs]),
@@ -51,5 +66,11 @@ for c, modes in res.items():
             "step_s": med([r["step_s"] for r in rs]),
             "tokens_per_s_runs": [round(r["tokens_per_s"], 1) for r in rs],
         }
+        theirs = ref.get(c, {}).get(m)
+        if theirs:
+            row["reference"] = {"tokens_per_s": med([r["tokens_per_s"] for r in theirs]),
+                                "peak_rss_mb": max(r["peak_rss_mb"] for r in theirs),
+                                "tokens_per_s_runs": [round(r["tokens_per_s"], 1) for r in theirs]}
+            row["speedup"] = row["tokens_per_s"] / row["reference"]["tokens_per_s"]
 print(json.dumps(out, indent=1))
 PY

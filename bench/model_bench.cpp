@@ -21,11 +21,12 @@
 #include <memory>
 #include <iostream>
 
-#include "xl/cli/tool_main.h"
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
+#include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/cuda_support.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/torch_process.h"
 #include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
@@ -101,7 +102,7 @@ double peak_rss_mb() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::cli::run_tool("xl_bench_model", argc, argv, xl::cli::Runtime::kTorch, [](int argc, char** argv) {
+  return xl::model::run_torch_tool("xl_bench_model", argc, argv, [](int argc, char** argv) {
     std::string name = argc > 1 ? argv[1] : "tiny";
     std::string mode = argc > 2 ? argv[2] : "train";
     int steps = argc > 3 ? std::atoi(argv[3]) : 5;
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
     double beta = argc > 5 ? std::atof(argv[5]) : 0.0;
     xl::model::set_threads(2);
     BenchConfig bc = lookup(name);
-    if (const char* b = std::getenv("XL_BENCH_BATCH")) bc.batch = std::atoi(b);
+    if (const char* b = std::getenv("XL_BENCH_BATCH"); b && *b) bc.batch = std::atoi(b);
     const torch::Device device = parse_device(env_or("XL_BENCH_DEVICE", "cpu"));
     const Precision precision = resolve_precision(env_or("XL_BENCH_PRECISION", "auto"), device);
     ModelConfig cfg;
@@ -190,6 +191,9 @@ int main(int argc, char** argv) {
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
                         {"beta", beta}, {"batch", b}, {"device", device.str()}, {"precision", to_string(precision)},
                         {"gemm_peak_fp32_gflops", peak_fp32}};
+    j["cpu"] = cpu_model_name();
+    j["blas_core"] = blas_core();
+    j["blas"] = blas_description();
     if (device.is_cuda()) {
       j["gpu"] = cuda_device_name(device.index());
       j["peak_device_mb"] = device_mb;

@@ -44,7 +44,7 @@ def main():
     MemTransformerLM = module.MemTransformerLM
 
     L, d, H, dh, di, tgt, mem, batch, vocab, cutoffs, div_val = CONFIGS[config]
-    batch = int(os.environ.get("XL_BENCH_BATCH", batch))
+    batch = int(os.environ.get("XL_BENCH_BATCH") or batch)
     train = mode == "train"
     mem_len = mem if train else 2 * tgt
     torch.manual_seed(1)
@@ -95,6 +95,9 @@ def main():
     row = {"implementation": "reference", "config": config, "mode": mode, "precision": precision,
            "device": str(device), "batch": batch, "steps": timed,
            "tokens_per_s": timed * batch * tgt / elapsed, "step_s": elapsed / timed, "torch": torch.__version__}
+    if device.type == "cpu":
+        import resource
+        row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if device.type == "cuda":
         row["peak_device_mb"] = torch.cuda.max_memory_allocated(device) / 1048576
         row["gpu"] = torch.cuda.get_device_name(device)

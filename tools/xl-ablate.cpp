@@ -37,7 +37,7 @@ void print_report(const ablate::AblationReport& rep, const std::string& format) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cli::run_tool("xl-ablate", argc, argv, cli::Runtime::kPlain, [](int argc, char** argv) {
+  return cli::run_tool("xl-ablate", argc, argv, [](int argc, char** argv) {
     cli::Options cli(
         {"xl-ablate", "Run an ablation grid of training runs and tabulate dev and test results.",
          "[OPTIONS] GRID.ini --tokens TOKENS.h5 --out DIR | report DIR",

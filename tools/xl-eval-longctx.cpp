@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "xl/cli/options.h"
-#include "xl/cli/tool_main.h"
+#include "xl/model/kernels/torch_process.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/report.h"
 #include "xl/checkpoint/checkpoint.h"
@@ -40,7 +40,7 @@ xl::eval::ProgressFn progress_lines(int64_t mem_len) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::cli::run_tool("xl-eval-longctx", argc, argv, xl::cli::Runtime::kTorch, [](int argc, char** argv) {
+  return xl::model::run_torch_tool("xl-eval-longctx", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-eval-longctx", "Evaluate a checkpoint on a token split over memory lengths (loss, bpc/ppl, speed).",
          "[OPTIONS] CHECKPOINT TOKENS",

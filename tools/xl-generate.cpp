@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "xl/cli/options.h"
-#include "xl/cli/tool_main.h"
+#include "xl/model/kernels/torch_process.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
 #include "xl/checkpoint/checkpoint.h"
@@ -39,7 +39,7 @@ int32_t start_token(const xl::text::Vocab& vocab) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::cli::run_tool("xl-generate", argc, argv, xl::cli::Runtime::kTorch, [](int argc, char** argv) {
+  return xl::model::run_torch_tool("xl-generate", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-generate", "Sample text from a checkpoint, with the segment memory carried across segments.",
          "[OPTIONS] CHECKPOINT",

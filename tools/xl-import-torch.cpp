@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "xl/cli/options.h"
-#include "xl/cli/tool_main.h"
+#include "xl/model/kernels/torch_process.h"
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/interop/torch_pickle.h"
@@ -71,7 +71,7 @@ int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::cli::run_tool("xl-import-torch", argc, argv, xl::cli::Runtime::kTorch, [](int argc, char** argv) {
+  return xl::model::run_torch_tool("xl-import-torch", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-import-torch", "Convert a PyTorch Transformer-XL state_dict into an xl checkpoint, or back.",
          "[OPTIONS] (--vocab FILE | --tokens FILE | --export) INPUT -o OUTPUT",

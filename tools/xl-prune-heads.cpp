@@ -8,7 +8,7 @@
 #include "xl/analysis/head_report.h"
 #include "xl/analysis/iterative_pruning.h"
 #include "xl/cli/options.h"
-#include "xl/cli/tool_main.h"
+#include "xl/model/kernels/torch_process.h"
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/eval/metric.h"
 #include "xl/h5/tokens_file.h"
@@ -46,7 +46,7 @@ void emit(const std::vector<nlohmann::json>& rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cli::run_tool("xl-prune-heads", argc, argv, cli::Runtime::kTorch, [](int argc, char** argv) {
+  return xl::model::run_torch_tool("xl-prune-heads", argc, argv, [](int argc, char** argv) {
     cli::Options cli({"xl-prune-heads", "Study and prune the attention heads of a checkpoint.", "[OPTIONS] CHECKPOINT TOKENS",
                       "--mode ablate-one masks every head in turn and reports the change in bpc (char level) or\n"
                       "perplexity (word level) against the unpruned model, with each layer's sample standard\n"

@@ -34,7 +34,7 @@ int decode(const xl::cli::Options& cli, const std::string& input) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::cli::run_tool("xl-tokenize", argc, argv, xl::cli::Runtime::kPlain, [](int argc, char** argv) {
+  return xl::cli::run_tool("xl-tokenize", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli({"xl-tokenize", "Turn text into an xl tokens file (HDF5), or decode one.", "[OPTIONS] [INPUT]",
                           "Tokenizes one INPUT cut into train/valid/test by --split, or separate --train/--valid/\n"
                           "--test inputs. Inputs are files or - (stdin), plain, gzip or bzip2. The vocab comes from\n"

@@ -1,12 +1,12 @@
 // xl-train-phase2: the vanilla phase: training resumed from a phase-1 checkpoint without skipping.
-#include "xl/cli/tool_main.h"
+#include "xl/model/kernels/torch_process.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
 #include "xl/options/train_options.h"
 #include "xl/train/trainer.h"
 
 int main(int argc, char** argv) {
-  return xl::cli::run_tool("xl-train-phase2", argc, argv, xl::cli::Runtime::kTorch, [](int argc, char** argv) {
+  return xl::model::run_torch_tool("xl-train-phase2", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli({"xl-train-phase2", "Continue a phase-1 checkpoint with vanilla training (phase 2: no skipping).",
                           "[OPTIONS] --init PHASE1.h5 [TOKENS] -o CHECKPOINT",
                           "Phase 2 of the Skip Cross-head Transformer-XL: starts from a phase-1 checkpoint (--init)\n"

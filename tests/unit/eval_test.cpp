@@ -177,6 +177,58 @@ TEST(Eval, HeadMaskOfOnesEqualsNone) {
   EXPECT_THROW(xl::eval::evaluate(m, ids, s), xl::Error);
 }
 
+TEST(Eval, KeptKeyValueProjectionsAreThoseOfTheMemory) {
+  for (bool pre_lnorm : {false, true}) {
+    ModelConfig c = eval_config();
+    c.pre_lnorm = pre_lnorm;
+    auto m = eval_model(c, torch::kFloat64);
+    m->eval();
+    auto in = torch::tensor(std::vector<int64_t>{1, 5, 2, 7, 3, 3, 9, 0, 4, 12, 6, 8}, torch::kLong).view({2, 6});
+    xl::model::ForwardOptions o;
+    o.mem_len = 9;  // memory longer than a segment: kept projections are cut with it
+    o.cache_kv = true;
+    auto mem = m->new_memory();
+    {
+      torch::NoGradGuard ng;
+      for (int seg = 0; seg < 3; ++seg) m->hidden(in, mem, o);
+    }
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const auto& lm = mem.layers[static_cast<size_t>(l)];
+      auto attn = m->layer_list[static_cast<size_t>(l)]->dec_attn;
+      ASSERT_TRUE(lm.kv.defined()) << "layer " << l;
+      ASSERT_EQ(lm.kv.sizes(), (std::vector<int64_t>{2, 9, 2, c.n_head, c.d_head}));
+      // Written out: the key and value rows of qkv_net applied to the (layer-normed) memory.
+      torch::Tensor x = pre_lnorm ? attn->layer_norm(lm.hidden) : lm.hidden;
+      torch::Tensor w_kv = attn->qkv_net->weight.narrow(0, c.n_head * c.d_head, 2 * c.n_head * c.d_head);
+      torch::Tensor want = torch::matmul(x, w_kv.t()).view({2, 9, 2, c.n_head, c.d_head});
+      EXPECT_LT((lm.kv - want).abs().max().item<double>(), 1e-12) << "layer " << l << " pre_lnorm " << pre_lnorm;
+    }
+    // With autograd (training) nothing is kept.
+    auto trained = m->new_memory();
+    m->hidden(in, trained, o);
+    for (const auto& lm : trained.layers) EXPECT_FALSE(lm.kv.defined());
+  }
+}
+
+TEST(Eval, KeptProjectionsChangeNoLoss) {
+  for (bool pre_lnorm : {false, true}) {
+    ModelConfig c = eval_config();
+    c.pre_lnorm = pre_lnorm;
+    auto m = eval_model(c, torch::kFloat64);
+    auto ids = random_ids(97, 13, 8);  // uneven streams: a short last segment
+    EvalSettings s;
+    s.batch_size = 3;
+    s.tgt_len = 6;
+    s.mem_len = 9;
+    s.kv_cache_bytes = 0;
+    auto projected = per_token(m, ids, s);
+    s.kv_cache_bytes = xl::eval::kv_cache_bytes(m, 3, 9);  // exactly enough
+    auto kept = per_token(m, ids, s);
+    ASSERT_EQ(kept.size(), projected.size());
+    for (const auto& [index, nll] : projected) EXPECT_NEAR(kept[index], nll, 1e-12) << "index " << index;
+  }
+}
+
 TEST(Eval, MaxTokensStopsAfterTheSegmentThatReachesIt) {
   auto m = eval_model(eval_config(), torch::kFloat32);
   auto ids = random_ids(200, 13, 5);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 
+#include "xl/h5/checksum.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/util/clock.h"
 #include "xl/util/error.h"
@@ -151,6 +152,7 @@ void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tenso
     fail(file, kExitIoErr, "cannot write dataset /" + path + " (disk full?)");
   if (order >= 0) write_attr(ds, "order", order);
   if (*st.tag) write_attr(ds, "torch_dtype", std::string(st.tag));
+  write_attr(ds, kChecksumAttr, data_checksum(t.data_ptr(), t.nbytes()));
 }
 
 torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string& file) {
@@ -203,6 +205,8 @@ torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string&
   }
   if (t.numel() > 0 && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
     fail(file, kExitDataErr, "cannot read dataset " + where + " (truncated or corrupt file?)");
+  // The buffer has the stored element type, so its bytes are those that were written.
+  if (t.element_size() == static_cast<int64_t>(size)) check_data(ds, t.data_ptr(), t.nbytes(), where, file);
   if (r.result == torch::kBool) t = t.ne(0);  // any nonzero byte is true
   else if (r.result != dtype) t = t.to(r.result);
   return t;

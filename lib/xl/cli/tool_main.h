@@ -6,12 +6,8 @@
 
 namespace xl::cli {
 
-enum class Runtime {
-  kPlain,  // no tensor work
-  kTorch,  // LibTorch compute: thread pools set up so they do not spin against each other
-};
-
-int run_tool(const std::string& name, int argc, char** argv, Runtime runtime,
-             const std::function<int(int, char**)>& body);
+// Tools that compute with LibTorch start through model::run_torch_tool, which prepares the
+// process first.
+int run_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body);
 
 }  // namespace xl::cli

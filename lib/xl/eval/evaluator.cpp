@@ -65,6 +65,13 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
 
 }  // namespace
 
+int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len) {
+  const auto& c = model->config;
+  int64_t width = 0;  // keys and values of every head of every layer
+  for (int64_t l = 0; l < c.n_layer; ++l) width += 2 * c.heads_in_layer(l) * c.d_head;
+  return streams * mem_len * width * static_cast<int64_t>(sizeof(float));
+}
+
 EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
                     const PerTokenSink& sink) {
   return evaluate(model, ids, s, sink, nullptr);
@@ -115,6 +122,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   model::ForwardOptions opts;
   opts.mem_len = s.mem_len;
   if (s.head_mask.defined()) opts.head_mask = s.head_mask.to(device, dtype);
+  opts.cache_kv = s.mem_len > 0 && kv_cache_bytes(model, last - first, s.mem_len) <= s.kv_cache_bytes;
   model::Memory memory = model->new_memory();
 
   EvalResult result;

@@ -81,6 +81,7 @@ std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int
     XL_CHECK(id >= 0 && id < n_token, kExitDataErr, "token id " << id << " is out of range for the model's " << n_token);
   model::ForwardOptions opts;
   opts.mem_len = s.mem_len;
+  opts.cache_kv = true;  // one stream: each new token projects itself only, not the whole memory again
   model::Memory memory = model->new_memory();
   model::AutocastScope autocast(s.precision, device);
 

@@ -10,9 +10,15 @@
 namespace xl::h5 {
 namespace {
 
-// HDF5 prints its error stack to stderr by default; we report one line ourselves.
+// HDF5 prints its error stack to stderr by default; we report one line ourselves. Its exit
+// handler closes files still open, and a file whose write failed (a full disk) stays open after
+// H5Fclose fails: closing it again at exit crashed (SIGSEGV). Every file xl writes is closed or
+// abandoned (its temp file removed) before exit, so the handler has nothing to do.
 struct SilenceHdf5 {
-  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+  SilenceHdf5() {
+    H5dont_atexit();  // before the library initialises
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
 };
 const SilenceHdf5 g_silence;
 

@@ -30,8 +30,8 @@ int64_t Memory::batch_size() const {
 
 namespace {
 
-// Drops the `drop` oldest slots of a layer's memory, run by run.
-void drop_oldest(LayerMemory* layer, const torch::Tensor& all, int64_t drop) {
+// Drops the `drop` oldest slots of a layer's memory (`all`, with its projections `kv` when kept), run by run.
+void drop_oldest(LayerMemory* layer, const torch::Tensor& all, const torch::Tensor& kv, int64_t drop) {
   int64_t left = drop;
   auto& runs = layer->runs;
   while (left > 0 && !runs.empty()) {
@@ -42,12 +42,14 @@ void drop_oldest(LayerMemory* layer, const torch::Tensor& all, int64_t drop) {
     if (runs.front().length == 0) runs.erase(runs.begin());
   }
   layer->hidden = drop > 0 ? all.slice(1, drop).contiguous() : all;
-  if (layer->hidden.size(1) == 0) layer->hidden = torch::Tensor();
+  layer->kv = !kv.defined() ? torch::Tensor() : drop > 0 ? kv.slice(1, drop).contiguous() : kv;
+  if (layer->hidden.size(1) == 0) layer->hidden = layer->kv = torch::Tensor();
 }
 
 }  // namespace
 
-void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len) {
+void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len,
+                    const torch::Tensor& kv_all) {
   torch::NoGradGuard no_grad;
   const int64_t seg = input.size(1);
   if (mem_len <= 0) {  // careful: slicing [-0:] would keep everything
@@ -58,19 +60,22 @@ void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t posi
   auto& runs = layer->runs;
   if (!runs.empty() && runs.back().start + runs.back().length == position) runs.back().length += seg;
   else runs.push_back({position, seg});
-  drop_oldest(layer, all, std::max<int64_t>(0, all.size(1) - mem_len));
+  const bool kv_fits = kv_all.defined() && kv_all.size(0) == all.size(0) && kv_all.size(1) == all.size(1);
+  drop_oldest(layer, all, kv_fits ? kv_all.detach() : torch::Tensor(), std::max<int64_t>(0, all.size(1) - mem_len));
 }
 
 void Memory::trim(int64_t mem_len) {
   for (auto& l : layers) {
     if (mem_len <= 0) l = LayerMemory();
-    else if (l.length() > mem_len) drop_oldest(&l, l.hidden, l.length() - mem_len);
+    else if (l.length() > mem_len) drop_oldest(&l, l.hidden, l.kv, l.length() - mem_len);
   }
 }
 
 void Memory::to(const torch::Device& device) {
-  for (auto& l : layers)
+  for (auto& l : layers) {
     if (l.hidden.defined()) l.hidden = l.hidden.to(device);
+    if (l.kv.defined()) l.kv = l.kv.to(device);
+  }
 }
 
 double Memory::mean_gap() const {
@@ -82,8 +87,10 @@ double Memory::mean_gap() const {
 
 Memory Memory::rows(int64_t begin, int64_t end) const {
   Memory m = *this;
-  for (auto& l : m.layers)
+  for (auto& l : m.layers) {
     if (l.hidden.defined()) l.hidden = l.hidden.slice(0, begin, end);
+    if (l.kv.defined()) l.kv = l.kv.slice(0, begin, end);
+  }
   return m;
 }
 
@@ -91,9 +98,13 @@ Memory Memory::concat_rows(const std::vector<Memory>& parts) {
   Memory m = parts.at(0);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     if (!m.layers[l].hidden.defined()) continue;
-    std::vector<torch::Tensor> h;
-    for (const auto& p : parts) h.push_back(p.layers[l].hidden);
+    std::vector<torch::Tensor> h, kv;
+    for (const auto& p : parts) {
+      h.push_back(p.layers[l].hidden);
+      if (p.layers[l].kv.defined()) kv.push_back(p.layers[l].kv);
+    }
     m.layers[l].hidden = torch::cat(h, 0);
+    m.layers[l].kv = kv.size() == parts.size() ? torch::cat(kv, 0) : torch::Tensor();
   }
   return m;
 }

@@ -22,6 +22,10 @@ struct MemoryRun {
 struct LayerMemory {
   torch::Tensor hidden;   // [B, M, d_model], detached; undefined when empty
   std::vector<MemoryRun> runs;  // oldest first; lengths add up to M
+  // [B, M, 2, H, d_head]: the attention's key and value projections of `hidden`, kept by
+  // evaluation (ForwardOptions::cache_kv) so that each segment projects only its own tokens;
+  // undefined when not kept. Derived data: never saved.
+  torch::Tensor kv;
 
   int64_t length() const;
   // Tokens between the newest slot and the current segment: 0 when written by the previous segment.
@@ -36,7 +40,10 @@ struct Memory {
   void reset();
   int64_t batch_size() const;
   // Appends a layer's input of the segment starting at `position` and keeps the newest `mem_len`.
-  static void append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len);
+  // kv_all, when defined, is the key/value projection [B, M + T, 2, H, d_head] of the old memory
+  // and the input together (the attention's), kept beside the memory.
+  static void append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len,
+                     const torch::Tensor& kv_all = {});
   // Keeps each layer's newest `mem_len` slots.
   void trim(int64_t mem_len);
   // The same memory on `device`.

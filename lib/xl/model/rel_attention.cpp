@@ -143,21 +143,31 @@ std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, i
 
 torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                                             const torch::Tensor& u, const torch::Tensor& v,
-                                            const std::vector<int64_t>& perm, const torch::Tensor& head_mask) {
+                                            const std::vector<int64_t>& perm, const torch::Tensor& head_mask,
+                                            torch::Tensor* kv_out) {
   const int64_t b = w.size(0), t = w.size(1), m = mem.length(), k = m + t, h = n_head, dh = d_head;
   torch::Tensor attn_out;
   if (h == 0) {
     attn_out = torch::zeros_like(w);
   } else {
-    torch::Tensor cat = m > 0 ? torch::cat({mem.hidden, w}, 1) : w;
-    torch::Tensor x_kv = pre_lnorm ? layer_norm(cat) : cat;
-    torch::Tensor x_q = pre_lnorm ? x_kv.slice(1, m) : w;
     const torch::Tensor& weight = qkv_net->weight;
     torch::Tensor w_q = weight.narrow(0, 0, h * dh);
     torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
     const torch::Tensor& w_r = r_net->weight;
+    torch::Tensor x_q, kv_proj;
+    if (kv_out && m > 0 && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m) {
+      // The memory's projections were kept when it was the segment: project only the segment.
+      x_q = pre_lnorm ? layer_norm(w) : w;
+      torch::Tensor kv_seg = torch::linear(x_q, w_kv).view({b, t, 2, h, dh});
+      kv_proj = torch::cat({mem.kv.to(kv_seg.scalar_type()), kv_seg}, 1);
+    } else {
+      torch::Tensor cat = m > 0 ? torch::cat({mem.hidden, w}, 1) : w;
+      torch::Tensor x_kv = pre_lnorm ? layer_norm(cat) : cat;
+      x_q = pre_lnorm ? x_kv.slice(1, m) : w;
+      kv_proj = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh});
+    }
+    if (kv_out) *kv_out = kv_proj;
     torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh});
-    torch::Tensor kv_proj = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh});
     // Positional keys [P, H, dh] of one distance table.
     auto positional_keys = [&](const KeyBlock& blk) {
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());

@@ -81,6 +81,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   int64_t mem_b = memory.batch_size();
   XL_CHECK(mem_b == 0 || mem_b == b, kExitSoftware, "memory batch " << mem_b << " does not match input batch " << b);
   const bool train = is_training();
+  const bool cache_kv = opts.cache_kv && !torch::GradMode::is_enabled();
 
   AttentionPass pass;
   pass.position = memory.position;
@@ -105,8 +106,9 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     const auto& perm = opts.perms.empty() ? no_perm : opts.perms[li];
     torch::Tensor mask_row;
     if (opts.head_mask.defined()) mask_row = opts.head_mask[l].narrow(0, 0, config.heads_in_layer(l));
-    torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row);
-    Memory::append(&memory.layers[li], h, memory.position, opts.mem_len);
+    torch::Tensor kv;  // the attention's key/value projections, when kept
+    torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row, cache_kv ? &kv : nullptr);
+    Memory::append(&memory.layers[li], h, memory.position, opts.mem_len, kv);
     h = out;
   }
   memory.position += t;

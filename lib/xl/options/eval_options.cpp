@@ -18,6 +18,9 @@ void add_eval_options(cli::Options& cli, const std::string& default_split) {
       ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
       ("warmup", po::bool_switch(), "score only segments whose memory is full (NVIDIA's convention)")
       ("max-tokens", po::value<std::string>()->default_value("0"), "stop after about this many scored tokens (0: all; K, M suffixes)")
+      ("kv-cache-budget", po::value<std::string>()->default_value("4G"),
+       "bytes the memories may add to keep their key/value projections, which spares each segment\n"
+       "projecting its memory again (0: never; K, M, G)")
       ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask");
 }
 
@@ -31,6 +34,7 @@ EvalRequest eval_request(const cli::Options& cli) {
   if (cli.has("same-length")) s.same_length = cli.get<bool>("same-length");
   s.warmup = cli.get<bool>("warmup");
   s.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("max-tokens"), "--max-tokens"));
+  s.kv_cache_bytes = static_cast<int64_t>(parse::count(cli.get<std::string>("kv-cache-budget"), "--kv-cache-budget"));
   r.ignore_head_mask = cli.get<bool>("ignore-head-mask");
   XL_CHECK(s.tgt_len >= 1, kExitUsage, "--tgt-len must be at least 1");
   XL_CHECK(s.batch_size >= 1, kExitUsage, "--batch-size must be at least 1");

@@ -64,6 +64,9 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("eval-batch-size", po::value<int64_t>()->default_value(d.eval_batch_size), "validation streams")
       ("eval-max-tokens", po::value<std::string>()->default_value("0"), "score at most this many validation tokens (0: all)")
       ("save-every", po::value<int64_t>()->default_value(d.save_every), "also checkpoint every N steps")
+      ("on-save-error", po::value<std::string>()->default_value(d.on_save_error),
+       "a checkpoint that cannot be written (disk full): stop (exit 74, the last good one kept)\n"
+       "or continue (train on, write again at the next save; the last save must succeed)")
       ("log-interval", po::value<int64_t>()->default_value(d.log_interval), "log every N steps")
       ("metrics", po::value<std::string>()->default_value(""), "write JSON Lines events to FILE")
       ("progress", po::value<std::string>()->default_value("auto"), "auto (live line on a terminal), always or never")
@@ -118,6 +121,7 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.eval_batch_size = cli.get<int64_t>("eval-batch-size");
   t.eval_max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("eval-max-tokens"), "--eval-max-tokens"));
   t.save_every = cli.get<int64_t>("save-every");
+  t.on_save_error = cli.get<std::string>("on-save-error");
   t.log_interval = cli.get<int64_t>("log-interval");
   const Compute compute = compute_settings(cli);
   t.seed = compute.seed;

@@ -11,7 +11,8 @@ namespace xl::train {
   X(clip) X(adam_beta1) X(adam_beta2) X(adam_eps) X(skip_schedule) X(skip_p) X(sch_beta)           \
   X(skipped_layers_in_adam) X(max_steps) X(max_tokens) X(time_budget) X(budget_from)               \
   X(stop_min_delta) X(stop_window) X(log_interval) X(eval_interval) X(eval_tgt_len) X(eval_mem_len) \
-  X(eval_batch_size) X(eval_max_tokens) X(save_every) X(seed) X(precision)
+  X(eval_batch_size) X(eval_max_tokens) X(save_every) X(on_save_error)      \
+  X(seed) X(precision)
 
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j;
@@ -72,6 +73,7 @@ void TrainConfig::validate(const std::string& source) const {
   if (skipped_layers_in_adam != "freeze" && skipped_layers_in_adam != "step")
     bad("skipped-layers-in-adam", "must be freeze or step");
   if (schedule_steps < 0) bad("schedule-steps", "must not be negative");
+  if (on_save_error != "stop" && on_save_error != "continue") bad("on-save-error", "must be stop or continue");
   if (precision != "auto" && precision != "fp32" && precision != "bf16" && precision != "fp16")
     bad("precision", "must be auto, fp32, bf16 or fp16");
   if (log_interval < 1) bad("log-interval", "must be at least 1");

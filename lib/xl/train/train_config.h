@@ -48,6 +48,7 @@ struct TrainConfig {
   int64_t eval_batch_size = 10;
   int64_t eval_max_tokens = 0;        // 0: whole valid split
   int64_t save_every = 0;             // also checkpoint every N steps (0: at validations only)
+  std::string on_save_error = "stop"; // stop | continue: after a checkpoint that could not be written
   uint64_t seed = 1;
   std::string precision = "auto";     // of the matrix products: auto | fp32 | bf16 | fp16 (stored resolved)
 

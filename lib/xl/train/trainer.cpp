@@ -62,6 +62,8 @@ class Trainer {
   Step train_step();  // this rank's mean loss
   bool validate();  // true when the stopping rule fires
   void save(bool best);
+  // After the run's last save: 74 when it failed (with --on-save-error continue it only warned).
+  void check_last_save() const;
   checkpoint::Checkpoint snapshot();  // collective: every rank takes part
   void log_window();
   void update_live_line();
@@ -109,7 +111,8 @@ class Trainer {
   double elapsed_before_ = 0;  // seconds of this phase before this process (a resumed run)
   int64_t start_step_ = 0;
   double used_at_start_ = 0;  // the fraction of the budget spent when this process started
-  bool saved_once_ = false, warned_schedule_end_ = false;
+  bool saved_once_ = false, save_failed_ = false, warned_schedule_end_ = false;
+  int64_t saved_step_ = 0;  // of the last checkpoint written
   std::unique_ptr<TrainWindow> window_;
 };
 
@@ -233,14 +236,30 @@ void Trainer::save(bool best) {
   if (io::is_stdio(req_.output)) return;  // a checkpoint on stdout is written once, at the end
   auto ck = snapshot();
   if (!leader()) return;
-  checkpoint::save(req_.output, ck, true);
-  saved_once_ = true;
-  nlohmann::json ev = {{"step", state_.step}, {"path", req_.output}};
-  if (best) {
-    checkpoint::save(best_path(req_.output), ck, true);
-    ev["best"] = best_path(req_.output);
+  try {
+    // A failed write leaves the previous file as it was (temp file + rename).
+    checkpoint::save(req_.output, ck, true);
+    if (best) checkpoint::save(best_path(req_.output), ck, true);
+  } catch (const Error& e) {
+    if (e.code() != kExitIoErr || cfg_.on_save_error != "continue") throw;
+    save_failed_ = true;
+    XL_WARN(e.what() << "; training goes on (--on-save-error continue)"
+                     << (saved_once_ ? ", the last good checkpoint is from step " + std::to_string(saved_step_) : ""));
+    metrics_.write("save_failed", {{"step", state_.step}, {"path", req_.output}, {"error", e.what()}});
+    return;
   }
+  saved_once_ = true;
+  save_failed_ = false;
+  saved_step_ = state_.step;
+  nlohmann::json ev = {{"step", state_.step}, {"path", req_.output}};
+  if (best) ev["best"] = best_path(req_.output);
   metrics_.write("checkpoint", ev);
+}
+
+void Trainer::check_last_save() const {
+  XL_CHECK(!save_failed_, kExitIoErr,
+           req_.output << ": the checkpoint of step " << state_.step << " could not be written"
+                       << (saved_once_ ? "; the last good one is from step " + std::to_string(saved_step_) : ""));
 }
 
 Trainer::Step Trainer::train_step() {
@@ -333,7 +352,7 @@ void Trainer::log_window() {
   if (window_->steps() == 0) return;
   nlohmann::json ev = window_->event(metric_, phase1_);
   ev.update({{"step", state_.step}, {"epoch", batcher_->epoch_progress(cursor_)}, {"tokens", state_.tokens_seen},
-             {"lr", state_.last_lr}, {"elapsed", phase_elapsed()}});
+             {"lr", state_.last_lr}, {"elapsed", phase_elapsed()}, {"rss_mb", rss_mb()}});
   if (scaler_) ev.update({{"loss_scale", scaler_->scale()}, {"skipped_steps", state_.skipped_steps}});
   if (phase1_) ev["expected_context"] = model::expected_context(p_skip_, cfg_.mem_len);
   metrics_.write("train", ev);
@@ -436,6 +455,9 @@ int Trainer::run() {
   }
   if (!req_.metrics.empty() && leader()) metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume, req_.force);
   start_step_ = state_.step;
+  // A resumed run's output already holds the checkpoint of this step.
+  saved_once_ = req_.resume;
+  saved_step_ = state_.step;
   used_at_start_ = budget_used(cfg_, state_, elapsed_before_);
   started_ = Clock::now();
   signals::catch_stop();
@@ -483,6 +505,7 @@ int Trainer::run() {
     if (const int sig = v.signal) {
       log_window();
       save(false);
+      check_last_save();
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
       progress_.print("stopped by signal " + std::to_string(sig) + " at step " + std::to_string(state_.step) +
                       (io::is_stdio(req_.output) ? "" : "; resume with --resume -o " + req_.output));
@@ -496,7 +519,9 @@ int Trainer::run() {
     validated_now = true;
     validate();
   }
-  if (!validated_now || valid_ids_.empty()) save(false);
+  const bool saved_now = saved_once_ && !save_failed_ && saved_step_ == state_.step;  // by --save-every
+  if ((!validated_now || valid_ids_.empty()) && !saved_now) save(false);
+  check_last_save();
   if (io::is_stdio(req_.output)) checkpoint::save("-", snapshot(), true);
   const double rss = peak_rss_mb();
   metrics_.write("done", {{"step", state_.step}, {"reason", reason}, {"tokens", state_.tokens_seen},

@@ -108,6 +108,9 @@ AtomicOutput::AtomicOutput(std::string path, bool force, bool binary) : path_(st
 AtomicOutput::~AtomicOutput() {
   if (!committed_ && !temp_path_.empty()) {
     file_.reset();
+    // Emptied first: a library may still hold the file open after a failed write (HDF5 does), and
+    // an unlinked file's blocks stay allocated on the full disk until every descriptor closes.
+    if (::truncate(temp_path_.c_str(), 0) != 0) { /* removed below all the same */ }
     std::remove(temp_path_.c_str());
     unregister_temp(temp_path_);
   }

@@ -2,7 +2,48 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
 namespace xl::model {
+namespace {
+
+// The user's choice: auto (unset), keep (what OpenBLAS runs, OPENBLAS_CORETYPE included) or a core.
+constexpr const char* kChoice = "XL_BLAS_CORE";
+// Set in the re-executed process when xl asked OpenBLAS for other kernels: what it ran before.
+constexpr const char* kPicked = "XL_OPENBLAS_PICKED";
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// How wide OpenBLAS's kernels for a core are: 3 AVX-512, 2 AVX2+FMA, 1 AVX, 0 SSE only; -1 for a
+// core this table does not know (a newer OpenBLAS's, or a non-x86 one), which is left alone.
+int core_level(const std::string& core) {
+  static const std::set<std::string> avx512 = {"skylakex", "cooperlake", "sapphirerapids"};
+  static const std::set<std::string> avx2 = {"haswell", "zen", "excavator"};
+  static const std::set<std::string> avx = {"sandybridge", "bulldozer", "piledriver", "steamroller"};
+  static const std::set<std::string> sse = {"unknown", "katmai", "coppermine", "northwood", "prescott", "banias",
+                                            "core2", "penryn", "dunnington", "nehalem", "atom", "athlon",
+                                            "opteron", "opteron_sse3", "barcelona", "bobcat", "nano"};
+  const std::string c = lower(core);
+  if (avx512.count(c)) return 3;
+  if (avx2.count(c)) return 2;
+  if (avx.count(c)) return 1;
+  if (sse.count(c)) return 0;
+  return -1;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
 
 const Blas& blas() {
   static const Blas b = [] {
@@ -13,6 +54,86 @@ const Blas& blas() {
     return r;
   }();
   return b;
+}
+
+CpuVectorUnits this_cpu_vector_units() {
+  CpuVectorUnits u;
+#if defined(__x86_64__)
+  // libgcc's checks include the operating system's support for the wider registers (XCR0).
+  __builtin_cpu_init();
+  u.avx = __builtin_cpu_supports("avx");
+  u.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  u.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#endif
+  return u;
+}
+
+std::string better_openblas_core(const std::string& chosen, const CpuVectorUnits& cpu) {
+  const int have = core_level(chosen);
+  if (chosen.empty() || have < 0) return "";
+  const int best = cpu.avx512 ? 3 : cpu.avx2_fma ? 2 : cpu.avx ? 1 : 0;
+  if (best <= have) return "";
+  return best == 3 ? "SkylakeX" : best == 2 ? "Haswell" : "Sandybridge";
+}
+
+std::string blas_core() {
+  using Corename = char* (*)();
+  auto corename = reinterpret_cast<Corename>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = corename ? corename() : nullptr;
+  return name ? name : "";
+}
+
+void choose_blas_kernels_before_exec() {
+  const std::string mode = env(kChoice);
+  if (mode == "keep") return;
+  if (!mode.empty() && mode != "auto") {
+    setenv("OPENBLAS_CORETYPE", mode.c_str(), 1);
+    return;
+  }
+  // What OpenBLAS runs: its own pick, or what OPENBLAS_CORETYPE asked for. An inherited setting
+  // older than the CPU (a profile written for another machine) is upgraded too.
+  const std::string running = blas_core();
+  const std::string better = better_openblas_core(running, this_cpu_vector_units());
+  if (better.empty()) return;
+  setenv(kPicked, running.c_str(), 1);
+  setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+}
+
+std::string blas_description() {
+  using Config = char* (*)();
+  auto config = reinterpret_cast<Config>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  const std::string core = blas_core();
+  if (!config || core.empty()) {
+    Dl_info info{};
+    if (blas().sgemm && dladdr(reinterpret_cast<void*>(blas().sgemm), &info) && info.dli_fname)
+      return std::string("not OpenBLAS: ") + info.dli_fname;
+    return "no BLAS found";
+  }
+  std::string d = std::string(config()) + ", " + core + " kernels";
+  const std::string forced = env("OPENBLAS_CORETYPE"), picked = env(kPicked), mode = env(kChoice);
+  if (!picked.empty() && lower(forced) == lower(core))
+    d += " (chosen by xl for this CPU over " + picked + "; " + kChoice + "=keep keeps " + picked + ")";
+  else if (!mode.empty() && mode != "auto" && mode != "keep")
+    d += std::string(" (") + kChoice + "=" + mode + ")";
+  else if (!forced.empty())
+    d += " (OPENBLAS_CORETYPE=" + forced + ")";
+  else
+    d += " (OpenBLAS's own choice)";
+  return d;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name, family, model;
+  auto value = [&] { return line.substr(std::min(line.size(), line.find(':') + 2)); };
+  while (std::getline(in, line) && (name.empty() || family.empty() || model.empty())) {
+    if (name.empty() && line.rfind("model name", 0) == 0) name = value();
+    else if (family.empty() && line.rfind("cpu family", 0) == 0) family = value();
+    else if (model.empty() && line.rfind("model\t", 0) == 0) model = value();
+  }
+  if (name.empty()) return "unknown CPU";
+  return family.empty() ? name : name + " (family " + family + ", model " + model + ")";
 }
 
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,

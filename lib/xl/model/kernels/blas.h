@@ -2,6 +2,7 @@
 // link dependency is added and another BLAS still works (without the OpenBLAS-only controls).
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace xl::model {
 
@@ -15,6 +16,38 @@ struct Blas {
 };
 
 const Blas& blas();
+
+// --- Which kernels OpenBLAS runs ---------------------------------------------------------------
+// OpenBLAS (built for every x86-64 CPU, as Debian's is) picks its kernel set ("core") when it
+// loads, or takes the one OPENBLAS_CORETYPE names. A version older than the CPU may not recognise
+// it, and a profile written for another machine may name older kernels (OPENBLAS_CORETYPE=Haswell
+// on a Zen 5 runs AVX2 kernels 1.6-1.9x slower than its AVX-512 ones). OpenBLAS reads the variable
+// only when it loads, so the choice is made before the tool re-executes itself. XL_BLAS_CORE
+// overrides: keep (run what OpenBLAS would) or a core name.
+
+// The instruction sets that decide which kernels can run.
+struct CpuVectorUnits {
+  bool avx = false;
+  bool avx2_fma = false;
+  bool avx512 = false;  // F, BW, DQ and VL: what OpenBLAS's SkylakeX kernels use
+};
+CpuVectorUnits this_cpu_vector_units();
+
+// The core to ask OpenBLAS for, given the one it chose (any spelling) and what the CPU can run;
+// empty when its own choice is as good (or it is another BLAS, or unknown). Never a core whose
+// instructions the CPU lacks.
+std::string better_openblas_core(const std::string& chosen, const CpuVectorUnits& cpu);
+
+// Sets OPENBLAS_CORETYPE for the re-executed process when OpenBLAS would run older kernels than
+// the CPU allows, or as XL_BLAS_CORE says.
+void choose_blas_kernels_before_exec();
+
+// "OpenBLAS 0.3.21 ..., SkylakeX kernels (chosen by xl for this CPU over Haswell; ...)": for -v and
+// the benchmarks' JSON. blas_core() is the core running now, empty when unknown.
+std::string blas_core();
+std::string blas_description();
+// The CPU's model name (/proc/cpuinfo).
+std::string cpu_model_name();
 
 // Row-major C[m, n] = op(A) op(B) + beta C with op(X) = X or X^T, through the column-major sgemm
 // (C^T = op(B)^T op(A)^T). blas().sgemm must be present.

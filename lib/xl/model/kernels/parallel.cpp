@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "xl/model/kernels/blas.h"
+#include "xl/util/log.h"
 
 namespace xl::model {
 namespace {
@@ -60,6 +61,11 @@ void run_share(void* data) {
 void set_threads(int n) {
   at::set_num_threads(n);
   if (blas().set_threads) blas().set_threads(n);
+  static bool described = false;
+  if (!described) {
+    described = true;
+    XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description());
+  }
 }
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {

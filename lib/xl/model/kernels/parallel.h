@@ -8,7 +8,8 @@
 
 namespace xl::model {
 
-// Applies --threads to LibTorch (intra-op) and OpenBLAS.
+// Applies --threads to LibTorch (intra-op) and OpenBLAS; the first call says (-v) which CPU and
+// BLAS kernels the tool runs on.
 void set_threads(int n);
 
 // Calls f(b, e) on disjoint subranges covering [begin, end), in parallel when the range exceeds

@@ -1,0 +1,42 @@
+#include "xl/model/kernels/torch_process.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "xl/cli/tool_main.h"
+#include "xl/model/kernels/blas.h"
+
+namespace xl::model {
+namespace {
+
+// OpenMP (LibTorch) and OpenBLAS each keep busy-waiting worker threads; on a 2-core machine they
+// steal each other's cores. Both read their settings only when they load, as OpenBLAS reads its
+// kernel choice, so the process sets them and re-executes itself once. The same start-up also
+// quiets LibTorch's own log lines (glog in Debian's build, c10's in others: a failure is reported
+// once, by xl, in one line) and gives cuBLAS the fixed workspace its deterministic mode needs.
+void prepare_environment(char** argv) {
+  if (std::getenv("XL_RUNTIME_READY")) return;
+  setenv("XL_RUNTIME_READY", "1", 1);
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  setenv("GLOG_minloglevel", "3", 0);
+  setenv("TORCH_CPP_LOG_LEVEL", "FATAL", 0);
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+  choose_blas_kernels_before_exec();
+  execv("/proc/self/exe", argv);  // returns only on failure: carry on untuned
+}
+
+}  // namespace
+
+int run_torch_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body) {
+  prepare_environment(argv);
+  // Large tensors are allocated and freed every step: keep them in the heap instead of mapping and
+  // unmapping (and zeroing) pages each time.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 512 * 1024 * 1024);
+  return cli::run_tool(name, argc, argv, body);
+}
+
+}  // namespace xl::model

@@ -1,0 +1,87 @@
+// The BLAS layer: which OpenBLAS kernels xl asks for on which CPU (never a kernel set the CPU
+// cannot run, never a step down, unknown cores left alone), and the row-major GEMM against an
+// explicit loop for every transpose combination.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "xl/model/kernels/blas.h"
+
+using xl::model::better_openblas_core;
+using xl::model::CpuVectorUnits;
+
+namespace {
+
+CpuVectorUnits units(int level) {
+  CpuVectorUnits u;
+  u.avx = level >= 1;
+  u.avx2_fma = level >= 2;
+  u.avx512 = level >= 3;
+  return u;
+}
+
+TEST(BlasCore, AsksForTheWidestKernelsTheCpuRuns) {
+  // Zen 5 under OpenBLAS 0.3.21: Haswell's kernels on an AVX-512 CPU.
+  EXPECT_EQ(better_openblas_core("Haswell", units(3)), "SkylakeX");
+  EXPECT_EQ(better_openblas_core("Zen", units(3)), "SkylakeX");
+  EXPECT_EQ(better_openblas_core("Prescott", units(3)), "SkylakeX");  // the generic fallback
+  EXPECT_EQ(better_openblas_core("Sandybridge", units(2)), "Haswell");
+  EXPECT_EQ(better_openblas_core("NEHALEM", units(1)), "Sandybridge");  // any spelling
+}
+
+TEST(BlasCore, NeverAsksForKernelsTheCpuCannotRun) {
+  for (const char* core : {"Prescott", "Nehalem", "Sandybridge", "Haswell", "Zen"}) {
+    const std::string got = better_openblas_core(core, units(2));
+    EXPECT_TRUE(got.empty() || got == "Haswell") << core << " -> " << got;
+    EXPECT_EQ(better_openblas_core(core, units(0)), "") << core;
+  }
+  EXPECT_EQ(better_openblas_core("Prescott", units(1)), "Sandybridge");
+}
+
+TEST(BlasCore, KeepsAChoiceAsGoodOrOneItDoesNotKnow) {
+  EXPECT_EQ(better_openblas_core("SkylakeX", units(3)), "");
+  EXPECT_EQ(better_openblas_core("Cooperlake", units(3)), "");
+  EXPECT_EQ(better_openblas_core("SapphireRapids", units(3)), "");
+  EXPECT_EQ(better_openblas_core("Haswell", units(2)), "");
+  EXPECT_EQ(better_openblas_core("Zen", units(2)), "");
+  EXPECT_EQ(better_openblas_core("SkylakeX", units(2)), "");  // a user's override is not undone
+  EXPECT_EQ(better_openblas_core("Zen5", units(3)), "");      // a newer OpenBLAS's own core
+  EXPECT_EQ(better_openblas_core("neoversen1", units(3)), "");
+  EXPECT_EQ(better_openblas_core("", units(3)), "");  // another BLAS
+}
+
+TEST(BlasCore, TheCpuUnitsAreConsistent) {
+  const CpuVectorUnits u = xl::model::this_cpu_vector_units();
+  EXPECT_TRUE(!u.avx512 || u.avx2_fma);
+  EXPECT_TRUE(!u.avx2_fma || u.avx);
+  EXPECT_NE(xl::model::cpu_model_name(), "");
+}
+
+TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
+  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  torch::manual_seed(3);
+  const int64_t m = 37, n = 29, k = 53;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      // Stored as the transpose when op is T, with a leading dimension wider than the matrix.
+      auto a = torch::randn({ta ? k : m, (ta ? m : k) + 3});
+      auto b = torch::randn({tb ? n : k, (tb ? k : n) + 5});
+      auto c = torch::randn({m, n + 2});
+      auto c0 = c.clone();
+      xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1),
+                                 0.5f, c.data_ptr<float>(), c.size(1));
+      auto A = a.accessor<float, 2>(), B = b.accessor<float, 2>(), C = c.accessor<float, 2>(),
+           C0 = c0.accessor<float, 2>();
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0.5 * C0[i][j];
+          for (int64_t p = 0; p < k; ++p) s += double(ta ? A[p][i] : A[i][p]) * double(tb ? B[j][p] : B[p][j]);
+          worst = std::max(worst, std::abs(s - C[i][j]));
+        }
+      EXPECT_LT(worst, 1e-4) << "trans_a " << ta << " trans_b " << tb;
+      for (int64_t i = 0; i < m; ++i)  // the padding columns are untouched
+        for (int64_t j = n; j < n + 2; ++j) EXPECT_EQ(C[i][j], C0[i][j]);
+    }
+}
+
+}  // namespace
