@@ -16,6 +16,7 @@ packages=(
   bible-kjv               # the public-domain King James Bible: the offline demo corpus
   python3-h5py            # checks that our HDF5 files read from Python
   python3-torch           # checks that exported state_dicts load in PyTorch
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizers (scripts/fuzz.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -172,4 +172,13 @@ wait $pid || s=$?
 [ ! -e signalled.h5 ] || fail "an interrupted xl-tokenize left signalled.h5"
 no_temp_files .
 
+step "config files the fuzzer found: binary bytes are escaped, % pairs refused (they hung Boost)"
+printf 'n-layer = 4\x01\xff\n' >binary.ini
+expect 78 xl-train-phase1 -c binary.ini --max-steps 1 tokens.h5 -o never.h5
+stderr_is_one_line "binary.ini"
+grep -q 'x01' "$TMP/err" && ! LC_ALL=C grep -q $'\x01' "$TMP/err" || fail "control bytes not escaped: $(cat -v "$TMP/err")"
+printf 'm%%invalid_line%%mmaye{lmmm\n' >percent.ini
+expect 78 timeout 20 xl-train-phase1 -c percent.ini --max-steps 1 tokens.h5 -o never.h5
+stderr_is_one_line "percent.ini:1" "% pairs are not allowed"
+
 echo "exit_codes: all checks passed"

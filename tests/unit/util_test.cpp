@@ -59,3 +59,14 @@ TEST(Stats, StudentQuantilesAndIntervals) {
   EXPECT_EQ(stats::mean_ci95({5.0}).half_width, 0.0);
   EXPECT_EQ(stats::mean_ci95({}).n, 0);
 }
+
+TEST(Error, MessagesAreOnePrintableLine) {
+  // Quoted input of any bytes: controls and broken UTF-8 are escaped, text in any script is kept.
+  EXPECT_EQ(xl::printable_line("a\nb\tc\x7f"), "a\\x0ab\\x09c\\x7f");
+  EXPECT_EQ(xl::printable_line("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(xl::printable_line("x\xff\xc3"), "x\\xff\\xc3");
+  EXPECT_EQ(xl::printable_line("\xe0\x80\x80|\xed\xa0\x80|\xf4\x90\x80\x80"),
+            "\\xe0\\x80\\x80|\\xed\\xa0\\x80|\\xf4\\x90\\x80\\x80");
+  const xl::Error e(xl::kExitDataErr, "f.tsv:1: unknown vocab type 'char\x01\xfe'");
+  EXPECT_STREQ(e.what(), "f.tsv:1: unknown vocab type 'char\\x01\\xfe'");
+}

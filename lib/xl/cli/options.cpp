@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <set>
 #include <iostream>
 
@@ -108,8 +109,24 @@ void Options::parse_settings(const std::vector<std::string>& config_files,
 void Options::read_config_files(const std::vector<std::string>& files, const po::options_description& all) {
   // po::store keeps the first value it sees, so later files are stored first.
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
-    std::ifstream in(*it);
-    XL_CHECK(in, kExitNoInput, *it << ": cannot open config file");
+    std::ifstream file(*it);
+    XL_CHECK(file, kExitNoInput, *it << ": cannot open config file");
+    std::stringstream in;
+    in << file.rdbuf();
+    // Boost's error messages substitute placeholders such as %value% into themselves: a setting
+    // that contains one never finishes its message (a hang found by fuzzing).
+    {
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        line = line.substr(0, line.find('#'));  // comments may say anything
+        const size_t open = line.find('%');
+        const size_t close = open == std::string::npos ? open : line.find('%', open + 1);
+        XL_CHECK(close == std::string::npos, kExitConfig,
+                 *it << ":" << n << ": '" << line.substr(open, close - open + 1) << "': % pairs are not allowed in settings");
+      }
+      in.clear();
+      in.seekg(0);
+    }
     try {
       po::store(po::parse_config_file(in, all, false), vm_);
     } catch (const po::error& e) {

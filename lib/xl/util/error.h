@@ -18,9 +18,13 @@ enum ExitCode : int {
   kExitConfig = 78,     // bad configuration
 };
 
+// `text` as one printable line: control bytes, DEL and bytes outside well-formed UTF-8 become
+// \xNN (messages quote input, and input may be anything).
+std::string printable_line(const std::string& text);
+
 class Error : public std::runtime_error {
  public:
-  Error(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Error(int code, const std::string& message) : std::runtime_error(printable_line(message)), code_(code) {}
   int code() const { return code_; }
 
  private:

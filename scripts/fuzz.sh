@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of every reader of outside input (fuzz/): builds the libFuzzer targets
+# with clang under AddressSanitizer and UndefinedBehaviorSanitizer in build-fuzz/, seeds each with
+# real files made by the built tools (build/bin), runs each for SECONDS and prints one JSON line
+# per target (executions, corpus size, findings). A finding stops with the target's exit status,
+# its input saved as build-fuzz/findings/<target>/crash-*.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each, every target)
+#
+# TARGET: vocab_tsv tokens_h5 config_ini char_text (the xl_core readers).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(vocab_tsv tokens_h5 config_ini char_text)
+
+if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  echo "fuzz.sh: installing clang and its fuzzer runtime" >&2
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get install -y -q --no-install-recommends clang libclang-rt-14-dev >/dev/null
+fi
+[ -x build/bin/xl-tokenize ] || scripts/build.sh
+
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXL_FUZZ=ON -DXL_BUILD_TESTS=OFF \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+  -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" >/dev/null
+ninja -C build-fuzz "${targets[@]/#/fuzz_}" >&2
+
+# Seeds: real files of each format, made the way users make them.
+seeds=build-fuzz/seeds
+work=$(mktemp -d "${TMPDIR:-/tmp}/xl-fuzz-seeds.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+text="$root/../shared/data/tinyshakespeare/input.txt"
+[ -f "$text" ] || text="$root/README.md"
+head -c 20000 "$text" >"$work/text"
+mkdir -p "$seeds"/{vocab_tsv,tokens_h5,config_ini,char_text}
+B=build/bin
+for mode in byte char word; do
+  $B/xl-build-vocab -q --mode $mode "$work/text" -o "$seeds/vocab_tsv/$mode.tsv" -f
+  $B/xl-tokenize -q --mode $mode --split 0.8,0.1,0.1 "$work/text" -o "$seeds/tokens_h5/$mode.h5" -f
+done
+cp share/xl/configs/*.ini "$seeds/config_ini/"
+printf "# the keys the target declares\nn-layer = 4\nlr = 0.1  # a comment\nsame-length = true\n\n[ignored]\nskip-schedule = linear\ncutoffs = 1,2\n" >"$seeds/config_ini/declared.ini"
+head -c 4000 "$work/text" >"$seeds/char_text/english.txt"
+printf 'na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac10 \xf0\x9f\x98\x80\n' >"$seeds/char_text/utf8.txt"
+
+status=0
+for t in "${targets[@]}"; do
+  corpus=build-fuzz/corpus/$t findings=build-fuzz/findings/$t
+  mkdir -p "$corpus" "$findings"
+  echo "fuzz.sh: $t for ${seconds}s" >&2
+  log=build-fuzz/$t.log
+  rc=0
+  TMPDIR=$work ASAN_OPTIONS=detect_leaks=0 "build-fuzz/fuzz/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 \
+    -rss_limit_mb=4096 -malloc_limit_mb=2048 -timeout=20 \
+    -artifact_prefix="$findings/" "$corpus" "$seeds/$t" >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | awk '{s += $1} END {print s + 0}')
+  printf '{"target": "%s", "seconds": %s, "executions": %s, "corpus": %s, "exit": %s, "findings": %s}\n' \
+    "$t" "$seconds" "$execs" "$(ls "$corpus" | wc -l)" "$rc" "$(ls "$findings" | wc -l)"
+  if [ "$rc" -ne 0 ]; then
+    grep -m5 -E "FINDING|ERROR: |SUMMARY|==[0-9]+==" "$log" >&2 || tail -20 "$log" >&2
+    status=$rc
+  fi
+done
+exit "$status"
