@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "xl/text/utf8.h"
+#include "xl/util/utf8.h"
 #include "xl/util/error.h"
 
 namespace xl::fuzz {
@@ -32,7 +32,7 @@ void expect_clean_refusal(F&& read) {
     const std::string line = e.what();
     for (size_t i = 0; i < line.size();) {
       uint32_t cp = 0;
-      const int n = text::utf8_decode(line, i, &cp);
+      const int n = utf8_decode(line, i, &cp);
       if (n == 0 || cp < 0x20 || cp == 0x7f) finding("unprintable bytes in the error line: " + line);
       i += static_cast<size_t>(n);
     }

@@ -1,6 +1,6 @@
 #include "xl/text/escape.h"
 
-#include "xl/text/utf8.h"
+#include "xl/util/utf8.h"
 
 namespace xl::text {
 

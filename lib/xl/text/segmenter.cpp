@@ -1,6 +1,6 @@
 #include "xl/text/segmenter.h"
 
-#include "xl/text/utf8.h"
+#include "xl/util/utf8.h"
 #include "xl/util/error.h"
 
 namespace xl::text {

@@ -1,7 +1,7 @@
 #include "xl/text/tokenizer.h"
 
 #include "xl/text/segmenter.h"
-#include "xl/text/utf8.h"
+#include "xl/util/utf8.h"
 #include "xl/util/error.h"
 
 namespace xl::text {

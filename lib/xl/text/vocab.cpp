@@ -6,7 +6,7 @@
 
 #include "xl/text/escape.h"
 #include "xl/text/segmenter.h"
-#include "xl/text/utf8.h"
+#include "xl/util/utf8.h"
 #include "xl/util/error.h"
 #include "xl/util/sha256.h"
 

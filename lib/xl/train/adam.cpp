@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/util/error.h"
@@ -46,7 +47,7 @@ __attribute__((target("avx2,fma"))) void adam_range_avx2(const AdamScalars& a, f
   adam_range_scalar(a, p + i, g + i, m + i, v + i, n - i);
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHaveAvx2 = model::this_cpu_vector_units().avx2_fma;
 
 bool fusable(const torch::Tensor& p, const torch::Tensor& g) {
   return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(p) &&

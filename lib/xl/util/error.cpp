@@ -1,5 +1,7 @@
 #include "xl/util/error.h"
 
+#include "xl/util/utf8.h"
+
 namespace xl {
 
 std::string printable_line(const std::string& text) {
@@ -19,17 +21,11 @@ std::string printable_line(const std::string& text) {
       ++i;
       continue;
     }
-    // A lead byte and its continuation bytes are kept together (names and quotes in any script).
-    const size_t len = (c & 0xE0) == 0xC0 && c >= 0xC2 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 && c <= 0xF4 ? 4 : 0;
-    bool whole = len > 0 && i + len <= text.size();
-    for (size_t k = 1; whole && k < len; ++k) whole = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    if (whole && len > 2) {  // no overlong forms, surrogates or values past U+10FFFF
-      const auto d = static_cast<unsigned char>(text[i + 1]);
-      whole = !((c == 0xE0 && d < 0xA0) || (c == 0xED && d >= 0xA0) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d >= 0x90));
-    }
-    if (whole) {
-      out.append(text, i, len);
-      i += len;
+    uint32_t cp = 0;
+    const int len = utf8_decode(text, i, &cp);  // names and quotes in any script stay as they are
+    if (len > 0) {
+      out.append(text, i, static_cast<size_t>(len));
+      i += static_cast<size_t>(len);
     } else {
       escape(c);
       ++i;

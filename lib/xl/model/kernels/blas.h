@@ -31,6 +31,7 @@ struct CpuVectorUnits {
   bool avx2_fma = false;
   bool avx512 = false;  // F, BW, DQ and VL: what OpenBLAS's SkylakeX kernels use
 };
+// (also what the hand-written AVX2 kernels check before they run)
 CpuVectorUnits this_cpu_vector_units();
 
 // The core to ask OpenBLAS for, given the one it chose (any spelling) and what the CPU can run;

@@ -6,13 +6,15 @@
 #include <cmath>
 #include <limits>
 
+#include "xl/model/kernels/blas.h"
+
 // The element loops below are written to vectorize; -O2 alone does not if-convert them.
 #pragma GCC optimize("O3")
 
 namespace xl::model::rows {
 namespace {
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHaveAvx2 = model::this_cpu_vector_units().avx2_fma;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 template <typename T>

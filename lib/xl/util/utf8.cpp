@@ -1,6 +1,6 @@
-#include "xl/text/utf8.h"
+#include "xl/util/utf8.h"
 
-namespace xl::text {
+namespace xl {
 
 int utf8_decode(std::string_view s, size_t pos, uint32_t* cp) {
   auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
@@ -44,4 +44,4 @@ void utf8_append(uint32_t cp, std::string* out) {
   }
 }
 
-}  // namespace xl::text
+}  // namespace xl
