@@ -7,14 +7,16 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each, every target)
 #
-# TARGET: vocab_tsv tokens_h5 config_ini char_text (the xl_core readers).
+# TARGET: vocab_tsv tokens_h5 config_ini char_text (the xl_core readers; built in ~3 min), and
+# checkpoint_h5 torch_pickle grid_ini (the LibTorch layer's readers: the whole library is built
+# with clang and the sanitizers first, ~25 min on 2 cores).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vocab_tsv tokens_h5 config_ini char_text)
+[ ${#targets[@]} -gt 0 ] || targets=(vocab_tsv tokens_h5 config_ini char_text checkpoint_h5 torch_pickle grid_ini)
 
 if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   echo "fuzz.sh: installing clang and its fuzzer runtime" >&2
@@ -36,7 +38,7 @@ trap 'rm -rf "$work"' EXIT
 text="$root/../shared/data/tinyshakespeare/input.txt"
 [ -f "$text" ] || text="$root/README.md"
 head -c 20000 "$text" >"$work/text"
-mkdir -p "$seeds"/{vocab_tsv,tokens_h5,config_ini,char_text}
+mkdir -p "$seeds"/{vocab_tsv,tokens_h5,config_ini,char_text,checkpoint_h5,torch_pickle,grid_ini}
 B=build/bin
 for mode in byte char word; do
   $B/xl-build-vocab -q --mode $mode "$work/text" -o "$seeds/vocab_tsv/$mode.tsv" -f
@@ -45,6 +47,20 @@ done
 cp share/xl/configs/*.ini "$seeds/config_ini/"
 printf "# the keys the target declares\nn-layer = 4\nlr = 0.1  # a comment\nsame-length = true\n\n[ignored]\nskip-schedule = linear\ncutoffs = 1,2\n" >"$seeds/config_ini/declared.ini"
 head -c 4000 "$work/text" >"$seeds/char_text/english.txt"
+# Checkpoints of small models (each group the loader reads: model, optimizer, generators,
+# memories, analysis; an adaptive softmax; a pruned one with per-layer heads; one with head scores), their
+# torch.save exports, and the grids that ship.
+small="--n-layer 2 --d-model 16 --n-head 2 --d-head 8 --d-inner 32 --tgt-len 8 --mem-len 8 --batch-size 2 --eval-interval 0 --threads 1 -q"
+$B/xl-tokenize -q --mode byte --split 0.8,0.1,0.1 "$work/text" -o "$work/byte.h5" -f
+$B/xl-train-phase1 $small --max-steps 2 "$work/byte.h5" -o "$seeds/checkpoint_h5/p1.h5" -f
+$B/xl-train-phase1 $small --max-steps 2 --cutoffs 40,80 --div-val 2 "$work/byte.h5" -o "$seeds/checkpoint_h5/adaptive.h5" -f
+prune="$B/xl-prune-heads -q --threads 1 --tgt-len 8 --batch-size 2 --max-tokens 200 --importance-max-tokens 200"
+$prune --mode iterative --prune-heads 1 "$seeds/checkpoint_h5/p1.h5" "$work/byte.h5" -o "$seeds/checkpoint_h5/pruned.h5" -f >/dev/null
+$prune --mode importance "$seeds/checkpoint_h5/p1.h5" "$work/byte.h5" -o "$seeds/checkpoint_h5/scored.h5" -f >/dev/null
+for c in p1 adaptive; do
+  $B/xl-import-torch -q --export "$seeds/checkpoint_h5/$c.h5" -o "$seeds/torch_pickle/$c.pt" -f >/dev/null 2>&1
+done
+cp share/xl/grids/*.ini "$seeds/grid_ini/"
 printf 'na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac10 \xf0\x9f\x98\x80\n' >"$seeds/char_text/utf8.txt"
 
 status=0

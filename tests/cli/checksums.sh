@@ -62,3 +62,37 @@ PY
 expect 0 xl-inspect --verify old.h5
 grep -q "have none" "$TMP/out" || fail "unchecked datasets not reported: $(cat "$TMP/out")"
 expect 0 xl-eval-longctx --threads 1 --max-tokens 200 old.h5 tokens.h5
+
+step "variable-length string attributes (xl 0.2, h5py) are refused until the trusted file is upgraded"
+cp p1.h5 vl.h5
+$PY - vl.h5 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    for key in ("phase", "model_config", "state"):
+        value = f.attrs[key]
+        value = value.decode() if isinstance(value, bytes) else str(value)
+        del f.attrs[key]
+        f.attrs[key] = value  # h5py writes a str as a variable-length string
+    assert h5py.check_string_dtype(f.attrs.get_id("state").dtype).length is None
+PY
+expect 65 xl-eval-longctx --threads 1 --max-tokens 200 vl.h5 tokens.h5
+stderr_is_one_line "vl.h5" "variable-length string"
+grep -q -- "--upgrade" "$TMP/err" || fail "the refusal does not name the fix: $(cat "$TMP/err")"
+expect 65 xl-inspect vl.h5
+expect 0 xl-inspect --upgrade --json vl.h5
+[ "$(json "$TMP/out" 'j["upgraded_attributes"]')" = 3 ] || fail "not 3 attributes upgraded: $(cat "$TMP/out")"
+ls vl.h5.tmp.* 2>/dev/null && fail "upgrade left a temp file"
+expect 0 xl-eval-longctx --threads 1 --max-tokens 200 --format tsv vl.h5 tokens.h5
+cut -f1-4 "$TMP/out" >vl.tsv
+expect 0 xl-eval-longctx --threads 1 --max-tokens 200 --format tsv p1.h5 tokens.h5
+cut -f1-4 "$TMP/out" | cmp -s - vl.tsv || fail "the upgraded checkpoint evaluates differently"
+expect 0 xl-inspect --upgrade vl.h5
+grep -q "nothing to upgrade" "$TMP/out" || fail "a second upgrade changed something: $(cat "$TMP/out")"
+# Today's files hold fixed-length strings only, long ones included.
+$PY - p1.h5 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1]) as f:
+    for k in f.attrs:
+        t = h5py.check_string_dtype(f.attrs.get_id(k).dtype)
+        assert t is None or t.length is not None, k
+PY

@@ -41,10 +41,10 @@ const std::set<std::string>& phase1_option_names() {
 // Later settings win; each key keeps its first position.
 OptionList overrides_in_order(const OptionList& overrides) {
   OptionList out;
-  for (const auto& [k, v] : overrides) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == k; });
-    if (it == out.end()) out.emplace_back(k, v);
-    else it->second = v;
+  for (const auto& kv : overrides) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == kv.first; });
+    if (it == out.end()) out.push_back(kv);
+    else it->second = kv.second;
   }
   return out;
 }
@@ -211,7 +211,9 @@ Grid parse_grid(const std::string& text, const std::string& path, const std::str
   bool have_base = false;
   g.name = fs::path(path).stem().string();
   for (size_t i = 0; i < grid->entries.size(); ++i) {
-    const auto& [key, value] = grid->entries[i];
+    // Named references, not a structured binding: lambdas below capture `key` (C++17 clang).
+    const std::string& key = grid->entries[i].first;
+    const std::string& value = grid->entries[i].second;
     const std::string at = where(*grid, i) + ": " + key;
     auto count = [&](const std::string& v) -> int64_t {
       try {

@@ -44,6 +44,9 @@ void verify_dataset(hid_t root, const char* name, VerifyState* st) {
   const hssize_t points = space.valid() ? H5Sget_simple_extent_npoints(space) : -1;
   const size_t size = type.valid() ? H5Tget_size(type) : 0;
   if (points < 0 || size == 0) fail(file, kExitDataErr, "cannot read the shape of " + path + " (corrupt file?)");
+  // Variable-length elements would be read from the global heap (see read_attr_string); xl writes none.
+  if (H5Tdetect_class(type, H5T_VLEN) != 0 || H5Tis_variable_str(type) != 0)
+    fail(file, kExitDataErr, "dataset " + path + " has variable-length elements (not an xl tensor)");
   // A damaged header may claim any shape: no dataset holds more bytes than its file.
   const double bytes = static_cast<double>(points) * static_cast<double>(size);
   if (st->file_bytes >= 0 && bytes > static_cast<double>(st->file_bytes))

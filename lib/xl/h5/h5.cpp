@@ -1,5 +1,8 @@
 #include "xl/h5/h5.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <hdf5_hl.h>
 
 #include <cstring>
@@ -101,6 +104,9 @@ File File::create(const std::string& path, const std::string& display_name) {
   File f;
   f.name_ = display_name;
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  // The 1.8 format: fixed-length attributes above 64 KiB (a long validation history) go to dense
+  // storage; any HDF5 from 1.8 on reads it.
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
   std::string name = path;
   if (path.empty()) {
     // In memory, never written to disk: image() hands out the bytes.
@@ -224,11 +230,16 @@ void write_attr_typed(hid_t obj, const std::string& name, hid_t file_type, hid_t
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value) {
   Handle type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_size(type, std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
   H5Tset_cset(type, H5T_CSET_UTF8);
-  const char* p = value.c_str();
-  write_attr_typed(obj, name, type, type, &p);
+  write_attr_typed(obj, name, type, type, value.c_str());
 }
+
+namespace {
+std::atomic<bool> g_trust_variable_length_strings{false};
+}
+void trust_variable_length_strings(bool trust) { g_trust_variable_length_strings = trust; }
 void write_attr(hid_t obj, const std::string& name, int64_t value) {
   write_attr_typed(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
@@ -244,6 +255,10 @@ std::optional<std::string> read_attr_string(hid_t obj, const std::string& name) 
   Handle ftype(H5Aget_type(attr));
   if (H5Tget_class(ftype) != H5T_STRING) return std::nullopt;
   if (H5Tis_variable_str(ftype) > 0) {
+    if (!g_trust_variable_length_strings)
+      fail(file_of(obj), kExitDataErr,
+           "attribute " + name + " is a variable-length string (xl 0.2 and h5py write those), which this HDF5 "
+           "cannot read safely from an untrusted file; if you trust the file, `xl-inspect --upgrade FILE` rewrites it");
     Handle mtype(H5Tcopy(H5T_C_S1));
     H5Tset_size(mtype, H5T_VARIABLE);
     H5Tset_cset(mtype, H5Tget_cset(ftype));
@@ -258,6 +273,8 @@ std::optional<std::string> read_attr_string(hid_t obj, const std::string& name) 
   std::string s(n, '\0');
   Handle mtype(H5Tcopy(H5T_C_S1));
   H5Tset_size(mtype, n);
+  H5Tset_cset(mtype, H5Tget_cset(ftype));  // HDF5 converts no string between character sets
+  H5Tset_strpad(mtype, H5T_STR_NULLPAD);   // all n bytes; NULLTERM would drop the last
   if (H5Aread(attr, mtype, s.data()) < 0) return std::nullopt;
   s.resize(std::strlen(s.c_str()));
   return s;

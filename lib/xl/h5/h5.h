@@ -65,7 +65,12 @@ Handle open_group(hid_t loc, const std::string& path, const std::string& file);
 // Names of the direct children of a group, in creation or name order.
 std::vector<std::string> list(hid_t loc, const std::string& path);
 
+// Strings are written fixed-length (in the attribute itself). Variable-length strings live in
+// HDF5's global heap, which HDF5 1.10 reads without bounds checks (a crafted file overflows the
+// heap of the reader), so read_attr_string refuses them (65 naming the file and the fix) unless
+// trust_variable_length_strings(true) was called: xl-inspect --upgrade, for files of xl 0.2.
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
+void trust_variable_length_strings(bool trust);
 void write_attr(hid_t obj, const std::string& name, int64_t value);
 void write_attr(hid_t obj, const std::string& name, double value);
 bool has_attr(hid_t obj, const std::string& name);

@@ -1,12 +1,14 @@
 #include "xl/h5/inspect.h"
 
 #include <cstdio>
+#include <exception>
 #include <iomanip>
 #include <limits>
 #include <sstream>
 
 #include "xl/h5/formats.h"
 #include "xl/h5/tokens_file.h"
+#include "xl/util/error.h"
 
 namespace xl::h5 {
 namespace {
@@ -49,19 +51,25 @@ std::string dtype_name(hid_t ds) {
 struct VisitState {
   nlohmann::json* datasets;
   std::string file;
+  std::exception_ptr error;  // exceptions must not unwind through HDF5's C frames
 };
 
 herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* data) {
   auto* st = static_cast<VisitState*>(data);
   if (info->type != H5O_TYPE_DATASET) return 0;
-  nlohmann::json d;
-  d["path"] = std::string("/") + name;
-  d["shape"] = dataset_dims(obj, name, st->file);
-  Handle ds(H5Dopen2(obj, name, H5P_DEFAULT));
-  d["dtype"] = dtype_name(ds);
-  if (auto tag = read_attr_string(ds, "torch_dtype")) d["torch_dtype"] = *tag;
-  st->datasets->push_back(d);
-  return 0;
+  try {
+    nlohmann::json d;
+    d["path"] = std::string("/") + name;
+    d["shape"] = dataset_dims(obj, name, st->file);
+    Handle ds(H5Dopen2(obj, name, H5P_DEFAULT));
+    d["dtype"] = dtype_name(ds);
+    if (auto tag = read_attr_string(ds, "torch_dtype")) d["torch_dtype"] = *tag;
+    st->datasets->push_back(d);
+    return 0;
+  } catch (...) {
+    st->error = std::current_exception();
+    return 1;  // stops the walk
+  }
 }
 
 // The checkpoint summary: phase, training position, model configuration, parameter count,
@@ -246,8 +254,10 @@ nlohmann::json describe(const File& file) {
     }
   }
   nlohmann::json datasets = nlohmann::json::array();
-  VisitState st{&datasets, file.name()};
-  H5Ovisit(file.id(), H5_INDEX_NAME, H5_ITER_INC, visit, &st);
+  VisitState st{&datasets, file.name(), nullptr};
+  const herr_t walked = H5Ovisit(file.id(), H5_INDEX_NAME, H5_ITER_INC, visit, &st);
+  if (st.error) std::rethrow_exception(st.error);
+  if (walked < 0) fail(file.name(), kExitDataErr, "cannot walk the file's objects (corrupt file?)");
   j["datasets"] = datasets;
   return j;
 }

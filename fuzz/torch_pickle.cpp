@@ -1,0 +1,17 @@
+// The torch.save reader behind xl-import-torch (zip archive + pickle, parsed by hand): any bytes
+// are refused cleanly, or give named tensors whose Transformer-XL config is inferred and imported.
+#include "fuzz_support.h"
+#include "xl/interop/torch_pickle.h"
+#include "xl/interop/txl_state_dict.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  xl::fuzz::expect_clean_refusal([&] {
+    const auto state_dict = xl::interop::parse_torch_state_dict(bytes, "", "fuzz.pt");
+    for (const auto& [name, tensor] : state_dict)
+      if (!tensor.defined()) xl::fuzz::finding("undefined tensor " + name);
+    const auto cfg = xl::interop::torch_config(state_dict, {}, "fuzz.pt");
+    (void)xl::interop::import_torch_tensors(state_dict, cfg, "fuzz.pt");
+  });
+  return 0;
+}
