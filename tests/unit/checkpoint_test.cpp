@@ -10,6 +10,7 @@
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/inspect.h"
 #include "xl/h5/tokens_file.h"
+#include "xl/model/model_io.h"
 #include "xl/text/vocab.h"
 #include "xl/util/error.h"
 
@@ -322,4 +323,31 @@ TEST_F(CheckpointTest, InspectSummarizesACheckpoint) {
   for (const char* s : {"phase1", "step 1000", "n_layer 2", "d_model 8", "parameters: 296", "/model: 3 datasets",
                         "/optimizer: 1 dataset,", "head mask [2 x 2]: 3 of 4 heads kept", "complete"})
     EXPECT_NE(text.find(s), std::string::npos) << s << "\n" << text;
+}
+
+// A crafted config may ask for a model of any size: refused (65) before anything is allocated,
+// whenever it needs more parameters than the file holds.
+TEST(CheckpointLimits, AConfigBiggerThanItsTensorsIsRefused) {
+  xl::model::ModelConfig cfg;
+  cfg.n_layer = 1;
+  cfg.d_model = 16;
+  cfg.n_head = 2;
+  cfg.d_head = 8;
+  cfg.d_inner = 32;
+  xl::model::TransformerXL model(cfg);
+  Checkpoint ckpt;
+  ckpt.model = xl::model::model_tensors(model);
+  ckpt.model_config = cfg.to_json();
+  EXPECT_NO_THROW(xl::model::model_from_checkpoint(ckpt, "small.h5"));
+  ckpt.model_config["n_layer"] = 100000;
+  ckpt.model_config["d_inner"] = 1 << 20;
+  try {
+    xl::model::model_from_checkpoint(ckpt, "huge.h5");
+    FAIL() << "a config a million times bigger than its tensors was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitDataErr);
+    EXPECT_NE(std::string(e.what()).find("huge.h5"), std::string::npos) << e.what();
+  }
+  ckpt.model_config["d_model"] = int64_t{1} << 30;  // beyond any model's dimensions
+  EXPECT_THROW(xl::model::model_from_checkpoint(ckpt, "huge.h5"), Error);
 }

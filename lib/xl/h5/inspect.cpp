@@ -1,5 +1,7 @@
 #include "xl/h5/inspect.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <iomanip>
@@ -136,6 +138,20 @@ nlohmann::json describe_checkpoint(const File& file) {
                                            mask.begin() + static_cast<ptrdiff_t>((l + 1) * dims[1])));
       k["head_mask"] = rows;
     }
+  }
+  // Adaptive span: each head's learned span z S (z clamped to [0, 1], as the model uses it).
+  const auto& mc = k["model_config"];
+  if (mc.is_object() && mc.value("adaptive_span", false) && mc.contains("n_layer") && mc["n_layer"].is_number_integer()) {
+    const double span_max = mc.value("span_max", 0.0);
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t l = 0; l < mc["n_layer"].get<int64_t>(); ++l) {
+      const std::string path = "model/layers." + std::to_string(l) + ".dec_attn.span_z";
+      if (!exists(root, path)) break;
+      nlohmann::json row = nlohmann::json::array();
+      for (double z : read_dataset<double>(root, path, file.name())) row.push_back(std::min(1.0, std::max(0.0, z)) * span_max);
+      rows.push_back(row);
+    }
+    k["spans"] = rows;
   }
   return k;
 }
@@ -300,6 +316,15 @@ std::string describe_text(const nlohmann::json& j) {
       os << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << " "
          << t["shape"].dump() << "\n";
     head_mask_text(os, j["checkpoint"]);
+    if (j["checkpoint"].contains("spans")) {
+      os << "adaptive spans (positions, per head):\n";
+      const auto& rows = j["checkpoint"]["spans"];
+      for (size_t l = 0; l < rows.size(); ++l) {
+        os << "  layer " << std::setw(2) << l << ":";
+        for (const auto& x : rows[l]) os << " " << std::lround(x.get<double>());
+        os << "\n";
+      }
+    }
   } else if (!j.contains("splits")) {
     os << "datasets:\n";
     for (const auto& d : j["datasets"]) os << "  " << d["path"].get<std::string>() << " " << d["dtype"].get<std::string>() << " " << d["shape"].dump() << "\n";

@@ -342,6 +342,10 @@ checkpoint::Checkpoint import_torch_checkpoint(const checkpoint::TensorList& sd,
 
 TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::string& file) {
   const ModelConfig& cfg = src->config;
+  XL_CHECK(!cfg.has_variant() && cfg.ff, kExitDataErr,
+           file << ": uses attention " << cfg.attention << (cfg.persistent_mem ? ", persistent memory" : "")
+                << (cfg.adaptive_span ? ", adaptive span" : "") << (cfg.ff ? "" : ", no feed-forward")
+                << "; a PyTorch Transformer-XL has none of these variants");
   ModelConfig target = cfg;
   if (!cfg.heads_per_layer.empty()) {
     const auto& h = cfg.heads_per_layer;

@@ -8,7 +8,8 @@ namespace xl::model {
 #define XL_MODEL_FIELDS(X)                                                                                 \
   X(n_token) X(n_layer) X(d_model) X(n_head) X(d_head) X(d_inner) X(d_embed) X(dropout) X(dropatt)         \
   X(pre_lnorm) X(untie_r) X(clamp_len) X(same_length) X(cutoffs) X(div_val) X(tie_weight) X(tie_projs)     \
-  X(init_std) X(proj_init_std) X(heads_per_layer)
+  X(init_std) X(proj_init_std) X(heads_per_layer) X(attention) X(mgk_keys) X(mgk_estep) X(persistent_mem) X(ff)     \
+  X(adaptive_span) X(span_max) X(span_ramp) X(span_loss)
 
 nlohmann::json ModelConfig::to_json() const {
   nlohmann::json j;
@@ -36,6 +37,17 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
 #undef XL_GET
   c.validate(source);
   return c;
+}
+
+double ModelConfig::minimum_parameters() const {
+  double n = static_cast<double>(n_token);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const double heads = static_cast<double>(heads_in_layer(l)), d = static_cast<double>(d_model);
+    n += 5 * heads * static_cast<double>(d_head) * d;  // q, k, v, r, o
+    if (ff) n += 2 * d * static_cast<double>(d_inner);
+    n += 2 * heads * static_cast<double>(persistent_mem) * static_cast<double>(d_head);
+  }
+  return n;
 }
 
 std::vector<int64_t> ModelConfig::fit_to_vocab(int64_t vocab_size) {
@@ -85,6 +97,21 @@ void ModelConfig::validate(const std::string& source) const {
       if (h < 0 || h > n_head) bad("heads_per_layer", "entries must be in [0, n_head]");
   }
   if (init_std <= 0 || proj_init_std <= 0) bad("init_std", "must be positive");
+  if (attention != "rel" && attention != "mgk" && attention != "smgk") bad("attention", "must be rel, mgk or smgk");
+  if (mgk_keys < 1 || mgk_keys > 16) bad("mgk_keys", "must be in [1, 16]");
+  if (mgk_estep != "soft" && mgk_estep != "hard") bad("mgk_estep", "must be soft or hard");
+  if (persistent_mem < 0) bad("persistent_mem", "must not be negative");
+  if (!ff && persistent_mem == 0) bad("ff", "can be off only with persistent_mem > 0 (the persistent vectors replace it)");
+  if (is_mgk() && persistent_mem > 0) bad("persistent_mem", "is not supported with MGK attention (its keys are not Gaussian mixtures)");
+  if (span_max < 0) bad("span_max", "must not be negative");
+  if (span_ramp < 1) bad("span_ramp", "must be at least 1");
+  if (span_loss < 0) bad("span_loss", "must not be negative");
+  // Sizes a file may claim: no dimension beyond what any model here could use.
+  const int64_t limit = int64_t{1} << 24;
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"n_token", n_token}, {"n_layer", n_layer}, {"d_model", d_model},
+                        {"n_head", n_head}, {"d_head", d_head}, {"d_inner", d_inner}, {"d_embed", d_embed},
+                        {"persistent_mem", persistent_mem}, {"span_max", span_max}})
+    if (v > limit) bad(key, "is larger than " + std::to_string(limit));
 }
 
 }  // namespace xl::model

@@ -33,6 +33,20 @@ struct ModelConfig {
   double proj_init_std = 0.01;      // N(0, proj_init_std) for adaptive projections
   // After structural pruning layers may keep different numbers of heads; empty: n_head each.
   std::vector<int64_t> heads_per_layer;
+  // Attention variants (README "Attention variants"; model/attention_variants.h has the equations).
+  std::string attention = "rel";   // rel | mgk (M key projections per head) | smgk (one key, M learned shifts)
+  int64_t mgk_keys = 2;            // M: Gaussian keys per head
+  std::string mgk_estep = "soft";  // soft: log sum_m pi_m N_m; hard: the most likely key only
+  int64_t persistent_mem = 0;      // N learned key/value vectors per head and layer, in the softmax
+  bool ff = true;                  // feed-forward sublayer (off needs persistent_mem > 0)
+  bool adaptive_span = false;      // a learned soft limit on each head's attention span
+  int64_t span_max = 0;            // S: the longest span a head may learn (0: a new training sets mem + tgt len)
+  int64_t span_ramp = 32;          // R: the mask falls from 1 to 0 over R positions
+  double span_loss = 2e-6;         // the loss term's coefficient: span_loss * S * mean(z) per layer
+
+  bool is_mgk() const { return attention == "mgk" || attention == "smgk"; }
+  // Anything but Transformer-XL's own attention: the variant path (model/attention_variants).
+  bool has_variant() const { return is_mgk() || persistent_mem > 0 || adaptive_span; }
 
   int64_t embed_dim() const { return d_embed > 0 ? d_embed : d_model; }
   int64_t heads_in_layer(int64_t layer) const {
@@ -45,6 +59,10 @@ struct ModelConfig {
   // config written for WikiText-103 then fits a smaller corpus), with the tie_projs entries of the
   // clusters that go. Returns the cutoffs dropped.
   std::vector<int64_t> fit_to_vocab(int64_t vocab_size);
+
+  // A lower bound on the parameter count (projections, feed-forward, one embedding entry per
+  // token), in double: a config read from a file is checked against the tensors stored with it.
+  double minimum_parameters() const;
 
   nlohmann::json to_json() const;
   // Unknown keys and bad values fail with 78 (config) naming `source`.

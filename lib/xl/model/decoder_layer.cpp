@@ -25,14 +25,16 @@ torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases) {
   dec_attn = register_module("dec_attn", RelMultiHeadAttn(cfg, n_head, own_biases));
-  pos_ff = register_module("pos_ff", PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm));
+  // All-attention: persistent vectors may replace the feed-forward sublayer.
+  if (cfg.ff) pos_ff = register_module("pos_ff", PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                                         const torch::Tensor& u, const torch::Tensor& v,
                                         const std::vector<int64_t>& perm, const torch::Tensor& head_mask,
                                         torch::Tensor* kv_out) {
-  return pos_ff(dec_attn(w, mem, pass, u, v, perm, head_mask, kv_out));
+  torch::Tensor out = dec_attn(w, mem, pass, u, v, perm, head_mask, kv_out);
+  return pos_ff ? pos_ff(out) : out;
 }
 
 }  // namespace xl::model

@@ -26,7 +26,7 @@ class DecoderLayerImpl : public torch::nn::Module {
                         const torch::Tensor& u, const torch::Tensor& v, const std::vector<int64_t>& perm,
                         const torch::Tensor& head_mask, torch::Tensor* kv_out = nullptr);
   RelMultiHeadAttn dec_attn{nullptr};
-  PositionwiseFF pos_ff{nullptr};
+  PositionwiseFF pos_ff{nullptr};  // none with ff off
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -108,6 +108,13 @@ TransformerXL remove_heads(const TransformerXL& model, const torch::Tensor& keep
     put(p + "r_net.weight", select_heads(src.at(p + "r_net.weight"), 0, 1, heads, dh, idx));
     // o_net.weight [d, H*dh]: columns by head.
     put(p + "o_net.weight", select_heads(src.at(p + "o_net.weight"), 1, 1, heads, dh, idx));
+    if (cfg.attention == "mgk" && cfg.mgk_keys > 1)
+      put(p + "mgk_k_net.weight", select_heads(src.at(p + "mgk_k_net.weight"), 0, cfg.mgk_keys - 1, heads, dh, idx));
+    // The variants' per-head tensors: [H, ...].
+    for (const char* name : {"mgk_mu", "mgk_pi", "pers_key", "pers_val", "span_z"}) {
+      auto it = src.find(p + name);
+      if (it != src.end()) put(p + name, it->second.index_select(0, idx.to(it->second.device())));
+    }
     auto [u, v] = model->biases(l);
     put(p + "r_w_bias", u.index_select(0, idx.to(u.device())));
     put(p + "r_r_bias", v.index_select(0, idx.to(v.device())));

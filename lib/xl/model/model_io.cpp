@@ -24,6 +24,13 @@ void load_model_tensors(TransformerXL& model, const checkpoint::TensorList& tens
 
 TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const std::string& file) {
   ModelConfig cfg = ModelConfig::from_json(ckpt.model_config, file);
+  // A damaged or crafted config may ask for any size: no model bigger than the tensors stored.
+  double stored = 0;
+  for (const auto& [name, t] : ckpt.model) stored += static_cast<double>(t.numel());
+  const double needed = cfg.minimum_parameters();
+  XL_CHECK(needed <= stored, kExitDataErr,
+           file << ": its model config needs at least " << static_cast<int64_t>(needed) << " parameters, the file holds "
+                << static_cast<int64_t>(stored) << " (corrupt file?)");
   TransformerXL model(cfg);
   load_model_tensors(model, ckpt.model, file);
   model->eval();

@@ -101,7 +101,8 @@ torch::Tensor AttentionPass::mask(int64_t t, int64_t m, const torch::Device& dev
 }
 
 RelMultiHeadAttnImpl::RelMultiHeadAttnImpl(const ModelConfig& cfg, int64_t heads, bool own_biases)
-    : n_head(heads), d_head(cfg.d_head), d_model(cfg.d_model), pre_lnorm(cfg.pre_lnorm), dropout(cfg.dropout) {
+    : n_head(heads), d_head(cfg.d_head), d_model(cfg.d_model), pre_lnorm(cfg.pre_lnorm), dropout(cfg.dropout),
+      variants(cfg) {
   qkv_net = register_module("qkv_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, 3 * heads * d_head).bias(false)));
   r_net = register_module("r_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, heads * d_head).bias(false)));
   // LibTorch's Linear init divides by fan_in, 0 for a layer whose heads were all pruned: build
@@ -117,6 +118,22 @@ RelMultiHeadAttnImpl::RelMultiHeadAttnImpl(const ModelConfig& cfg, int64_t heads
     r_w_bias = register_parameter("r_w_bias", torch::zeros({heads, d_head}));
     r_r_bias = register_parameter("r_r_bias", torch::zeros({heads, d_head}));
   }
+  // Initial values: TransformerXLImpl::reset_parameters.
+  const int64_t m = cfg.mgk_keys;
+  if (cfg.attention == "mgk" && m > 1)
+    mgk_k_net = register_module("mgk_k_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, (m - 1) * heads * d_head).bias(false)));
+  if (cfg.attention == "smgk") mgk_mu = register_parameter("mgk_mu", torch::zeros({heads, m, d_head}));
+  if (cfg.is_mgk()) mgk_pi = register_parameter("mgk_pi", torch::zeros({heads, m}));
+  if (cfg.persistent_mem > 0) {
+    pers_key = register_parameter("pers_key", torch::zeros({heads, cfg.persistent_mem, d_head}));
+    pers_val = register_parameter("pers_val", torch::zeros({heads, cfg.persistent_mem, d_head}));
+  }
+  if (cfg.adaptive_span) span_z = register_parameter("span_z", torch::zeros({heads}));
+}
+
+torch::Tensor RelMultiHeadAttnImpl::span_loss() const {
+  if (!span_z.defined() || n_head == 0) return torch::zeros({});
+  return span_z.clamp(0, 1).mean() * (variants.span_loss * static_cast<double>(variants.span_max));
 }
 
 std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, int64_t position, int64_t t) {
@@ -154,7 +171,9 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     torch::Tensor w_q = weight.narrow(0, 0, h * dh);
     torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
     const torch::Tensor& w_r = r_net->weight;
-    torch::Tensor x_q, kv_proj;
+    torch::Tensor x_q, kv_proj, x_kv;
+    // MGK's extra keys are projected from the layer's inputs: no kept projections for it.
+    if (variants.is_mgk()) kv_out = nullptr;
     if (kv_out && m > 0 && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m) {
       // The memory's projections were kept when it was the segment: project only the segment.
       x_q = pre_lnorm ? layer_norm(w) : w;
@@ -162,7 +181,7 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       kv_proj = torch::cat({mem.kv.to(kv_seg.scalar_type()), kv_seg}, 1);
     } else {
       torch::Tensor cat = m > 0 ? torch::cat({mem.hidden, w}, 1) : w;
-      torch::Tensor x_kv = pre_lnorm ? layer_norm(cat) : cat;
+      x_kv = pre_lnorm ? layer_norm(cat) : cat;
       x_q = pre_lnorm ? x_kv.slice(1, m) : w;
       kv_proj = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh});
     }
@@ -181,9 +200,13 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
 
     torch::Tensor vec;  // [B, T, H, dh]
     // (same_length without memory hides every key: left to the general path, as before.)
-    const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
+    const bool blocked = !variants.has_variant() && !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
                          chunked_attention_usable(q);
-    if (blocked) {
+    if (variants.has_variant()) {
+      VariantParams params{torch::Tensor(), mgk_mu, mgk_pi, pers_key, pers_val, span_z};
+      if (mgk_k_net) params.mgk_keys = mgk_k_net(x_kv).view({b, k, variants.mgk_keys - 1, h, dh});
+      vec = variant_attention(variants, params, q, kv_proj, tables, blocks, perm, u, v, mask, pass.dropatt, pass.training);
+    } else if (blocked) {
       // Every operand in the projections' own layout; SCH is a head index inside the kernel.
       vec = chunked_relative_attention(q + u.view({1, 1, h, dh}), q + v.view({1, 1, h, dh}), kv_proj, tables,
                                        blocks, perm, mask, scale);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "xl/model/attention_variants.h"
 #include "xl/model/config.h"
 #include "xl/model/memory.h"
 #include "xl/model/positional.h"
@@ -48,12 +49,19 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
   // Blocks of keys sharing one distance table, for a memory of `mem` at `position` and T queries.
   static std::vector<KeyBlock> key_blocks(const LayerMemory& mem, int64_t position, int64_t t);
 
+  // The adaptive-span loss term of this layer: span_loss * S * mean(z) (0-d; zero without one).
+  torch::Tensor span_loss() const;
+
   int64_t n_head, d_head, d_model;
   bool pre_lnorm;
   double dropout;
+  ModelConfig variants;  // the attention variant settings (model/attention_variants.h)
   torch::nn::Linear qkv_net{nullptr}, r_net{nullptr}, o_net{nullptr};
   torch::nn::LayerNorm layer_norm{nullptr};
   torch::Tensor r_w_bias, r_r_bias;  // registered only when the layer owns its biases
+  // Registered only for the variants that use them (shapes in VariantParams).
+  torch::nn::Linear mgk_k_net{nullptr};  // mgk: keys 1..M-1, [(M-1) H dh, d_model]
+  torch::Tensor mgk_mu, mgk_pi, pers_key, pers_val, span_z;
 };
 TORCH_MODULE(RelMultiHeadAttn);
 

@@ -1,5 +1,7 @@
 #include "xl/model/transformer_xl.h"
 
+#include <cmath>
+
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/precision.h"
 #include "xl/util/error.h"
@@ -50,6 +52,16 @@ void TransformerXLImpl::reset_parameters(uint64_t seed) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
     if (name.find("layer_norm.weight") != std::string::npos) normal(p, 1.0, config.init_std);
+    // The variants' (attention_variants.h): as the MGK and all-attention code start them.
+    else if (ends_with("mgk_pi") || ends_with("span_z")) p.zero_();
+    else if (ends_with("mgk_mu")) {
+      p.zero_();
+      if (p.size(1) > 1) {
+        torch::Tensor rest = p.narrow(1, 1, p.size(1) - 1);
+        normal(rest, 0.0, 0.5);
+      }
+    } else if (ends_with("pers_key")) normal(p, 0.0, 1.0 / std::sqrt(static_cast<double>(config.d_head)));
+    else if (ends_with("pers_val")) normal(p, 0.0, 1.0 / std::sqrt(static_cast<double>(config.persistent_mem)));
     else if (ends_with("bias") && name.find("r_w_bias") == std::string::npos && name.find("r_r_bias") == std::string::npos)
       p.zero_();
     else if (name.find("emb_projs") != std::string::npos || name.find("out_projs") != std::string::npos)
@@ -114,6 +126,23 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   memory.position += t;
   if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
   return h;
+}
+
+torch::Tensor TransformerXLImpl::span_loss(const std::vector<bool>& skip) const {
+  torch::Tensor sum;
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    if (!skip.empty() && skip[static_cast<size_t>(l)]) continue;
+    torch::Tensor term = layer_list[static_cast<size_t>(l)]->dec_attn->span_loss();
+    sum = sum.defined() ? sum + term : term;
+  }
+  return sum.defined() ? sum : torch::zeros({});
+}
+
+void TransformerXLImpl::clamp_spans() {
+  if (!config.adaptive_span) return;
+  torch::NoGradGuard no_grad;
+  for (auto& layer : layer_list)
+    if (layer->dec_attn->span_z.defined()) layer->dec_attn->span_z.clamp_(0, 1);
 }
 
 torch::Tensor TransformerXLImpl::forward(const torch::Tensor& input, const torch::Tensor& target, Memory& memory,

@@ -47,6 +47,13 @@ class TransformerXLImpl : public torch::nn::Module {
   Memory new_memory() const { return Memory::empty(config.n_layer); }
   std::vector<int64_t> heads_per_layer() const;
 
+  // Adaptive span's loss term over the layers not skipped (0-d; zero without adaptive span).
+  torch::Tensor span_loss(const std::vector<bool>& skip = {}) const;
+
+  // Puts each adaptive-span z back into [0, 1] after an optimizer step (as adaptive-span does):
+  // a z below 0 would get no gradient from the mask again.
+  void clamp_spans();
+
   // u, v of layer `l`.
   std::pair<torch::Tensor, torch::Tensor> biases(int64_t l) const;
 

@@ -46,6 +46,16 @@ void add_model_options(cli::Options& cli, ModelDefaults d) {
       ("tie-projs", value(std::string(), d), "per cluster: tie output projections, e.g. false,true,true,true")
       ("init-std", real(m.init_std, d), "N(0, init-std) weights")
       ("proj-init-std", real(m.proj_init_std, d), "N(0, proj-init-std) adaptive projections");
+  cli.add(d == ModelDefaults::kShown ? "Attention variants (README: Attention variants)" : "Attention variants")
+      ("attention", value(m.attention, d), "rel (Transformer-XL), mgk (mixture of Gaussian keys) or smgk (shifted keys)")
+      ("mgk-keys", value(m.mgk_keys, d), "MGK: Gaussian keys per head")
+      ("mgk-estep", value(m.mgk_estep, d), "MGK: soft (mixture) or hard (the most likely key)")
+      ("persistent-mem", value(m.persistent_mem, d), "learned key/value vectors per head and layer in the softmax (0: none)")
+      ("ff", boolean(m.ff, d), "feed-forward sublayer (false/off needs --persistent-mem)")
+      ("adaptive-span", boolean(m.adaptive_span, d), "learn each head's attention span (true/on)")
+      ("span-max", value(m.span_max, d), "adaptive span: the longest span (0: mem-len + tgt-len)")
+      ("span-ramp", value(m.span_ramp, d), "adaptive span: width of the mask's ramp")
+      ("span-loss", real(m.span_loss, d), "adaptive span: loss coefficient per position of span");
 }
 
 GivenModel given_model(const cli::Options& cli) {
@@ -73,6 +83,15 @@ GivenModel given_model(const cli::Options& cli) {
   take("tie-weight", m.tie_weight);
   take("init-std", m.init_std);
   take("proj-init-std", m.proj_init_std);
+  take("attention", m.attention);
+  take("mgk-keys", m.mgk_keys);
+  take("mgk-estep", m.mgk_estep);
+  take("persistent-mem", m.persistent_mem);
+  take("ff", m.ff);
+  take("adaptive-span", m.adaptive_span);
+  take("span-max", m.span_max);
+  take("span-ramp", m.span_ramp);
+  take("span-loss", m.span_loss);
   if (cli.has("cutoffs")) {
     m.cutoffs = parse::int_list(cli.get<std::string>("cutoffs"), "--cutoffs");
     if (cli.given("cutoffs")) g.fields.insert("cutoffs");

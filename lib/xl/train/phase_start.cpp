@@ -107,6 +107,8 @@ PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
   if (!dropped.empty())
     p.notes.push_back("the vocab has " + std::to_string(vocab_size) + " entries: cutoffs " +
                       nlohmann::json(dropped).dump() + " dropped, clusters " + nlohmann::json(p.model.cutoffs).dump() + " kept");
+  // Adaptive span: by default a head may learn to see everything a training segment can.
+  if (p.model.adaptive_span && p.model.span_max == 0) p.model.span_max = p.config.mem_len + p.config.tgt_len;
   p.model.validate("model settings");
   TrainConfig& c = p.config;
   if (c.schedule_steps == 0) c.schedule_steps = c.max_steps;

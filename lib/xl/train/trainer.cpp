@@ -290,8 +290,10 @@ Trainer::Step Trainer::train_step() {
       model::AutocastScope autocast(precision_, device_);
       loss = model_->forward(in, tg, memories_[static_cast<size_t>(c)], opts).mean();
     }
+    // Adaptive span's term joins the objective, not the reported loss.
+    torch::Tensor objective = model_->config.adaptive_span ? loss + model_->span_loss(out.skips).to(loss.device()) : loss;
     if (c + 1 == chunks) sync_->arm();  // the gradients are final in this backward pass
-    (loss * (loss_scale / static_cast<double>(chunks))).backward();
+    (objective * (loss_scale / static_cast<double>(chunks))).backward();
     loss_sum += loss.item<double>();
   }
   sync_->finish();
@@ -321,6 +323,7 @@ Trainer::Step Trainer::train_step() {
   }
   state_.last_lr = schedule_.at(done);
   adam_->step(state_.last_lr);
+  model_->clamp_spans();
   adam_->clear_grads();
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return out;

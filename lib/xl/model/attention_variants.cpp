@@ -1,0 +1,127 @@
+#include "xl/model/attention_variants.h"
+
+#include <cmath>
+
+#include "xl/model/kernels/fused_dropout.h"
+
+namespace xl::model {
+
+torch::Tensor key_distances(const std::vector<KeyBlock>& blocks, int64_t t, int64_t k) {
+  torch::Tensor d = torch::zeros({t, k}, torch::kLong);
+  auto i = torch::arange(t, torch::kLong).unsqueeze(1);
+  for (const auto& blk : blocks) {
+    auto j = torch::arange(blk.len, torch::kLong).unsqueeze(0);
+    // Table row j + T - 1 - i holds distance d_max - row.
+    d.narrow(1, blk.col, blk.len).copy_(blk.d_max - (j + t - 1 - i));
+  }
+  return d;
+}
+
+torch::Tensor span_mask(const torch::Tensor& z, const torch::Tensor& distances, int64_t span_max, int64_t span_ramp) {
+  torch::Tensor zc = z.clamp(0, 1).view({-1, 1, 1});
+  torch::Tensor d = distances.to(z.device(), z.scalar_type()).unsqueeze(0);
+  return ((zc * static_cast<double>(span_max) - d) / static_cast<double>(span_ramp) + 1).clamp(0, 1);
+}
+
+namespace {
+
+// Head-first [B, H, K, dh] of x [B, K, H, dh], head h taken from perm[h].
+torch::Tensor heads_first(const torch::Tensor& x, const torch::Tensor& perm) {
+  torch::Tensor y = x.permute({0, 2, 1, 3});
+  return perm.defined() ? y.index_select(1, perm) : y;
+}
+
+// Per head h, the rows of head perm[h] of a per-head tensor [H, ...].
+torch::Tensor by_head(const torch::Tensor& x, const torch::Tensor& perm) {
+  return perm.defined() ? x.index_select(0, perm) : x;
+}
+
+// The positional scores shifted into key columns: [B, H, T, K] from q^ [B, H, T, dh].
+torch::Tensor positional_scores(const torch::Tensor& q_v, const std::vector<torch::Tensor>& tables,
+                                const std::vector<KeyBlock>& blocks, const torch::Tensor& perm, int64_t k) {
+  const int64_t b = q_v.size(0), h = q_v.size(1), t = q_v.size(2);
+  std::vector<torch::Tensor> cols;
+  auto i = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(q_v.device())).unsqueeze(1);
+  for (size_t n = 0; n < blocks.size(); ++n) {
+    const KeyBlock& blk = blocks[n];
+    torch::Tensor r = by_head(tables[n].permute({1, 0, 2}), perm);  // [H, P, dh]
+    torch::Tensor bd = torch::matmul(q_v, r.transpose(1, 2).unsqueeze(0));  // [B, H, T, P]
+    auto j = torch::arange(blk.len, i.options()).unsqueeze(0);
+    // Rows past the table belong to masked keys (a query's future): any row does for them.
+    torch::Tensor row = (j + t - 1 - i).clamp(0, blk.table - 1);
+    cols.push_back(bd.gather(3, row.view({1, 1, t, blk.len}).expand({b, h, t, blk.len})));
+  }
+  torch::Tensor out = torch::cat(cols, 3);
+  TORCH_CHECK(out.size(3) == k, "positional scores cover ", out.size(3), " keys of ", k);
+  return out;
+}
+
+// The Gaussian-mixture content term [B, H, T, K].
+torch::Tensor mixture_scores(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q_u,
+                             const torch::Tensor& key0, const torch::Tensor& perm) {
+  const int64_t m_keys = cfg.mgk_keys, dh = q_u.size(3);
+  torch::Tensor log_pi = torch::log_softmax(by_head(params.mgk_pi, perm), 1);  // [H, M]
+  torch::Tensor q_sq = q_u.pow(2).sum(3, true);                                 // [B, H, T, 1]
+  std::vector<torch::Tensor> comps;
+  for (int64_t m = 0; m < m_keys; ++m) {
+    torch::Tensor key;
+    if (cfg.attention == "smgk") {
+      key = key0 + by_head(params.mgk_mu, perm).select(1, m).view({1, -1, 1, dh});
+    } else {
+      key = m == 0 ? key0 : heads_first(params.mgk_keys.select(2, m - 1), perm);
+    }
+    const double two_sigma_sq = 2.0 * std::sqrt(static_cast<double>(dh)) / static_cast<double>(2 * m + 1);
+    torch::Tensor dist = q_sq - 2 * torch::matmul(q_u, key.transpose(2, 3)) + key.pow(2).sum(3).unsqueeze(2);
+    comps.push_back(log_pi.select(1, m).view({1, -1, 1, 1}) - dist / two_sigma_sq);
+  }
+  torch::Tensor all = torch::stack(comps, 0);
+  return cfg.mgk_estep == "hard" ? std::get<0>(all.max(0)) : torch::logsumexp(all, 0);
+}
+
+}  // namespace
+
+torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q,
+                                const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
+                                const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& perm,
+                                const torch::Tensor& u, const torch::Tensor& v, const torch::Tensor& mask,
+                                double dropatt, bool training) {
+  const int64_t t = q.size(1), h = q.size(2), dh = q.size(3), k = kv.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  // Scores in float32 at least, whatever the products' precision.
+  const auto st = torch::promote_types(q.scalar_type(), torch::kFloat);
+  torch::Tensor perm_idx;
+  if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
+  torch::Tensor qh = q.to(st).permute({0, 2, 1, 3});  // [B, H, T, dh]
+  torch::Tensor q_u = qh + u.to(st).view({1, h, 1, dh}), q_v = qh + v.to(st).view({1, h, 1, dh});
+  torch::Tensor key0 = heads_first(kv.select(2, 0).to(st), perm_idx);   // [B, H, K, dh]
+  torch::Tensor value = heads_first(kv.select(2, 1).to(st), perm_idx);  // [B, H, K, dh]
+  std::vector<torch::Tensor> tables_st;
+  for (const auto& tb : tables) tables_st.push_back(tb.to(st));
+
+  torch::Tensor logits = cfg.is_mgk() ? mixture_scores(cfg, params, q_u, key0, perm_idx)
+                                      : torch::matmul(q_u, key0.transpose(2, 3)) * scale;
+  logits = logits + positional_scores(q_v, tables_st, blocks, perm_idx, k) * scale;
+  if (mask.defined()) logits = logits.masked_fill(mask.to(q.device()).view({1, 1, t, k}), -INFINITY);
+
+  const int64_t n = cfg.persistent_mem;
+  torch::Tensor p_key, p_val;
+  if (n > 0) {
+    p_key = by_head(params.pers_key.to(st), perm_idx) * std::sqrt(static_cast<double>(dh));  // [H, N, dh]
+    p_val = by_head(params.pers_val.to(st), perm_idx) * std::sqrt(static_cast<double>(n));
+    logits = torch::cat({logits, torch::matmul(q_u, p_key.transpose(1, 2).unsqueeze(0)) * scale}, 3);
+  }
+  torch::Tensor probs = torch::softmax(logits, 3);
+  if (cfg.adaptive_span) {
+    torch::Tensor ctx = probs.narrow(3, 0, k) *
+                        span_mask(params.span_z.to(st), key_distances(blocks, t, k).to(q.device()), cfg.span_max, cfg.span_ramp)
+                            .unsqueeze(0);
+    probs = n > 0 ? torch::cat({ctx, probs.narrow(3, k, n)}, 3) : ctx;
+    probs = probs / (probs.sum(3, true) + 1e-8);
+  }
+  if (training && dropatt > 0) probs = fused_dropout(probs, dropatt, true);
+  torch::Tensor out = torch::matmul(probs.narrow(3, 0, k), value);
+  if (n > 0) out = out + torch::matmul(probs.narrow(3, k, n), p_val.unsqueeze(0));
+  return out.permute({0, 2, 1, 3}).to(q.scalar_type());  // [B, T, H, dh]
+}
+
+}  // namespace xl::model

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The attention variants as a user runs them: sMGK with 4 heads, persistent memory without the
+# feed-forward sublayer, adaptive span; each trains phase 1 -> phase 2, evaluates, studies and
+# prunes its heads; the loss falls; the checkpoint records the variant (xl-inspect); combinations
+# the model cannot make are refused with one line (78), export to PyTorch with one line (65).
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
+
+corpus=$(training_corpus)
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
+small="--n-layer 2 --d-model 32 --d-head 8 --d-inner 64 --tgt-len 16 --mem-len 16 --batch-size 4 --dropout 0 --eval-interval 0 --threads 1 -q"
+
+run_variant() {
+  local name=$1
+  shift
+  step "$name: phase 1 -> phase 2 -> eval -> prune"
+  expect 0 xl-train-phase1 $small "$@" --lr 3e-3 --max-steps 40 --log-interval 10 --skip-schedule linear --skip-p 0.3 \
+    --sch-beta 0.2 --metrics $name-p1.jsonl tokens.h5 -o $name-p1.h5
+  python3 - $name-p1.jsonl <<'PY' || fail "$name: phase-1 loss did not fall: $(cat $name-p1.jsonl)"
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"event":"train"' in l.replace(" ", "")]
+assert len(losses) >= 3 and losses[-1] < losses[0] - 0.3, losses
+PY
+  expect 0 xl-train-phase2 --init $name-p1.h5 --lr 1e-3 --max-steps 10 --threads 1 -q tokens.h5 -o $name-p2.h5
+  expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16,48 --max-tokens 400 $name-p2.h5 tokens.h5
+  [ "$(wc -l <"$TMP/out")" -eq 2 ] || fail "$name: expected 2 eval rows: $(head -c 300 "$TMP/out")"
+  expect 0 xl-prune-heads --threads 1 --tgt-len 16 --batch-size 2 --max-tokens 200 $name-p2.h5 tokens.h5
+  expect 0 xl-prune-heads --threads 1 --tgt-len 16 --batch-size 2 --max-tokens 200 --importance-max-tokens 200 \
+    --mode iterative --prune-heads 1 $name-p2.h5 tokens.h5 -o $name-pruned.h5
+  expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --max-tokens 200 $name-pruned.h5 tokens.h5
+  expect 0 xl-inspect --json $name-p2.h5
+}
+
+run_variant smgk --attention smgk --n-head 4
+json "$TMP/out" 'j["checkpoint"]["model_config"]["attention"]' | grep -qx smgk || fail "the checkpoint does not record smgk: $(head -c 300 "$TMP/out")"
+run_variant persistent --persistent-mem 8 --ff off --n-head 2
+run_variant span --adaptive-span on --span-ramp 4 --span-loss 1e-3 --n-head 2
+[ "$(json "$TMP/out" 'j["checkpoint"]["model_config"]["span_max"]')" = 32 ] || fail "span-max is not mem-len + tgt-len: $(head -c 300 "$TMP/out")"
+
+step "what cannot be combined is refused with one line"
+expect 78 xl-train-phase1 $small --attention mgk --persistent-mem 4 --max-steps 1 tokens.h5 -o x.h5
+stderr_is_one_line "persistent_mem"
+expect 78 xl-train-phase1 $small --ff off --max-steps 1 tokens.h5 -o x.h5
+stderr_is_one_line "ff"
+expect 78 xl-train-phase1 $small --attention gauss --max-steps 1 tokens.h5 -o x.h5
+stderr_is_one_line "attention"
+expect 65 xl-import-torch --export smgk-p2.h5 -o smgk.pt
+stderr_is_one_line "smgk-p2.h5" "PyTorch"
+
+step "xl-inspect shows the learned spans"
+expect 0 xl-inspect --json span-p2.h5
+python3 - "$TMP/out" <<'PY' || fail "no spans per head in [0, 32]: $(head -c 300 "$TMP/out")"
+import json, sys
+spans = json.load(open(sys.argv[1]))["checkpoint"]["spans"]
+assert len(spans) == 2 and all(len(r) == 2 for r in spans), spans
+assert all(0 <= s <= 32 for r in spans for s in r) and any(s > 0 for r in spans for s in r), spans
+PY
+expect 0 xl-inspect span-p2.h5
+grep -q "adaptive spans" "$TMP/out" || fail "the text summary has no spans"

@@ -1,0 +1,324 @@
+// The attention variants (MGK, sMGK, persistent memory, adaptive span) against an explicit
+// double loop over (query, key) written from the equations in attention_variants.h, with memories
+// of any age (Skip-Retain) and head permutations (SCH); gradients by central differences; and
+// the identities that tie them to Transformer-XL.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "xl/model/head_pruning.h"
+#include "xl/model/model_io.h"
+#include "xl/model/rel_attention.h"
+#include "xl/model/transformer_xl.h"
+#include "xl/util/error.h"
+
+using namespace xl::model;
+using torch::Tensor;
+
+namespace {
+
+Tensor sinusoid(int64_t d, int64_t dim) {
+  auto out = torch::zeros({dim}, torch::kFloat64);
+  for (int64_t k = 0; k < dim / 2; ++k) {
+    double inv = 1.0 / std::pow(10000.0, 2.0 * k / static_cast<double>(dim));
+    out[k] = std::sin(d * inv);
+    out[k + dim / 2] = std::cos(d * inv);
+  }
+  return out;
+}
+
+double logsumexp(const std::vector<double>& x) {
+  double mx = -1e300, z = 0;
+  for (double v : x) mx = std::max(mx, v);
+  for (double v : x) z += std::exp(v - mx);
+  return mx + std::log(z);
+}
+
+// One attention sublayer (post layer norm), query by query and key by key.
+Tensor naive_variant(RelMultiHeadAttn& a, const ModelConfig& c, const Tensor& w, const Tensor& mem,
+                     const std::vector<int64_t>& key_pos, int64_t position, const Tensor& u, const Tensor& v,
+                     const std::vector<int64_t>& perm) {
+  const int64_t B = w.size(0), T = w.size(1), D = w.size(2), H = a->n_head, dh = a->d_head;
+  const int64_t M = mem.defined() ? mem.size(1) : 0, K = M + T, N = c.persistent_mem;
+  Tensor x = M > 0 ? torch::cat({mem, w}, 1) : w;
+  auto W = a->qkv_net->weight;
+  auto Wq = W.narrow(0, 0, H * dh), Wk = W.narrow(0, H * dh, H * dh), Wv = W.narrow(0, 2 * H * dh, H * dh);
+  auto Wr = a->r_net->weight;
+  const double s = 1.0 / std::sqrt(static_cast<double>(dh));
+  Tensor out = torch::zeros({B, T, H * dh}, torch::kFloat64);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hp = perm.empty() ? h : perm[static_cast<size_t>(h)];
+      auto wq = Wq.narrow(0, h * dh, dh), wk = Wk.narrow(0, hp * dh, dh), wv = Wv.narrow(0, hp * dh, dh);
+      auto wr = Wr.narrow(0, hp * dh, dh);
+      for (int64_t i = 0; i < T; ++i) {
+        auto q = torch::mv(wq, x[b][M + i]);
+        auto qu = q + u[h], qv = q + v[h];
+        std::vector<double> logit;
+        std::vector<Tensor> val;
+        std::vector<int64_t> dist;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t d = position + i - key_pos[static_cast<size_t>(j)];
+          if (d < 0) continue;
+          auto k0 = torch::mv(wk, x[b][j]);
+          double content = 0;
+          if (c.is_mgk()) {
+            auto log_pi = torch::log_softmax(a->mgk_pi[hp], 0);
+            std::vector<double> comp;
+            for (int64_t m = 0; m < c.mgk_keys; ++m) {
+              Tensor km = k0;
+              if (c.attention == "smgk") km = k0 + a->mgk_mu[hp][m];
+              else if (m > 0)
+                km = torch::mv(a->mgk_k_net->weight.narrow(0, ((m - 1) * H + hp) * dh, dh), x[b][j]);
+              const double sigma_sq = std::sqrt(static_cast<double>(dh)) / static_cast<double>(2 * m + 1);
+              comp.push_back(log_pi[m].item<double>() - (qu - km).pow(2).sum().item<double>() / (2 * sigma_sq));
+            }
+            content = c.mgk_estep == "hard" ? *std::max_element(comp.begin(), comp.end()) : logsumexp(comp);
+          } else {
+            content = qu.dot(k0).item<double>() * s;
+          }
+          auto r = torch::mv(wr, sinusoid(d, D));
+          logit.push_back(content + qv.dot(r).item<double>() * s);
+          val.push_back(torch::mv(wv, x[b][j]));
+          dist.push_back(d);
+        }
+        const size_t context = logit.size();
+        for (int64_t n = 0; n < N; ++n) {
+          auto pk = a->pers_key[hp][n] * std::sqrt(static_cast<double>(dh));
+          logit.push_back(qu.dot(pk).item<double>() * s);
+          val.push_back(a->pers_val[hp][n] * std::sqrt(static_cast<double>(N)));
+        }
+        const double lz = logsumexp(logit);
+        std::vector<double> p;
+        for (double l : logit) p.push_back(std::exp(l - lz));
+        if (c.adaptive_span) {
+          const double z = std::min(1.0, std::max(0.0, a->span_z[h].item<double>()));
+          double sum = 0;
+          for (size_t j = 0; j < p.size(); ++j) {
+            if (j < context)
+              p[j] *= std::min(1.0, std::max(0.0, (z * c.span_max - dist[j]) / c.span_ramp + 1));
+            sum += p[j];
+          }
+          for (double& pj : p) pj /= sum + 1e-8;
+        }
+        auto vec = torch::zeros({dh}, torch::kFloat64);
+        for (size_t j = 0; j < p.size(); ++j) vec += p[j] * val[j];
+        out[b][i].narrow(0, h * dh, dh).copy_(vec);
+      }
+    }
+  return a->layer_norm(w + torch::linear(out, a->o_net->weight));
+}
+
+struct Fixture {
+  ModelConfig cfg;
+  RelMultiHeadAttn attn{nullptr};
+  Tensor u, v;
+  explicit Fixture(ModelConfig c, int64_t heads = 3) : cfg(std::move(c)) {
+    cfg.d_model = 12;
+    cfg.n_head = heads;
+    cfg.d_head = 4;
+    cfg.dropout = 0;
+    torch::manual_seed(11);
+    attn = RelMultiHeadAttn(cfg, heads, false);
+    for (auto& p : attn->parameters()) p.data().normal_(0, 0.5);
+    if (attn->span_z.defined()) attn->span_z.data().uniform_(0.2, 0.9);
+    attn->to(torch::kFloat64);
+    attn->eval();
+    u = torch::randn({heads, cfg.d_head}, torch::kFloat64);
+    v = torch::randn({heads, cfg.d_head}, torch::kFloat64);
+  }
+  Tensor run(const Tensor& w, const Tensor& mem, const std::vector<MemoryRun>& runs, int64_t position,
+             const std::vector<int64_t>& perm = {}) {
+    SinusoidTable table(cfg.d_model);
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Tensor> masks;
+    AttentionPass pass;
+    pass.position = position;
+    pass.mem_len = 16;
+    pass.sinusoid = &table;
+    pass.mask_cache = &masks;
+    LayerMemory lm;
+    lm.hidden = mem;
+    lm.runs = runs;
+    return attn(w, lm, pass, u, v, perm, Tensor());
+  }
+};
+
+std::vector<int64_t> positions_of(const std::vector<MemoryRun>& runs, int64_t position, int64_t t) {
+  std::vector<int64_t> pos;
+  for (const auto& r : runs)
+    for (int64_t k = 0; k < r.length; ++k) pos.push_back(r.start + k);
+  for (int64_t k = 0; k < t; ++k) pos.push_back(position + k);
+  return pos;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+ModelConfig variant(const std::string& attention, int64_t persistent = 0, bool span = false,
+                    const std::string& estep = "soft", int64_t keys = 2) {
+  ModelConfig c;
+  c.attention = attention;
+  c.persistent_mem = persistent;
+  c.adaptive_span = span;
+  c.span_max = span ? 12 : 0;
+  c.span_ramp = 4;
+  c.mgk_estep = estep;
+  c.mgk_keys = keys;
+  return c;
+}
+
+std::vector<ModelConfig> all_variants() {
+  return {variant("mgk"), variant("mgk", 0, false, "hard"), variant("mgk", 0, false, "soft", 3), variant("smgk"),
+          variant("smgk", 0, true), variant("rel", 5), variant("rel", 0, true), variant("rel", 5, true),
+          variant("mgk", 0, true)};
+}
+
+std::string name_of(const ModelConfig& c) {
+  return c.attention + "/" + c.mgk_estep + "/M=" + std::to_string(c.mgk_keys) + " N=" + std::to_string(c.persistent_mem) +
+         (c.adaptive_span ? " span" : "");
+}
+
+}  // namespace
+
+TEST(AttentionVariants, MatchNaiveLoopWithFreshAndAgedMemoriesAndCrossHeads) {
+  for (const auto& c : all_variants()) {
+    Fixture f(c);
+    const int64_t t = 3, position = 30;
+    // No memory; a fresh one; one left behind by skipped layers; several runs of different ages.
+    for (const auto& runs : std::vector<std::vector<MemoryRun>>{{}, {{26, 4}}, {{19, 4}}, {{15, 3}, {24, 2}, {28, 2}}}) {
+      for (const auto& perm : std::vector<std::vector<int64_t>>{{}, {2, 0, 1}}) {
+        int64_t m = 0;
+        for (const auto& r : runs) m += r.length;
+        auto w = torch::randn({2, t, f.cfg.d_model}, torch::kFloat64);
+        Tensor mem = m > 0 ? torch::randn({2, m, f.cfg.d_model}, torch::kFloat64) : Tensor();
+        auto got = f.run(w, mem, runs, position, perm);
+        auto want = naive_variant(f.attn, f.cfg, w, mem, positions_of(runs, position, t), position, f.u, f.v, perm);
+        EXPECT_LT(max_diff(got, want), 1e-10) << name_of(c) << " memory " << m << " perm " << perm.size();
+      }
+    }
+  }
+}
+
+TEST(AttentionVariants, GradientsMatchCentralDifferences) {
+  for (const auto& c : all_variants()) {
+    Fixture f(c);
+    f.attn->train();
+    const int64_t t = 3, position = 20;
+    std::vector<MemoryRun> runs{{13, 4}};
+    auto w = torch::randn({1, t, f.cfg.d_model}, torch::kFloat64).requires_grad_(true);
+    auto mem = torch::randn({1, 4, f.cfg.d_model}, torch::kFloat64);
+    auto weights = torch::randn({1, t, f.cfg.d_model}, torch::kFloat64);
+    auto objective = [&] { return (f.run(w, mem, runs, position, {1, 2, 0}) * weights).sum(); };
+    std::vector<Tensor> wrt{w, f.attn->qkv_net->weight};
+    for (const auto& p : {f.attn->mgk_pi, f.attn->mgk_mu, f.attn->pers_key, f.attn->pers_val, f.attn->span_z})
+      if (p.defined()) wrt.push_back(p);
+    if (f.attn->mgk_k_net) wrt.push_back(f.attn->mgk_k_net->weight);
+    auto grads = torch::autograd::grad({objective()}, wrt);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      auto dir = torch::randn_like(wrt[i]);
+      const double eps = 1e-6;
+      wrt[i].add_(dir, eps);
+      const double up = objective().item<double>();
+      wrt[i].add_(dir, -2 * eps);
+      const double down = objective().item<double>();
+      wrt[i].add_(dir, eps);
+      EXPECT_NEAR((up - down) / (2 * eps), (grads[i] * dir).sum().item<double>(), 1e-6) << name_of(c) << " tensor " << i;
+      EXPECT_GT(grads[i].abs().sum().item<double>(), 0) << name_of(c) << " tensor " << i << " gets no gradient";
+    }
+  }
+}
+
+TEST(AttentionVariants, ShiftedMgkWithZeroShiftIsTwoKeyMgkWithTiedKeys) {
+  Fixture s(variant("smgk"));
+  Fixture m(variant("mgk"));
+  torch::NoGradGuard no_grad;
+  m.attn->qkv_net->weight.copy_(s.attn->qkv_net->weight);
+  m.attn->r_net->weight.copy_(s.attn->r_net->weight);
+  m.attn->o_net->weight.copy_(s.attn->o_net->weight);
+  m.attn->layer_norm->weight.copy_(s.attn->layer_norm->weight);
+  m.attn->layer_norm->bias.copy_(s.attn->layer_norm->bias);
+  m.attn->mgk_pi.copy_(s.attn->mgk_pi);
+  s.attn->mgk_mu.zero_();
+  const int64_t h = 3, dh = 4;
+  m.attn->mgk_k_net->weight.copy_(s.attn->qkv_net->weight.narrow(0, h * dh, h * dh));  // key 1 = key 0
+  m.u = s.u;
+  m.v = s.v;
+  auto w = torch::randn({2, 3, 12}, torch::kFloat64), mem = torch::randn({2, 4, 12}, torch::kFloat64);
+  EXPECT_LT(max_diff(s.run(w, mem, {{26, 4}}, 30), m.run(w, mem, {{26, 4}}, 30)), 1e-12);
+  // And a shift changes it.
+  s.attn->mgk_mu.normal_(0, 0.5);
+  EXPECT_GT(max_diff(s.run(w, mem, {{26, 4}}, 30), m.run(w, mem, {{26, 4}}, 30)), 1e-6);
+}
+
+TEST(AttentionVariants, FullAdaptiveSpanIsTheTransformerXLAttention) {
+  // z = 1 with S beyond every distance: the mask is 1 everywhere and only the 1e-8 remains.
+  ModelConfig c = variant("rel", 0, true);
+  c.span_max = 64;
+  Fixture span(c);
+  Fixture plain(variant("rel"));
+  torch::NoGradGuard no_grad;
+  for (const char* n : {"qkv_net.weight", "r_net.weight", "o_net.weight", "layer_norm.weight", "layer_norm.bias"})
+    plain.attn->named_parameters()[n].copy_(span.attn->named_parameters()[n]);
+  plain.u = span.u;
+  plain.v = span.v;
+  span.attn->span_z.fill_(1.0);
+  auto w = torch::randn({2, 3, 12}, torch::kFloat64), mem = torch::randn({2, 5, 12}, torch::kFloat64);
+  for (const auto& runs : std::vector<std::vector<MemoryRun>>{{{25, 5}}, {{12, 5}}})
+    EXPECT_LT(max_diff(span.run(w, mem, runs, 30), plain.run(w, mem, runs, 30)), 1e-7);
+  // A short span forgets the memory: a head with z = 0 and ramp 4 sees only the last 4 positions.
+  span.attn->span_z.fill_(0.0);
+  auto far = mem.clone();
+  far.narrow(1, 0, 2).normal_();  // positions 25, 26: distances >= 4 from every query
+  // (They still shift the softmax's sum, and with it the + 1e-8's share: 1e-6 here.)
+  EXPECT_LT(max_diff(span.run(w, mem, {{25, 5}}, 30), span.run(w, far, {{25, 5}}, 30)), 1e-5);
+}
+
+TEST(AttentionVariants, WholeModelsRoundTripPruneAndRefuseWhatTheyCannot) {
+  for (auto c : {variant("smgk", 0, true), variant("mgk"), variant("rel", 4, true)}) {
+    c.n_token = 40;
+    c.n_layer = 2;
+    c.d_model = 16;
+    c.n_head = 3;
+    c.d_head = 4;
+    c.d_inner = 24;
+    c.dropout = 0;
+    if (c.persistent_mem > 0) c.ff = false;
+    TransformerXL model(c);
+    model->eval();
+    if (c.adaptive_span)
+      for (auto& l : model->layer_list) l->dec_attn->span_z.data().fill_(0.7);
+    auto input = torch::randint(0, 40, {2, 6}), target = torch::randint(0, 40, {2, 6});
+    auto run = [&](TransformerXL& m, const Tensor& head_mask) {
+      Memory mem = m->new_memory();
+      ForwardOptions o;
+      o.mem_len = 6;
+      o.head_mask = head_mask;
+      torch::NoGradGuard ng;
+      m->forward(input, target, mem, o);  // a memory first, then the segment scored
+      return m->forward(target, input, mem, o);
+    };
+    // Every tensor of the variant reaches a copy through the checkpoint's tensor list.
+    TransformerXL copy(c);
+    copy->eval();
+    load_model_tensors(copy, model_tensors(model), "test");
+    EXPECT_EQ(max_diff(run(model, Tensor()), run(copy, Tensor())), 0) << name_of(c);
+    // Masked equals pruned.
+    auto keep = torch::ones({2, 3}, torch::kBool);
+    keep[0][1] = false;
+    keep[1][0] = false;
+    auto pruned = remove_heads(model, keep);
+    EXPECT_LT(max_diff(run(model, keep_to_head_mask(c, keep, torch::kFloat32)), run(pruned, Tensor())), 1e-5) << name_of(c);
+    if (c.adaptive_span) {
+      EXPECT_GT(model->span_loss().item<double>(), 0);
+    }
+  }
+  ModelConfig bad = variant("mgk", 4);
+  EXPECT_THROW(bad.validate("test"), xl::Error);
+  ModelConfig no_ff;
+  no_ff.ff = false;
+  EXPECT_THROW(no_ff.validate("test"), xl::Error);
+  ModelConfig shorter_span = variant("rel", 0, true);
+  shorter_span.span_max = -1;
+  EXPECT_THROW(shorter_span.validate("test"), xl::Error);
+}
