@@ -123,6 +123,14 @@ int main(int argc, char** argv) {
     cfg.d_head = bc.d_head;
     cfg.d_inner = bc.d_inner;
     cfg.dropout = 0.1;
+    // The attention variants (README "Attention variants"): XL_BENCH_ATTENTION=mgk|smgk,
+    // XL_BENCH_PERSISTENT=N (its feed-forward sublayer off), XL_BENCH_SPAN=on.
+    cfg.attention = env_or("XL_BENCH_ATTENTION", "rel");
+    cfg.persistent_mem = std::atoll(env_or("XL_BENCH_PERSISTENT", "0").c_str());
+    cfg.ff = cfg.persistent_mem == 0;
+    cfg.adaptive_span = env_or("XL_BENCH_SPAN", "off") == "on";
+    cfg.span_max = bc.tgt_len + bc.mem_len;
+    cfg.validate("XL_BENCH_* settings");
     TransformerXL model(cfg);
     model->to(device);
     const bool train = mode == "train";
@@ -190,7 +198,8 @@ int main(int argc, char** argv) {
                         {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", peak}, {"mfu", mfu},
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
                         {"beta", beta}, {"batch", b}, {"device", device.str()}, {"precision", to_string(precision)},
-                        {"gemm_peak_fp32_gflops", peak_fp32}};
+                        {"gemm_peak_fp32_gflops", peak_fp32}, {"attention", cfg.attention},
+                        {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span}};
     j["cpu"] = cpu_model_name();
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();

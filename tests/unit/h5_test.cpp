@@ -150,10 +150,24 @@ TEST(H5, AttributesOfEveryType) {
     write_attr(obj, "d", std::string("now a string"));
     EXPECT_EQ(read_attr_string(obj, "d"), std::string("now a string"));
   }
-  // A long JSON attribute (well under the 64 KiB object header limit).
-  std::string json(20000, 'x');
+  // A long JSON attribute, and one beyond the 64 KiB of an object header (a long validation
+  // history): fixed-length strings, which files on disk keep in dense attribute storage.
+  std::string json(20000, 'x'), longer(300000, 'y');
   write_attr(f, "long", json);
   EXPECT_EQ(read_attr_string(f, "long"), json);
+  write_attr(f, "longer", longer);
+  EXPECT_EQ(read_attr_string(f, "longer"), longer);
+  // Variable-length strings (xl 0.2, h5py) are refused unless trusted.
+  Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type, H5T_VARIABLE);
+  Handle space(H5Screate(H5S_SCALAR));
+  Handle attr(H5Acreate2(f, "vl", type, space, H5P_DEFAULT, H5P_DEFAULT));
+  const char* text = "old";
+  ASSERT_GE(H5Awrite(attr, type, &text), 0);
+  EXPECT_THROW(read_attr_string(f, "vl"), xl::Error);
+  trust_variable_length_strings(true);
+  EXPECT_EQ(read_attr_string(f, "vl"), std::string("old"));
+  trust_variable_length_strings(false);
 }
 
 TEST(H5, GroupsExistAndList) {

@@ -199,11 +199,11 @@ class Unpickler {
         }
         case 'q': memo_[le(1)] = top(); break;           // BINPUT
         case 'r': memo_[le(4)] = top(); break;           // LONG_BINPUT
-        case 'p': memo_[std::stoull(line())] = top(); break;  // PUT
+        case 'p': memo_[memo_index(line())] = top(); break;  // PUT
         case 0x94: memo_[memo_.size()] = top(); break;   // MEMOIZE
         case 'h': push(memo(le(1))); break;              // BINGET
         case 'j': push(memo(le(4))); break;              // LONG_BINGET
-        case 'g': push(memo(std::stoull(line()))); break;  // GET
+        case 'g': push(memo(memo_index(line()))); break;  // GET
         case 'R': case 0x81: {                           // REDUCE, NEWOBJ
           Val args = pop(), callable = pop();
           push(call(callable, args));
@@ -244,6 +244,12 @@ class Unpickler {
     uint64_t v = le(static_cast<int>(n));
     if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);
     return static_cast<int64_t>(v);
+  }
+  // The decimal memo index of a text-mode PUT or GET.
+  uint64_t memo_index(const std::string& text) {
+    XL_CHECK(!text.empty() && text.size() <= 18 && text.find_first_not_of("0123456789") == std::string::npos, kExitDataErr,
+             file_ << ": bad memo index in data.pkl");
+    return std::stoull(text);
   }
   std::string line() {
     auto end = data_.find('\n', pos_);

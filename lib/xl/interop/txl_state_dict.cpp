@@ -119,7 +119,7 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
 
   ModelConfig c;
   // Layers.
-  static const std::regex layer_re(R"(layers\.(\d+)\..*)");
+  static const std::regex layer_re(R"(layers\.(\d{1,6})\..*)");  // (more layers than any model has: not a layer)
   int64_t n_layer = 0;
   for (const auto& [name, x] : sd) {
     std::smatch m;

@@ -98,29 +98,41 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
   std::vector<torch::Tensor> tables_st;
   for (const auto& tb : tables) tables_st.push_back(tb.to(st));
 
-  torch::Tensor logits = cfg.is_mgk() ? mixture_scores(cfg, params, q_u, key0, perm_idx)
-                                      : torch::matmul(q_u, key0.transpose(2, 3)) * scale;
-  logits = logits + positional_scores(q_v, tables_st, blocks, perm_idx, k) * scale;
-  if (mask.defined()) logits = logits.masked_fill(mask.to(q.device()).view({1, 1, t, k}), -INFINITY);
-
-  const int64_t n = cfg.persistent_mem;
-  torch::Tensor p_key, p_val;
-  if (n > 0) {
-    p_key = by_head(params.pers_key.to(st), perm_idx) * std::sqrt(static_cast<double>(dh));  // [H, N, dh]
-    p_val = by_head(params.pers_val.to(st), perm_idx) * std::sqrt(static_cast<double>(n));
-    logits = torch::cat({logits, torch::matmul(q_u, p_key.transpose(1, 2).unsqueeze(0)) * scale}, 3);
-  }
-  torch::Tensor probs = torch::softmax(logits, 3);
-  if (cfg.adaptive_span) {
-    torch::Tensor ctx = probs.narrow(3, 0, k) *
-                        span_mask(params.span_z.to(st), key_distances(blocks, t, k).to(q.device()), cfg.span_max, cfg.span_ramp)
-                            .unsqueeze(0);
-    probs = n > 0 ? torch::cat({ctx, probs.narrow(3, k, n)}, 3) : ctx;
-    probs = probs / (probs.sum(3, true) + 1e-8);
+  torch::Tensor content = cfg.is_mgk() ? mixture_scores(cfg, params, q_u, key0, perm_idx)
+                                       : torch::matmul(q_u, key0.transpose(2, 3)) * scale;
+  const int64_t b = q.size(0), n = cfg.persistent_mem;
+  torch::Tensor probs;
+  if (n == 0 && !cfg.adaptive_span) {
+    // MGK alone: the relative shift, mask and softmax of Transformer-XL's own path (one fused CPU
+    // kernel), given the content term divided by the scale it multiplies.
+    std::vector<torch::Tensor> bds;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      torch::Tensor r = by_head(tables_st[i].permute({1, 0, 2}), perm_idx);  // [H, P, dh]
+      bds.push_back(torch::matmul(q_v, r.transpose(1, 2).unsqueeze(0)).view({b * h, t, blocks[i].table}));
+    }
+    probs = relative_attention_probs((content / scale).view({b * h, t, k}), bds, blocks, mask, scale).view({b, h, t, k});
+  } else {
+    torch::Tensor logits = content + positional_scores(q_v, tables_st, blocks, perm_idx, k) * scale;
+    if (mask.defined()) logits = logits.masked_fill(mask.to(q.device()).view({1, 1, t, k}), -INFINITY);
+    if (n > 0) {
+      torch::Tensor p_key = by_head(params.pers_key.to(st), perm_idx) * std::sqrt(static_cast<double>(dh));  // [H, N, dh]
+      logits = torch::cat({logits, torch::matmul(q_u, p_key.transpose(1, 2).unsqueeze(0)) * scale}, 3);
+    }
+    probs = torch::softmax(logits, 3);
+    if (cfg.adaptive_span) {
+      torch::Tensor ctx = probs.narrow(3, 0, k) * span_mask(params.span_z.to(st), key_distances(blocks, t, k).to(q.device()),
+                                                           cfg.span_max, cfg.span_ramp)
+                                                     .unsqueeze(0);
+      probs = n > 0 ? torch::cat({ctx, probs.narrow(3, k, n)}, 3) : ctx;
+      probs = probs / (probs.sum(3, true) + 1e-8);
+    }
   }
   if (training && dropatt > 0) probs = fused_dropout(probs, dropatt, true);
   torch::Tensor out = torch::matmul(probs.narrow(3, 0, k), value);
-  if (n > 0) out = out + torch::matmul(probs.narrow(3, k, n), p_val.unsqueeze(0));
+  if (n > 0) {
+    torch::Tensor p_val = by_head(params.pers_val.to(st), perm_idx) * std::sqrt(static_cast<double>(n));
+    out = out + torch::matmul(probs.narrow(3, k, n), p_val.unsqueeze(0));
+  }
   return out.permute({0, 2, 1, 3}).to(q.scalar_type());  // [B, T, H, dh]
 }
 
