@@ -78,6 +78,8 @@ hid_t check(hid_t id, const std::string& file, int code, const std::string& what
 
 }  // namespace
 
+std::string file_name(hid_t obj) { return file_of(obj); }
+
 Handle::Handle(hid_t id) : id_(id) {}
 Handle::~Handle() {
   if (id_ >= 0) close_any(id_);

@@ -55,6 +55,9 @@ class File {
   std::string name_;
 };
 
+// The name of the file `obj` belongs to (for errors: "<hdf5>" when HDF5 cannot tell).
+std::string file_name(hid_t obj);
+
 // Error context: every failure names this file.
 [[noreturn]] void fail(const std::string& file, int code, const std::string& what);
 
