@@ -61,6 +61,11 @@ for c in p1 adaptive; do
   $B/xl-import-torch -q --export "$seeds/checkpoint_h5/$c.h5" -o "$seeds/torch_pickle/$c.pt" -f >/dev/null 2>&1
 done
 cp share/xl/grids/*.ini "$seeds/grid_ini/"
+# Inputs that once crashed a target (tests/fuzz-regressions/TARGET-WHAT.gz) seed it again.
+for f in tests/fuzz-regressions/*.gz; do
+  [ -e "$f" ] || continue
+  t=$(basename "$f"); gunzip -c "$f" >"$seeds/${t%%-*}/${t%.gz}"
+done
 printf 'na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac10 \xf0\x9f\x98\x80\n' >"$seeds/char_text/utf8.txt"
 
 status=0
