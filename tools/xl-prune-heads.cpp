@@ -45,6 +45,25 @@ void emit(const std::vector<nlohmann::json>& rows) {
 
 }  // namespace
 
+// A comma list of checkpoints, where a path may hold commas itself (xl-ablate names seeded runs
+// "NAME,seed=N"): pieces are joined while they name no file and joined they do.
+std::vector<std::string> checkpoint_list(const std::string& text) {
+  const auto parts = xl::parse::split_list(text);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < parts.size();) {
+    std::string joined = parts[i];
+    size_t j = i;
+    while (!xl::io::is_file(joined) && j + 1 < parts.size()) joined += "," + parts[++j];
+    if (xl::io::is_file(joined)) {
+      out.push_back(joined);
+      i = j + 1;
+    } else {
+      out.push_back(parts[i++]);
+    }
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl-prune-heads", argc, argv, [](int argc, char** argv) {
     cli::Options cli({"xl-prune-heads", "Study and prune the attention heads of a checkpoint.", "[OPTIONS] CHECKPOINT TOKENS",
@@ -102,7 +121,7 @@ int main(int argc, char** argv) {
     XL_CHECK(request.mem_lens.size() == 1, kExitUsage, "--mem-len: xl-prune-heads evaluates at one memory length");
     auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
     const eval::Metric metric(tokens.vocab().type());
-    const auto paths = parse::split_list(cli.get<std::string>("checkpoint"));
+    const auto paths = checkpoint_list(cli.get<std::string>("checkpoint"));
     XL_CHECK(!paths.empty(), kExitUsage, "give a CHECKPOINT");
     XL_CHECK(paths.size() == 1 || mode == "ablate-one", kExitUsage, "--mode " << mode << " studies one checkpoint");
     Study study{checkpoint::load(paths.front(), tokens.vocab().sha256()), paths.front(), device};
@@ -117,7 +136,7 @@ int main(int argc, char** argv) {
     if (mode == "ablate-one") {
       // Each side: one checkpoint, or a comma list of them (seeds of one setting).
       std::vector<std::vector<std::string>> side_paths = {paths};
-      if (cli.has("compare")) side_paths.push_back(parse::split_list(cli.get<std::string>("compare")));
+      if (cli.has("compare")) side_paths.push_back(checkpoint_list(cli.get<std::string>("compare")));
       std::vector<analysis::AblationSide> sides;
       for (size_t side = 0; side < side_paths.size(); ++side) {
         sides.emplace_back();

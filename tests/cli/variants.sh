@@ -36,6 +36,14 @@ run_variant persistent --persistent-mem 8 --ff off --n-head 2
 run_variant span --adaptive-span on --span-ramp 4 --span-loss 1e-3 --n-head 2
 [ "$(json "$TMP/out" 'j["checkpoint"]["model_config"]["span_max"]')" = 32 ] || fail "span-max is not mem-len + tgt-len: $(head -c 300 "$TMP/out")"
 
+step "xl-prune-heads compares a variant with another, paths with commas included (xl-ablate's seeded runs)"
+cp smgk-p2.h5 "smgk,seed=1.h5"
+cp persistent-p2.h5 "pers,seed=1.h5"
+cp persistent-p2.h5 "pers,seed=2.h5"
+expect 0 xl-prune-heads --threads 1 --tgt-len 16 --batch-size 2 --max-tokens 200 --format md "smgk,seed=1.h5" tokens.h5 \
+  --compare "pers,seed=1.h5,pers,seed=2.h5"
+grep -q "smgk,seed=1.h5" "$TMP/out" || fail "the comparison does not name the checkpoint: $(head -c 300 "$TMP/out")"
+
 step "what cannot be combined is refused with one line"
 expect 78 xl-train-phase1 $small --attention mgk --persistent-mem 4 --max-steps 1 tokens.h5 -o x.h5
 stderr_is_one_line "persistent_mem"
