@@ -8,11 +8,11 @@
 #include "xl/model/model_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const bool quiet = [] {
+  static const bool one_thread = [] {  // one thread: libFuzzer measures one process
     torch::set_num_threads(1);
     return true;
   }();
-  (void)quiet;
+  (void)one_thread;
   const std::string& path = xl::fuzz::input_file(data, size, ".h5");
   xl::fuzz::expect_clean_refusal([&] {
     const auto file = xl::h5::File::open(path, "an xl HDF5 file");

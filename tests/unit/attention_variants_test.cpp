@@ -12,21 +12,14 @@
 #include "xl/model/rel_attention.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/util/error.h"
+#include "attention_support.h"
 
 using namespace xl::model;
 using torch::Tensor;
+using xl::test::positions_of;
+using xl::test::sinusoid;
 
 namespace {
-
-Tensor sinusoid(int64_t d, int64_t dim) {
-  auto out = torch::zeros({dim}, torch::kFloat64);
-  for (int64_t k = 0; k < dim / 2; ++k) {
-    double inv = 1.0 / std::pow(10000.0, 2.0 * k / static_cast<double>(dim));
-    out[k] = std::sin(d * inv);
-    out[k + dim / 2] = std::cos(d * inv);
-  }
-  return out;
-}
 
 double logsumexp(const std::vector<double>& x) {
   double mx = -1e300, z = 0;
@@ -144,14 +137,6 @@ struct Fixture {
   }
 };
 
-std::vector<int64_t> positions_of(const std::vector<MemoryRun>& runs, int64_t position, int64_t t) {
-  std::vector<int64_t> pos;
-  for (const auto& r : runs)
-    for (int64_t k = 0; k < r.length; ++k) pos.push_back(r.start + k);
-  for (int64_t k = 0; k < t; ++k) pos.push_back(position + k);
-  return pos;
-}
-
 double max_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 ModelConfig variant(const std::string& attention, int64_t persistent = 0, bool span = false,
@@ -213,17 +198,8 @@ TEST(AttentionVariants, GradientsMatchCentralDifferences) {
     for (const auto& p : {f.attn->mgk_pi, f.attn->mgk_mu, f.attn->pers_key, f.attn->pers_val, f.attn->span_z})
       if (p.defined()) wrt.push_back(p);
     if (f.attn->mgk_k_net) wrt.push_back(f.attn->mgk_k_net->weight);
-    auto grads = torch::autograd::grad({objective()}, wrt);
-    torch::NoGradGuard no_grad;
+    const auto grads = xl::test::expect_directional_derivatives(objective, wrt, name_of(c));
     for (size_t i = 0; i < wrt.size(); ++i) {
-      auto dir = torch::randn_like(wrt[i]);
-      const double eps = 1e-6;
-      wrt[i].add_(dir, eps);
-      const double up = objective().item<double>();
-      wrt[i].add_(dir, -2 * eps);
-      const double down = objective().item<double>();
-      wrt[i].add_(dir, eps);
-      EXPECT_NEAR((up - down) / (2 * eps), (grads[i] * dir).sum().item<double>(), 1e-6) << name_of(c) << " tensor " << i;
       EXPECT_GT(grads[i].abs().sum().item<double>(), 0) << name_of(c) << " tensor " << i << " gets no gradient";
     }
   }

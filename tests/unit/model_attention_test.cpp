@@ -8,9 +8,13 @@
 
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/rel_attention.h"
+#include "attention_support.h"
 
 using namespace xl::model;
 using torch::Tensor;
+using xl::test::expect_directional_derivatives;
+using xl::test::positions_of;
+using xl::test::sinusoid;
 
 namespace {
 
@@ -21,16 +25,6 @@ struct NaiveSettings {
   std::vector<int64_t> perm;  // SCH: head h reads head perm[h]
   Tensor head_mask;           // [H] or undefined
 };
-
-Tensor sinusoid(int64_t d, int64_t dim) {
-  auto out = torch::zeros({dim}, torch::kFloat64);
-  for (int64_t k = 0; k < dim / 2; ++k) {
-    double inv = 1.0 / std::pow(10000.0, 2.0 * k / static_cast<double>(dim));
-    out[k] = std::sin(d * inv);
-    out[k + dim / 2] = std::cos(d * inv);
-  }
-  return out;
-}
 
 // One layer's attention sublayer, computed query by query and key by key.
 Tensor naive_attention(RelMultiHeadAttn& a, const Tensor& w, const Tensor& mem, const std::vector<int64_t>& key_pos,
@@ -115,35 +109,10 @@ Tensor module_attention(Fixture& f, const Tensor& w, const Tensor& mem, const st
   return f.attn(w, lm, pass, f.u, f.v, s.perm, s.head_mask);
 }
 
-std::vector<int64_t> positions_of(const std::vector<MemoryRun>& runs, int64_t position, int64_t t) {
-  std::vector<int64_t> pos;
-  for (const auto& r : runs)
-    for (int64_t k = 0; k < r.length; ++k) pos.push_back(r.start + k);
-  for (int64_t k = 0; k < t; ++k) pos.push_back(position + k);
-  return pos;
-}
-
 void expect_close(const Tensor& a, const Tensor& b, double tol = 1e-10) {
   ASSERT_EQ(a.sizes(), b.sizes());
   double diff = (a - b).abs().max().item<double>();
   EXPECT_LT(diff, tol) << "max abs difference " << diff;
-}
-
-// Checks the gradients of `objective` with respect to `wrt` against directional derivatives by
-// central differences (double precision: eps 1e-6, agreement to 1e-6).
-void expect_directional_derivatives(const std::function<Tensor()>& objective, const std::vector<Tensor>& wrt) {
-  auto grads = torch::autograd::grad({objective()}, wrt);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < wrt.size(); ++i) {
-    auto dir = torch::randn_like(wrt[i]);
-    const double eps = 1e-6;
-    wrt[i].add_(dir, eps);
-    const double up = objective().item<double>();
-    wrt[i].add_(dir, -2 * eps);
-    const double down = objective().item<double>();
-    wrt[i].add_(dir, eps);
-    EXPECT_NEAR((up - down) / (2 * eps), (grads[i] * dir).sum().item<double>(), 1e-6) << "tensor " << i;
-  }
 }
 
 }  // namespace

@@ -62,15 +62,6 @@ hid_t file_type_id(Type t) {
   return -1;
 }
 
-std::string file_of(hid_t obj) {
-  ssize_t n = H5Fget_name(obj, nullptr, 0);
-  if (n <= 0) return "<hdf5>";
-  std::string s(static_cast<size_t>(n) + 1, '\0');
-  H5Fget_name(obj, s.data(), s.size());
-  s.resize(static_cast<size_t>(n));
-  return s;
-}
-
 hid_t check(hid_t id, const std::string& file, int code, const std::string& what) {
   if (id < 0) fail(file, code, what);
   return id;
@@ -78,7 +69,14 @@ hid_t check(hid_t id, const std::string& file, int code, const std::string& what
 
 }  // namespace
 
-std::string file_name(hid_t obj) { return file_of(obj); }
+std::string file_name(hid_t obj) {
+  ssize_t n = H5Fget_name(obj, nullptr, 0);
+  if (n <= 0) return "<hdf5>";
+  std::string s(static_cast<size_t>(n) + 1, '\0');
+  H5Fget_name(obj, s.data(), s.size());
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
 
 Handle::Handle(hid_t id) : id_(id) {}
 Handle::~Handle() {
@@ -193,7 +191,7 @@ Handle create_group(hid_t loc, const std::string& path) {
   if (exists(loc, path)) return Handle(H5Gopen2(loc, path.c_str(), H5P_DEFAULT));
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl, 1);
-  return Handle(check(H5Gcreate2(loc, path.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT), file_of(loc),
+  return Handle(check(H5Gcreate2(loc, path.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT), file_name(loc),
                       kExitIoErr, "cannot create group " + path));
 }
 
@@ -220,7 +218,7 @@ std::vector<std::string> list(hid_t loc, const std::string& path) {
   // that table's release corrupted the heap (found by fuzz/checkpoint_h5).
   hsize_t idx = 0;
   if (H5Literate(g, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, collect_link, &names) < 0)
-    fail(file_of(loc), kExitDataErr, "cannot list group " + path + " (corrupt file?)");
+    fail(file_name(loc), kExitDataErr, "cannot list group " + path + " (corrupt file?)");
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -231,8 +229,8 @@ void write_attr_typed(hid_t obj, const std::string& name, hid_t file_type, hid_t
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   Handle space(H5Screate(H5S_SCALAR));
   Handle attr(check(H5Acreate2(obj, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT),
-                    file_of(obj), kExitIoErr, "cannot write attribute " + name));
-  if (H5Awrite(attr, mem_type, value) < 0) fail(file_of(obj), kExitIoErr, "cannot write attribute " + name);
+                    file_name(obj), kExitIoErr, "cannot write attribute " + name));
+  if (H5Awrite(attr, mem_type, value) < 0) fail(file_name(obj), kExitIoErr, "cannot write attribute " + name);
 }
 }  // namespace
 
@@ -264,7 +262,7 @@ std::optional<std::string> read_attr_string(hid_t obj, const std::string& name) 
   if (H5Tget_class(ftype) != H5T_STRING) return std::nullopt;
   if (H5Tis_variable_str(ftype) > 0) {
     if (!g_trust_variable_length_strings)
-      fail(file_of(obj), kExitDataErr,
+      fail(file_name(obj), kExitDataErr,
            "attribute " + name + " is a variable-length string (xl 0.2 and h5py write those), which this HDF5 "
            "cannot read safely from an untrusted file; if you trust the file, `xl-inspect --upgrade FILE` rewrites it");
     Handle mtype(H5Tcopy(H5T_C_S1));
@@ -313,7 +311,7 @@ template <> Type type_of<double>() { return Type::kF64; }
 
 void write_dataset_raw(hid_t loc, const std::string& path, const void* data, Type mem_type,
                        Type file_type, const std::vector<hsize_t>& dims, const DatasetOptions& opts) {
-  std::string file = file_of(loc);
+  std::string file = file_name(loc);
   std::vector<hsize_t> maxdims = dims;
   if (opts.extendible && !maxdims.empty()) maxdims[0] = H5S_UNLIMITED;
   Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
