@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "xl/train/group_communicator.h"
 #include "xl/util/error.h"
@@ -114,6 +115,7 @@ std::string store_prefix() {
 
 std::string lost_rank(c10d::Store& store, const DistConfig& config) {
   const std::string me = hostname(), prefix = store_prefix();
+  std::vector<std::pair<int, long>> local;  // the other ranks on this host, with their pids
   try {
     store.setTimeout(std::chrono::seconds(5));
     for (int r = 0; r < config.world; ++r) {
@@ -122,11 +124,17 @@ std::string lost_rank(c10d::Store& store, const DistConfig& config) {
       long pid = 0;
       std::string host;
       who >> pid >> host;
-      if (host == me && pid > 0 && process_gone(pid))
-        return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone";
+      if (host == me && pid > 0) local.emplace_back(r, pid);
     }
   } catch (const std::exception&) {
     return "rank 0, the rendezvous host, is gone or unreachable";
+  }
+  // A killed process closes its sockets before it is a zombie: the peers can see the connection
+  // reset a moment before /proc says it is gone, so look for 2 s.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    for (const auto& [r, pid] : local)
+      if (process_gone(pid)) return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return "another rank is gone or stalled";
 }
