@@ -8,6 +8,8 @@
 #include <functional>
 
 #include "xl/model/head_pruning.h"
+#include "xl/model/kernels/chunked_attention.h"
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/model_io.h"
 #include "xl/model/rel_attention.h"
 #include "xl/model/transformer_xl.h"
@@ -82,19 +84,21 @@ Tensor naive_variant(RelMultiHeadAttn& a, const ModelConfig& c, const Tensor& w,
           logit.push_back(qu.dot(pk).item<double>() * s);
           val.push_back(a->pers_val[hp][n] * std::sqrt(static_cast<double>(N)));
         }
-        const double lz = logsumexp(logit);
+        // Adaptive span (the paper's soft mask): p_j = m(d_j) exp(logit_j) / sum_k m(d_k) exp(logit_k),
+        // persistent keys unmasked.
         std::vector<double> p;
-        for (double l : logit) p.push_back(std::exp(l - lz));
-        if (c.adaptive_span) {
-          const double z = std::min(1.0, std::max(0.0, a->span_z[h].item<double>()));
-          double sum = 0;
-          for (size_t j = 0; j < p.size(); ++j) {
-            if (j < context)
-              p[j] *= std::min(1.0, std::max(0.0, (z * c.span_max - dist[j]) / c.span_ramp + 1));
-            sum += p[j];
+        const double mx = *std::max_element(logit.begin(), logit.end());
+        double sum = 0;
+        for (size_t j = 0; j < logit.size(); ++j) {
+          double e = std::exp(logit[j] - mx);
+          if (c.adaptive_span && j < context) {
+            const double z = std::min(1.0, std::max(0.0, a->span_z[h].item<double>()));
+            e *= std::min(1.0, std::max(0.0, (z * c.span_max - dist[j]) / c.span_ramp + 1));
           }
-          for (double& pj : p) pj /= sum + 1e-8;
+          p.push_back(e);
+          sum += e;
         }
+        for (double& pj : p) pj /= sum;
         auto vec = torch::zeros({dh}, torch::kFloat64);
         for (size_t j = 0; j < p.size(); ++j) vec += p[j] * val[j];
         out[b][i].narrow(0, h * dh, dh).copy_(vec);
@@ -228,7 +232,7 @@ TEST(AttentionVariants, ShiftedMgkWithZeroShiftIsTwoKeyMgkWithTiedKeys) {
 }
 
 TEST(AttentionVariants, FullAdaptiveSpanIsTheTransformerXLAttention) {
-  // z = 1 with S beyond every distance: the mask is 1 everywhere and only the 1e-8 remains.
+  // z = 1 with S beyond every distance: the mask is 1 everywhere.
   ModelConfig c = variant("rel", 0, true);
   c.span_max = 64;
   Fixture span(c);
@@ -241,13 +245,87 @@ TEST(AttentionVariants, FullAdaptiveSpanIsTheTransformerXLAttention) {
   span.attn->span_z.fill_(1.0);
   auto w = torch::randn({2, 3, 12}, torch::kFloat64), mem = torch::randn({2, 5, 12}, torch::kFloat64);
   for (const auto& runs : std::vector<std::vector<MemoryRun>>{{{25, 5}}, {{12, 5}}})
-    EXPECT_LT(max_diff(span.run(w, mem, runs, 30), plain.run(w, mem, runs, 30)), 1e-7);
+    EXPECT_LT(max_diff(span.run(w, mem, runs, 30), plain.run(w, mem, runs, 30)), 1e-12);
   // A short span forgets the memory: a head with z = 0 and ramp 4 sees only the last 4 positions.
   span.attn->span_z.fill_(0.0);
   auto far = mem.clone();
   far.narrow(1, 0, 2).normal_();  // positions 25, 26: distances >= 4 from every query
-  // (They still shift the softmax's sum, and with it the + 1e-8's share: 1e-6 here.)
-  EXPECT_LT(max_diff(span.run(w, mem, {{25, 5}}, 30), span.run(w, far, {{25, 5}}, 30)), 1e-5);
+  EXPECT_LT(max_diff(span.run(w, mem, {{25, 5}}, 30), span.run(w, far, {{25, 5}}, 30)), 1e-15);
+}
+
+TEST(AttentionVariants, AdaptiveSpanKeepsOnlyTheMemoryItsHeadsReach) {
+  Fixture f(variant("rel", 0, true));  // S = 12, R = 4
+  torch::NoGradGuard no_grad;
+  f.attn->span_z.copy_(torch::tensor({0.1, 0.3, 0.2}, torch::kFloat64));
+  EXPECT_EQ(f.attn->memory_needed(30), 7);  // m(d) > 0 for d < 0.3 x 12 + 4 = 7.6
+  EXPECT_EQ(f.attn->memory_needed(5), 5);
+  // Slot 23 is at distance 7 from the first query (position 30), slot 22 at 8: beyond every head.
+  auto w = torch::randn({2, 3, 12}, torch::kFloat64), mem = torch::randn({2, 20, 12}, torch::kFloat64);
+  Tensor full = f.run(w, mem, {{10, 20}}, 30);
+  EXPECT_LT(max_diff(full, f.run(w, mem.narrow(1, 13, 7), {{23, 7}}, 30)), 1e-14);
+  EXPECT_GT(max_diff(full, f.run(w, mem.narrow(1, 14, 6), {{24, 6}}, 30)), 1e-9);
+
+  // A model keeps that much memory per layer, and a full one without adaptive span.
+  for (bool span : {true, false}) {
+    ModelConfig c = variant("rel", 0, span);
+    c.n_token = 40, c.n_layer = 2, c.d_model = 12, c.n_head = 3, c.d_head = 4, c.d_inner = 16;
+    TransformerXL model(c);
+    model->eval();
+    if (span) model->layer_list[1]->dec_attn->span_z.copy_(torch::tensor({0.1, 0.3, 0.2}));
+    Memory mem = model->new_memory();
+    ForwardOptions o;
+    o.mem_len = 30;
+    model->forward(torch::randint(0, 40, {2, 20}), torch::randint(0, 40, {2, 20}), mem, o);
+    EXPECT_EQ(mem.layers[0].length(), span ? 3 : 20);  // z = 0 at initialisation: d < 4
+    EXPECT_EQ(mem.layers[1].length(), span ? 7 : 20);
+  }
+}
+
+// The CPU's blocked kernel (float32) against the full-matrix path (float64, generic kernels) on the
+// same parameters: outputs and every gradient, segments longer than a block of query rows, fresh,
+// aged and multi-run memories, with and without SCH.
+TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
+  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  const int64_t t = 70, position = 1000;
+  const std::vector<std::vector<MemoryRun>> memories = {
+      {}, {{position - 40, 40}}, {{position - 100, 30}}, {{position - 300, 20}, {position - 120, 50}, {position - 25, 25}}};
+  for (auto c : all_variants()) {
+    if (c.adaptive_span) c.span_max = 60;  // spans of 12 to 54: keys hidden, ramps and full rows
+    for (const auto& runs : memories)
+      for (const auto& perm : std::vector<std::vector<int64_t>>{{}, {2, 0, 1}}) {
+        SCOPED_TRACE(name_of(c) + " runs " + std::to_string(runs.size()) + " perm " + std::to_string(perm.size()));
+        Fixture f(c);
+        int64_t m = 0;
+        for (const auto& r : runs) m += r.length;
+        f.attn->to(torch::kFloat32);
+        auto w = torch::randn({2, t, f.cfg.d_model}).requires_grad_(true);
+        Tensor mem = m > 0 ? torch::randn({2, m, f.cfg.d_model}) : Tensor();
+        Tensor weights = torch::randn({2, t, f.cfg.d_model}, torch::kFloat64);
+        std::vector<Tensor> wrt{w};
+        for (auto& p : f.attn->parameters()) wrt.push_back(p);
+        f.u = f.u.to(torch::kFloat32).requires_grad_(true);
+        f.v = f.v.to(torch::kFloat32);
+        wrt.push_back(f.u);
+        Tensor got = f.run(w, mem, runs, position, perm);
+        auto got_grads = torch::autograd::grad({(got * weights.to(torch::kFloat32)).sum()}, wrt);
+
+        f.attn->to(torch::kFloat64);
+        Tensor w64 = w.detach().to(torch::kFloat64).requires_grad_(true);
+        std::vector<Tensor> wrt64{w64};
+        for (auto& p : f.attn->parameters()) wrt64.push_back(p);
+        f.u = f.u.detach().to(torch::kFloat64).requires_grad_(true);
+        f.v = f.v.to(torch::kFloat64);
+        wrt64.push_back(f.u);
+        GenericKernels generic;
+        Tensor want = f.run(w64, m > 0 ? mem.to(torch::kFloat64) : Tensor(), runs, position, perm);
+        auto want_grads = torch::autograd::grad({(want * weights).sum()}, wrt64);
+        EXPECT_LT(max_diff(got.to(torch::kFloat64), want), 2e-5);
+        for (size_t i = 0; i < wrt.size(); ++i) {
+          const double size = std::max(1.0, want_grads[i].abs().max().item<double>());
+          EXPECT_LT(max_diff(got_grads[i].to(torch::kFloat64), want_grads[i]), 5e-5 * size) << "gradient " << i;
+        }
+      }
+  }
 }
 
 TEST(AttentionVariants, WholeModelsRoundTripPruneAndRefuseWhatTheyCannot) {

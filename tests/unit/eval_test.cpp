@@ -211,10 +211,19 @@ TEST(Eval, KeptKeyValueProjectionsAreThoseOfTheMemory) {
 }
 
 TEST(Eval, KeptProjectionsChangeNoLoss) {
-  for (bool pre_lnorm : {false, true}) {
+  // Also for MGK (its extra keys are kept beside keys and values) and adaptive span (memory trimmed
+  // to the span, kept projections with it).
+  for (const std::string variant : {"rel", "pre_lnorm", "mgk", "span"}) {
+    SCOPED_TRACE(variant);
     ModelConfig c = eval_config();
-    c.pre_lnorm = pre_lnorm;
+    c.pre_lnorm = variant == "pre_lnorm";
+    if (variant == "mgk") c.attention = "mgk";
+    if (variant == "span") c.adaptive_span = true, c.span_max = 8, c.span_ramp = 2;
     auto m = eval_model(c, torch::kFloat64);
+    if (variant == "span") {
+      torch::NoGradGuard ng;
+      for (auto& l : m->layer_list) l->dec_attn->span_z.uniform_(0.1, 0.6);
+    }
     auto ids = random_ids(97, 13, 8);  // uneven streams: a short last segment
     EvalSettings s;
     s.batch_size = 3;

@@ -67,8 +67,9 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
 
 int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len) {
   const auto& c = model->config;
-  int64_t width = 0;  // keys and values of every head of every layer
-  for (int64_t l = 0; l < c.n_layer; ++l) width += 2 * c.heads_in_layer(l) * c.d_head;
+  int64_t width = 0;  // keys (MGK: all of a mixture's) and values of every head of every layer
+  const int64_t parts = c.attention == "mgk" ? 1 + c.mgk_keys : 2;
+  for (int64_t l = 0; l < c.n_layer; ++l) width += parts * c.heads_in_layer(l) * c.d_head;
   return streams * mem_len * width * static_cast<int64_t>(sizeof(float));
 }
 
@@ -134,7 +135,8 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
     const int64_t t = std::min(s.tgt_len, steps - pos);
     bool scored = true;
     if (s.warmup && s.mem_len > 0)
-      for (const auto& layer : memory.layers) scored = scored && layer.length() == s.mem_len;
+      for (size_t l = 0; l < memory.layers.size(); ++l)  // (adaptive span keeps only what its heads reach)
+        scored = scored && memory.layers[l].length() == model->layer_list[l]->dec_attn->memory_needed(s.mem_len);
     torch::Tensor input = data.narrow(1, pos, t).contiguous();
     torch::Tensor target = data.narrow(1, pos + 1, t).contiguous();
     torch::Tensor nll;

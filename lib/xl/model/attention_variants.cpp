@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
 
 namespace xl::model {
@@ -21,6 +22,13 @@ torch::Tensor span_mask(const torch::Tensor& z, const torch::Tensor& distances, 
   torch::Tensor zc = z.clamp(0, 1).view({-1, 1, 1});
   torch::Tensor d = distances.to(z.device(), z.scalar_type()).unsqueeze(0);
   return ((zc * static_cast<double>(span_max) - d) / static_cast<double>(span_ramp) + 1).clamp(0, 1);
+}
+
+torch::Tensor span_bias(const torch::Tensor& z, const torch::Tensor& distances, int64_t span_max, int64_t span_ramp) {
+  torch::Tensor m = span_mask(z, distances, span_max, span_ramp);
+  torch::Tensor outside = m <= 0;
+  // log of 1 where the key is hidden: the gradient stays finite there (masked_fill zeroes it).
+  return torch::log(m.masked_fill(outside, 1)).masked_fill(outside, -INFINITY);
 }
 
 namespace {
@@ -78,15 +86,61 @@ torch::Tensor mixture_scores(const ModelConfig& cfg, const VariantParams& params
   return cfg.mgk_estep == "hard" ? std::get<0>(all.max(0)) : torch::logsumexp(all, 0);
 }
 
+// The variants as the blocked kernel's terms (chunked_attention.h), in the token-major layouts:
+// the Gaussian kernel expanded, -|q - k|^2 / (2 sigma^2) = (q . k) / sigma^2 - |q|^2 / (2 sigma^2)
+// - |k|^2 / (2 sigma^2), log pi_m joining the key's term (both belong to the key's head).
+AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q_u,
+                             const torch::Tensor& kv, const std::vector<KeyBlock>& blocks,
+                             const std::vector<int64_t>& perm) {
+  AttentionExtras e;
+  const int64_t h = q_u.size(2), dh = q_u.size(3);
+  if (cfg.is_mgk()) {
+    torch::Tensor perm_idx;
+    if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(q_u.device()));
+    torch::Tensor log_pi = torch::log_softmax(params.mgk_pi, 1);  // [H, M] by the key's head
+    torch::Tensor key0 = kv.select(2, 0);                         // [B, K, H, dh]
+    for (int64_t m = 0; m < cfg.mgk_keys; ++m) {
+      const double sigma_sq = std::sqrt(static_cast<double>(dh)) / static_cast<double>(2 * m + 1);
+      torch::Tensor query = q_u, key = key0;
+      if (cfg.attention == "smgk") {
+        // Query h meets the shifts of its key's head perm[h].
+        query = q_u - by_head(params.mgk_mu.select(1, m), perm_idx).view({1, 1, h, dh});
+      } else if (m > 0) {
+        key = params.mgk_keys.select(2, m - 1);
+      }
+      torch::Tensor row = query.pow(2).sum(3) * (-0.5 / sigma_sq);
+      torch::Tensor col = key.pow(2).sum(3).transpose(1, 2) * (-0.5 / sigma_sq) + log_pi.select(1, m).view({1, h, 1});
+      e.mixture.push_back({query, key, row, col, 1.0 / sigma_sq});
+    }
+    e.hard = cfg.mgk_estep == "hard";
+  }
+  if (cfg.persistent_mem > 0) {
+    e.persistent_key = params.pers_key * std::sqrt(static_cast<double>(dh));
+    e.persistent_value = params.pers_val * std::sqrt(static_cast<double>(cfg.persistent_mem));
+  }
+  if (cfg.adaptive_span)
+    for (const KeyBlock& blk : blocks) {
+      torch::Tensor d = blk.d_max - torch::arange(blk.table, torch::kLong).unsqueeze(0);  // [1, P]
+      e.table_bias.push_back(span_bias(params.span_z, d, cfg.span_max, cfg.span_ramp).squeeze(1));
+    }
+  return e;
+}
+
 }  // namespace
 
 torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q,
                                 const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
                                 const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& perm,
                                 const torch::Tensor& u, const torch::Tensor& v, const torch::Tensor& mask,
-                                double dropatt, bool training) {
+                                double dropatt, bool training, bool blocked) {
   const int64_t t = q.size(1), h = q.size(2), dh = q.size(3), k = kv.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  if (blocked && !(training && dropatt > 0) && mask.defined()) {
+    torch::Tensor q_u = q + u.view({1, 1, h, dh});
+    AttentionExtras extras = kernel_terms(cfg, params, q_u, kv, blocks, perm);
+    if (chunked_attention_usable(q, extras))
+      return chunked_relative_attention(q_u, q + v.view({1, 1, h, dh}), kv, tables, blocks, perm, mask, scale, extras);
+  }
   // Scores in float32 at least, whatever the products' precision.
   const auto st = torch::promote_types(q.scalar_type(), torch::kFloat);
   torch::Tensor perm_idx;
@@ -113,19 +167,16 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
     probs = relative_attention_probs((content / scale).view({b * h, t, k}), bds, blocks, mask, scale).view({b, h, t, k});
   } else {
     torch::Tensor logits = content + positional_scores(q_v, tables_st, blocks, perm_idx, k) * scale;
+    if (cfg.adaptive_span)
+      logits = logits + span_bias(params.span_z.to(st), key_distances(blocks, t, k).to(q.device()), cfg.span_max,
+                                  cfg.span_ramp)
+                            .unsqueeze(0);
     if (mask.defined()) logits = logits.masked_fill(mask.to(q.device()).view({1, 1, t, k}), -INFINITY);
     if (n > 0) {
       torch::Tensor p_key = by_head(params.pers_key.to(st), perm_idx) * std::sqrt(static_cast<double>(dh));  // [H, N, dh]
       logits = torch::cat({logits, torch::matmul(q_u, p_key.transpose(1, 2).unsqueeze(0)) * scale}, 3);
     }
     probs = torch::softmax(logits, 3);
-    if (cfg.adaptive_span) {
-      torch::Tensor ctx = probs.narrow(3, 0, k) * span_mask(params.span_z.to(st), key_distances(blocks, t, k).to(q.device()),
-                                                           cfg.span_max, cfg.span_ramp)
-                                                     .unsqueeze(0);
-      probs = n > 0 ? torch::cat({ctx, probs.narrow(3, k, n)}, 3) : ctx;
-      probs = probs / (probs.sum(3, true) + 1e-8);
-    }
   }
   if (training && dropatt > 0) probs = fused_dropout(probs, dropatt, true);
   torch::Tensor out = torch::matmul(probs.narrow(3, 0, k), value);

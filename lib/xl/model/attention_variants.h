@@ -13,10 +13,10 @@
 //   persistent memory: N learned keys P_n and values V_n per head join the softmax with
 //          logit_in = s (q~ . P_n), no positional term; out_i = sum_j p_ij v_j + sum_n p_in V_n.
 //          Stored as P / sqrt(dh) and V / sqrt(N) (all-attention's parametrisation).
-//   adaptive span: head h's context probabilities are multiplied by
-//          m_h(d) = clamp((z_h S - d) / R + 1, 0, 1), z_h in [0, 1] learned, then every
-//          probability of the row (persistent ones included) is divided by the row's sum + 1e-8;
-//          the training loss gains span_loss * S * mean_h(z_h) per layer.
+//   adaptive span: head h's context logits gain log m_h(d), m_h(d) = clamp((z_h S - d) / R + 1, 0, 1),
+//          z_h in [0, 1] learned: p_ij = m_h(d) exp(logit_ij) / Z_i (the paper's soft mask; Z_i sums
+//          every key of the row, persistent ones unmasked), keys with m = 0 hidden; the training
+//          loss gains span_loss * S * mean_h(z_h) per layer.
 // SCH: head h reads every key of head perm[h]'s mixture (keys, shifts, mixing weights, persistent
 // keys and values); queries, u, v and the span stay with h.
 #pragma once
@@ -44,14 +44,17 @@ torch::Tensor key_distances(const std::vector<KeyBlock>& blocks, int64_t t, int6
 
 // m_h(d) of adaptive span: [H, T, K] from z [H] and distances [T, K].
 torch::Tensor span_mask(const torch::Tensor& z, const torch::Tensor& distances, int64_t span_max, int64_t span_ramp);
+// log m_h(d) with -inf where m_h(d) = 0 (a finite gradient everywhere).
+torch::Tensor span_bias(const torch::Tensor& z, const torch::Tensor& distances, int64_t span_max, int64_t span_ramp);
 
-// The attention of one layer with variants, full matrices, differentiable: q [B, T, H, dh],
-// kv [B, K, 2, H, dh] (k^0 and values), tables[b] [P_b, H, dh] positional keys, mask [T, K] bool
-// (true = not seen) or undefined. Returns [B, T, H, dh].
+// The attention of one layer with variants, differentiable: q [B, T, H, dh], kv [B, K, 2, H, dh]
+// (k^0 and values), tables[b] [P_b, H, dh] positional keys, mask [T, K] bool (true = not seen) or
+// undefined. With `blocked` the CPU's blocked kernel (chunked_attention.h) computes it where it can
+// (float32, no attention dropout); full score matrices otherwise. Returns [B, T, H, dh].
 torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q,
                                 const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
                                 const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& perm,
                                 const torch::Tensor& u, const torch::Tensor& v, const torch::Tensor& mask,
-                                double dropatt, bool training);
+                                double dropatt, bool training, bool blocked);
 
 }  // namespace xl::model

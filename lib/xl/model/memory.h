@@ -22,7 +22,8 @@ struct MemoryRun {
 struct LayerMemory {
   torch::Tensor hidden;   // [B, M, d_model], detached; undefined when empty
   std::vector<MemoryRun> runs;  // oldest first; lengths add up to M
-  // [B, M, 2, H, d_head]: the attention's key and value projections of `hidden`, kept by
+  // [B, M, 2, H, d_head] (MGK: [B, M, 1 + M_keys, H, d_head], its extra keys after the values): the
+  // attention's key and value projections of `hidden`, kept by
   // evaluation (ForwardOptions::cache_kv) so that each segment projects only its own tokens;
   // undefined when not kept. Derived data: never saved.
   torch::Tensor kv;

@@ -136,6 +136,14 @@ torch::Tensor RelMultiHeadAttnImpl::span_loss() const {
   return span_z.clamp(0, 1).mean() * (variants.span_loss * static_cast<double>(variants.span_max));
 }
 
+int64_t RelMultiHeadAttnImpl::memory_needed(int64_t mem_len) const {
+  if (!span_z.defined() || n_head == 0) return mem_len;
+  const double z = span_z.detach().max().clamp(0, 1).item<double>();
+  const auto reach = static_cast<int64_t>(std::ceil(z * static_cast<double>(variants.span_max) +
+                                                    static_cast<double>(variants.span_ramp))) - 1;
+  return std::clamp<int64_t>(reach, 0, mem_len);
+}
+
 std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, int64_t position, int64_t t) {
   std::vector<KeyBlock> blocks;
   int64_t col = 0;
@@ -170,20 +178,22 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     const torch::Tensor& weight = qkv_net->weight;
     torch::Tensor w_q = weight.narrow(0, 0, h * dh);
     torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
+    // MGK's extra keys are projected with the keys and values, and kept with them in evaluation:
+    // [B, K, 2 + M - 1, H, dh].
+    const int64_t parts = mgk_k_net ? 1 + variants.mgk_keys : 2;
+    if (mgk_k_net) w_kv = torch::cat({w_kv, mgk_k_net->weight}, 0);
     const torch::Tensor& w_r = r_net->weight;
-    torch::Tensor x_q, kv_proj, x_kv;
-    // MGK's extra keys are projected from the layer's inputs: no kept projections for it.
-    if (variants.is_mgk()) kv_out = nullptr;
-    if (kv_out && m > 0 && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m) {
+    torch::Tensor x_q, kv_proj;
+    if (kv_out && m > 0 && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m && mem.kv.size(2) == parts) {
       // The memory's projections were kept when it was the segment: project only the segment.
       x_q = pre_lnorm ? layer_norm(w) : w;
-      torch::Tensor kv_seg = torch::linear(x_q, w_kv).view({b, t, 2, h, dh});
+      torch::Tensor kv_seg = torch::linear(x_q, w_kv).view({b, t, parts, h, dh});
       kv_proj = torch::cat({mem.kv.to(kv_seg.scalar_type()), kv_seg}, 1);
     } else {
       torch::Tensor cat = m > 0 ? torch::cat({mem.hidden, w}, 1) : w;
-      x_kv = pre_lnorm ? layer_norm(cat) : cat;
+      torch::Tensor x_kv = pre_lnorm ? layer_norm(cat) : cat;
       x_q = pre_lnorm ? x_kv.slice(1, m) : w;
-      kv_proj = torch::linear(x_kv, w_kv).view({b, k, 2, h, dh});
+      kv_proj = torch::linear(x_kv, w_kv).view({b, k, parts, h, dh});
     }
     if (kv_out) *kv_out = kv_proj;
     torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh});
@@ -200,12 +210,13 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
 
     torch::Tensor vec;  // [B, T, H, dh]
     // (same_length without memory hides every key: left to the general path, as before.)
-    const bool blocked = !variants.has_variant() && !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
+    const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
                          chunked_attention_usable(q);
     if (variants.has_variant()) {
       VariantParams params{torch::Tensor(), mgk_mu, mgk_pi, pers_key, pers_val, span_z};
-      if (mgk_k_net) params.mgk_keys = mgk_k_net(x_kv).view({b, k, variants.mgk_keys - 1, h, dh});
-      vec = variant_attention(variants, params, q, kv_proj, tables, blocks, perm, u, v, mask, pass.dropatt, pass.training);
+      if (mgk_k_net) params.mgk_keys = kv_proj.narrow(2, 2, parts - 2);
+      vec = variant_attention(variants, params, q, kv_proj.narrow(2, 0, 2), tables, blocks, perm, u, v, mask,
+                              pass.dropatt, pass.training, blocked);
     } else if (blocked) {
       // Every operand in the projections' own layout; SCH is a head index inside the kernel.
       vec = chunked_relative_attention(q + u.view({1, 1, h, dh}), q + v.view({1, 1, h, dh}), kv_proj, tables,

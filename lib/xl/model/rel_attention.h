@@ -51,6 +51,10 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
 
   // The adaptive-span loss term of this layer: span_loss * S * mean(z) (0-d; zero without one).
   torch::Tensor span_loss() const;
+  // How many memory slots this layer can use: mem_len, or with adaptive span only those some head
+  // reaches (m_h(d) > 0 for d < z_h S + R; the newest slot is at distance 1 from the first query):
+  // keys beyond are hidden, so keeping them changes nothing but the cost.
+  int64_t memory_needed(int64_t mem_len) const;
 
   int64_t n_head, d_head, d_model;
   bool pre_lnorm;

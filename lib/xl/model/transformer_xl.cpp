@@ -120,7 +120,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     if (opts.head_mask.defined()) mask_row = opts.head_mask[l].narrow(0, 0, config.heads_in_layer(l));
     torch::Tensor kv;  // the attention's key/value projections, when kept
     torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row, cache_kv ? &kv : nullptr);
-    Memory::append(&memory.layers[li], h, memory.position, opts.mem_len, kv);
+    Memory::append(&memory.layers[li], h, memory.position, layer_list[li]->dec_attn->memory_needed(opts.mem_len), kv);
     h = out;
   }
   memory.position += t;

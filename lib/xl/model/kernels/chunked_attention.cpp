@@ -6,6 +6,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -37,6 +38,8 @@ struct RowBlock {
 
 struct Geometry {
   int64_t batch = 0, t = 0, heads = 0, dh = 0, k = 0;  // tasks n = b x heads + h
+  int64_t persistent = 0;                              // N persistent keys per head, before the context
+  int64_t components = 0;                              // mixture content: M; 0: scale (q_u . k)
   std::vector<KeyBlock> keys;
   std::vector<int64_t> source;   // SCH: head h reads keys, values and tables of head source[h]
   std::vector<int64_t> visible;  // per query: 1 + its last visible key
@@ -44,6 +47,8 @@ struct Geometry {
   int64_t buffer = 0;            // floats of scratch one thread needs for any row block
 
   int64_t n() const { return batch * heads; }
+  // Probabilities and their gradients per query: persistent keys first, then the context.
+  int64_t row_width() const { return persistent + k; }
   // Row strides of the token-major layouts.
   int64_t ld_q() const { return heads * dh; }       // q_u, q_v, out: [B, T, H, dh]
   int64_t ld_kv() const { return 2 * heads * dh; }  // kv: [B, K, 2, H, dh]
@@ -53,10 +58,17 @@ struct Geometry {
   int64_t key_at(int64_t n) const { return (n / heads) * k * ld_kv() + source[n % heads] * dh; }
   int64_t value_at(int64_t n) const { return key_at(n) + heads * dh; }
   int64_t table_at(int64_t n, int64_t row) const { return row * ld_table() + source[n % heads] * dh; }
+  // A mixture component's key rows ([B, K, H, dh] with row stride ld) and the per-head tensors.
+  int64_t component_key_at(int64_t n, int64_t ld) const { return (n / heads) * k * ld + source[n % heads] * dh; }
+  int64_t persistent_at(int64_t n) const { return source[n % heads] * persistent * dh; }
+  // Row terms [B, T, H] by the query's head, column terms [B, H, K] by the key's.
+  int64_t row_term_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * heads + n % heads; }
+  int64_t col_term_at(int64_t n, int64_t j) const { return ((n / heads) * heads + source[n % heads]) * k + j; }
 };
 
 Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
-                  const std::vector<KeyBlock>& keys, const std::vector<int64_t>& source, const torch::Tensor& mask) {
+                  const std::vector<KeyBlock>& keys, const std::vector<int64_t>& source, const torch::Tensor& mask,
+                  const AttentionExtras& extras) {
   Geometry g;
   TORCH_CHECK(q_u.dim() == 4, "queries must be [B, T, H, dh]");
   g.batch = q_u.size(0), g.t = q_u.size(1), g.heads = q_u.size(2), g.dh = q_u.size(3), g.keys = keys;
@@ -82,6 +94,28 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
   }
   TORCH_CHECK(col == g.k, "key blocks must cover all ", g.k, " keys");
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == g.t && mask.size(1) == g.k, "mask must be [T, K]");
+  // The variants' terms.
+  g.components = static_cast<int64_t>(extras.mixture.size());
+  TORCH_CHECK(g.components != 1 && g.components <= 16, "a mixture needs 2 to 16 components");
+  for (const auto& c : extras.mixture) {
+    TORCH_CHECK(c.query.sizes() == q_u.sizes(), "mixture queries must be [B, T, H, dh]");
+    TORCH_CHECK(c.key.dim() == 4 && c.key.size(0) == g.batch && c.key.size(1) == g.k && c.key.size(2) == g.heads &&
+                    c.key.size(3) == g.dh,
+                "mixture keys must be [B, K, H, dh]");
+    TORCH_CHECK(c.row.sizes() == torch::IntArrayRef({g.batch, g.t, g.heads}), "mixture row terms must be [B, T, H]");
+    TORCH_CHECK(c.col.sizes() == torch::IntArrayRef({g.batch, g.heads, g.k}), "mixture column terms must be [B, H, K]");
+  }
+  if (extras.persistent_key.defined()) {
+    g.persistent = extras.persistent_key.size(1);
+    TORCH_CHECK(extras.persistent_key.sizes() == torch::IntArrayRef({g.heads, g.persistent, g.dh}) &&
+                    extras.persistent_value.sizes() == extras.persistent_key.sizes(),
+                "persistent keys and values must be [H, N, dh]");
+  }
+  TORCH_CHECK(extras.table_bias.empty() || extras.table_bias.size() == keys.size(), "one bias per key block");
+  for (size_t b = 0; b < extras.table_bias.size(); ++b)
+    TORCH_CHECK(extras.table_bias[b].sizes() == torch::IntArrayRef({g.heads, keys[b].table}),
+                "table bias ", b, " must be [H, P]");
+
   const bool* hidden = mask.data_ptr<bool>();
   g.visible.resize(g.t);
   for (int64_t i = 0; i < g.t; ++i) {
@@ -108,104 +142,230 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
       rb.table_scores += rb.rows * s.table_width;
       rb.slices.push_back(s);
     }
-    g.buffer = std::max(g.buffer, 2 * rb.rows * rb.width + rb.table_scores);
+    // Forward: M content scores (or one), the table scores, the probabilities; backward: their
+    // gradients, the table scores' and one component's.
+    const int64_t m = std::max<int64_t>(g.components, 1);
+    g.buffer = std::max(g.buffer, (m + 1) * rb.rows * (g.persistent + rb.width) + rb.table_scores);
     g.blocks.push_back(rb);
   }
   return g;
 }
 
-struct Operands {
-  const float *q_u, *q_v, *kv;
-  std::vector<const float*> tables;
-  const bool* mask;
-  float scale;
+struct Component {
+  const float *query, *key, *row, *col;
+  int64_t ld_key;
+  float coef;
 };
 
-// out [B, T, H, dh]. probs [N, T, K] keeps the probabilities for backward (entries past a row
-// block's width are left unset); without it they live in the thread's scratch.
-void forward_blocks(const Geometry& g, const Operands& x, float* out, float* probs) {
-  const int64_t nb = static_cast<int64_t>(g.blocks.size()), dh = g.dh;
+struct Operands {
+  const float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;
+  std::vector<const float*> tables;
+  const bool* mask = nullptr;
+  float scale = 1;
+  std::vector<Component> mixture;
+  bool hard = false;
+  const float *persistent_key = nullptr, *persistent_value = nullptr;
+  std::vector<const float*> table_bias;  // empty or one per key block
+};
+
+// Mixture content of one row block from its M component score matrices s[m] (rows x width): the
+// combined content / scale into s[0], and (for backward) the first M - 1 components'
+// responsibilities into resp [M - 1, N, T, K].
+void combine_mixture(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, float* s, float* resp) {
+  const int64_t m_count = g.components, width = rb.width, plane = rb.rows * width;
+  const float* x_rows[16];
+  float* resp_rows[16];
+  for (int64_t row = 0; row < rb.rows; ++row) {
+    const int64_t i = rb.i0 + row;
+    for (int64_t m = 0; m < m_count; ++m) {
+      const Component& c = x.mixture[m];
+      float* xr = s + m * plane + row * width;
+      const float a = c.row[g.row_term_at(n, i)], coef = c.coef;
+      const float* col = c.col + g.col_term_at(n, 0);
+      for (int64_t j = 0; j < width; ++j) xr[j] = coef * xr[j] + a + col[j];
+      x_rows[m] = xr;
+      if (resp && m + 1 < m_count) resp_rows[m] = resp + ((m * g.n() + n) * g.t + i) * g.k;
+    }
+    rows::mixture(x_rows, m_count, s + row * width, resp ? resp_rows : nullptr, width, x.hard, 1.0f / x.scale);
+  }
+}
+
+// out [B, T, H, dh]. probs [N, T, row_width] keeps the probabilities for backward (entries past a
+// row block's width are left unset), resp the mixture's responsibilities; without them they live
+// in the thread's scratch.
+void forward_blocks(const Geometry& g, const Operands& x, float* out, float* probs, float* resp) {
+  const int64_t nb = static_cast<int64_t>(g.blocks.size()), dh = g.dh, np = g.persistent;
+  const float inv_scale = 1.0f / x.scale;
   SingleThreadedBlas single;
   parallel_for(0, g.n() * nb, 1, [&](int64_t task0, int64_t task1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer));
     std::vector<const float*> scores_of(g.keys.size());
     for (int64_t task = task0; task < task1; ++task) {
-      const int64_t n = task / nb;
+      const int64_t n = task / nb, h = n % g.heads;
       const RowBlock& rb = g.blocks[task % nb];
       const float* q_u = x.q_u + g.q_at(n, rb.i0);
       const float* q_v = x.q_v + g.q_at(n, rb.i0);
       float* ac = buffer.data();
-      float* bd = ac + rb.rows * rb.width;
-      float* p = probs ? probs + (n * g.t + rb.i0) * g.k : bd + rb.table_scores;
-      const int64_t ldp = probs ? g.k : rb.width;
-      sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), x.kv + g.key_at(n), g.ld_kv(), 0, ac,
-                      rb.width);
+      float* bd = ac + std::max<int64_t>(g.components, 1) * rb.rows * rb.width;
+      float* p = probs ? probs + (n * g.t + rb.i0) * g.row_width() : bd + rb.table_scores;
+      const int64_t ldp = probs ? g.row_width() : np + rb.width;
+      if (g.components == 0) {
+        sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), x.kv + g.key_at(n), g.ld_kv(), 0, ac,
+                        rb.width);
+      } else {
+        for (int64_t m = 0; m < g.components; ++m) {
+          const Component& c = x.mixture[m];
+          sgemm_row_major(false, true, rb.rows, rb.width, dh, c.query + g.q_at(n, rb.i0), g.ld_q(),
+                          c.key + g.component_key_at(n, c.ld_key), c.ld_key, 0, ac + m * rb.rows * rb.width,
+                          rb.width);
+        }
+        combine_mixture(g, x, n, rb, ac, resp);
+      }
       for (size_t b = 0; b < g.keys.size(); ++b) {
         const TableSlice& s = rb.slices[b];
         if (s.table_width == 0) continue;
         sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), x.tables[b] + g.table_at(n, s.lo),
                         g.ld_table(), 0, bd, s.table_width);
+        if (!x.table_bias.empty()) {
+          const float* bias = x.table_bias[b] + h * g.keys[b].table + s.lo;
+          for (int64_t row = 0; row < rb.rows; ++row)
+            for (int64_t c = 0; c < s.table_width; ++c) bd[row * s.table_width + c] += bias[c] * inv_scale;
+        }
         scores_of[b] = bd;
         bd += rb.rows * s.table_width;
       }
+      if (np > 0)
+        sgemm_row_major(false, true, rb.rows, np, dh, q_u, g.ld_q(), x.persistent_key + g.persistent_at(n), dh, 0,
+                        p, ldp);
       for (int64_t row = 0; row < rb.rows; ++row) {
         const int64_t i = rb.i0 + row, seen = g.visible[i];
         const int64_t shift = rb.rows - 1 - row;  // key col + j of this query reads table column j + shift
         float* pr = p + row * ldp;
         float max = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < np; ++j) max = std::max(max, pr[j] *= x.scale);
+        float* context = pr + np;
         for (size_t b = 0; b < g.keys.size(); ++b) {
           const TableSlice& s = rb.slices[b];
           const int64_t len = std::min(s.width, seen - s.col);
           if (len <= 0) continue;
           max = std::max(max, rows::masked_scores(ac + row * rb.width + s.col,
                                                   scores_of[b] + row * s.table_width + shift,
-                                                  x.mask + i * g.k + s.col, pr + s.col, len, x.scale));
+                                                  x.mask + i * g.k + s.col, context + s.col, len, x.scale));
         }
-        rows::softmax(pr, seen, max);
-        std::fill(pr + seen, pr + rb.width, 0.0f);
+        rows::softmax(pr, np + seen, max);
+        std::fill(context + seen, context + rb.width, 0.0f);
       }
-      sgemm_row_major(false, false, rb.rows, dh, rb.width, p, ldp, x.kv + g.value_at(n), g.ld_kv(), 0,
+      sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, x.kv + g.value_at(n), g.ld_kv(), 0,
                       out + g.q_at(n, rb.i0), g.ld_q());
+      if (np > 0)
+        sgemm_row_major(false, false, rb.rows, dh, np, p, ldp, x.persistent_value + g.persistent_at(n), dh, 1,
+                        out + g.q_at(n, rb.i0), g.ld_q());
     }
   });
 }
 
 struct Gradients {
-  float *q_u, *q_v, *kv;               // layouts of the operands; kv zero on entry
+  float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;  // layouts of the operands; kv zero on entry
   std::vector<float*> tables_per_batch;  // [B, P_b, H, dh], zero on entry: summed over B after
+  // The variants': per component query (layout of q_u), key ([B, K, H, dh], zero on entry), row
+  // and column terms (column terms zero on entry); persistent keys and values [B, H, N, dh] and
+  // table biases [B, H, P_b] per batch, zero on entry, summed over B after.
+  std::vector<float*> query, key, row, col;
+  float *persistent_key = nullptr, *persistent_value = nullptr;
+  std::vector<float*> bias_per_batch;
 };
 
-void backward_blocks(const Geometry& g, const Operands& x, const float* probs, const float* grad_out,
-                     const Gradients& d) {
-  const int64_t dh = g.dh;
+// The gradient of one mixture component m from the content's (gs: scale x d logit, rows x width,
+// row stride ldg): into its query, key, row and column terms. ds: rows x width scratch.
+void mixture_backward(const Geometry& g, const Operands& x, const float* resp, const Gradients& d, int64_t n,
+                      const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds) {
+  const Component& c = x.mixture[m];
+  const float inv_scale = 1.0f / x.scale;
+  const int64_t last = g.components - 1, plane = g.n() * g.t * g.k;
+  float* d_col = d.col[m] + g.col_term_at(n, 0);
+  for (int64_t row = 0; row < rb.rows; ++row) {
+    const int64_t i = rb.i0 + row;
+    const float* r0 = resp + (n * g.t + i) * g.k;  // component 0's responsibilities of this row
+    const float* gr = gs + row * ldg;
+    float* dr = ds + row * rb.width;
+    // d content_m = d logit x resp_m (the last component's: 1 - the others').
+    if (m < last) {
+      for (int64_t j = 0; j < rb.width; ++j) dr[j] = gr[j] * inv_scale * r0[m * plane + j];
+    } else {
+      for (int64_t j = 0; j < rb.width; ++j) dr[j] = gr[j] * inv_scale;
+      for (int64_t o = 0; o < last; ++o)
+        for (int64_t j = 0; j < rb.width; ++j) dr[j] -= gr[j] * inv_scale * r0[o * plane + j];
+    }
+    float row_sum = 0;
+    for (int64_t j = 0; j < rb.width; ++j) {
+      row_sum += dr[j];
+      d_col[j] += dr[j];
+      dr[j] *= c.coef;
+    }
+    d.row[m][g.row_term_at(n, i)] = row_sum;
+  }
+  const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key);
+  const int64_t grad_key_at = g.component_key_at(n, g.ld_q());
+  sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, 0, d.query[m] + at,
+                  g.ld_q());
+  sgemm_row_major(true, false, rb.width, g.dh, rb.rows, ds, rb.width, c.query + at, g.ld_q(), 1, d.key[m] + grad_key_at,
+                  g.ld_q());
+}
+
+void backward_blocks(const Geometry& g, const Operands& x, const float* probs, const float* resp,
+                     const float* grad_out, const Gradients& d) {
+  const int64_t dh = g.dh, np = g.persistent;
+  const float inv_scale = 1.0f / x.scale;
   SingleThreadedBlas single;
   // One task per (sequence, head): its key, value and table gradients accumulate over its row blocks
   // (SCH's permutation sends each task to its own source head, so no two tasks write the same rows).
   parallel_for(0, g.n(), 1, [&](int64_t n0, int64_t n1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer));
     for (int64_t n = n0; n < n1; ++n) {
+      const int64_t batch = n / g.heads, h = n % g.heads;
       const float* key = x.kv + g.key_at(n);
       const float* value = x.kv + g.value_at(n);
       float* d_key = d.kv + g.key_at(n);
       float* d_value = d.kv + g.value_at(n);
+      const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
       for (const RowBlock& rb : g.blocks) {
-        const int64_t at = g.q_at(n, rb.i0);
-        const float* p = probs + (n * g.t + rb.i0) * g.k;
+        const int64_t at = g.q_at(n, rb.i0), ldg = np + rb.width, ldp = g.row_width();
+        const float* p = probs + (n * g.t + rb.i0) * ldp;
         const float* go = grad_out + at;
-        float* gs = buffer.data();  // d(probs), then d(scores)
-        sgemm_row_major(false, true, rb.rows, rb.width, dh, go, g.ld_q(), value, g.ld_kv(), 0, gs, rb.width);
-        sgemm_row_major(true, false, rb.width, dh, rb.rows, p, g.k, go, g.ld_q(), 1, d_value, g.ld_kv());
-        for (int64_t row = 0; row < rb.rows; ++row) {
-          const int64_t seen = g.visible[rb.i0 + row];
-          const float* pr = p + row * g.k;
-          float* gr = gs + row * rb.width;
-          rows::softmax_grad(pr, gr, gr, seen, rows::dot(pr, gr, seen), x.scale);
-          std::fill(gr + seen, gr + rb.width, 0.0f);
+        float* gs = buffer.data();  // d(probs), then scale x d(logits): persistent keys, then context
+        float* g_context = gs + np;
+        sgemm_row_major(false, true, rb.rows, rb.width, dh, go, g.ld_q(), value, g.ld_kv(), 0, g_context, ldg);
+        sgemm_row_major(true, false, rb.width, dh, rb.rows, p + np, ldp, go, g.ld_q(), 1, d_value, g.ld_kv());
+        if (np > 0) {
+          sgemm_row_major(false, true, rb.rows, np, dh, go, g.ld_q(), x.persistent_value + g.persistent_at(n), dh, 0,
+                          gs, ldg);
+          sgemm_row_major(true, false, np, dh, rb.rows, p, ldp, go, g.ld_q(), 1, d.persistent_value + pers_at, dh);
         }
-        sgemm_row_major(false, false, rb.rows, dh, rb.width, gs, rb.width, key, g.ld_kv(), 0, d.q_u + at, g.ld_q());
-        sgemm_row_major(true, false, rb.width, dh, rb.rows, gs, rb.width, x.q_u + at, g.ld_q(), 1, d_key, g.ld_kv());
+        for (int64_t row = 0; row < rb.rows; ++row) {
+          const int64_t seen = np + g.visible[rb.i0 + row];
+          const float* pr = p + row * ldp;
+          float* gr = gs + row * ldg;
+          rows::softmax_grad(pr, gr, gr, seen, rows::dot(pr, gr, seen), x.scale);
+          std::fill(gr + seen, gr + ldg, 0.0f);
+        }
+        float q_u_beta = 0;
+        if (np > 0) {
+          sgemm_row_major(false, false, rb.rows, dh, np, gs, ldg, x.persistent_key + g.persistent_at(n), dh, 0,
+                          d.q_u + at, g.ld_q());
+          sgemm_row_major(true, false, np, dh, rb.rows, gs, ldg, x.q_u + at, g.ld_q(), 1, d.persistent_key + pers_at, dh);
+          q_u_beta = 1;
+        }
+        float* g_bd = gs + rb.rows * ldg;
+        if (g.components == 0) {
+          sgemm_row_major(false, false, rb.rows, dh, rb.width, g_context, ldg, key, g.ld_kv(), q_u_beta, d.q_u + at,
+                          g.ld_q());
+          sgemm_row_major(true, false, rb.width, dh, rb.rows, g_context, ldg, x.q_u + at, g.ld_q(), 1, d_key,
+                          g.ld_kv());
+        } else {
+          for (int64_t m = 0; m < g.components; ++m)
+            mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores);
+        }
         // Positional scores: d(scores) moved to table columns, one key block at a time.
-        float* g_bd = gs + rb.rows * rb.width;
         float beta = 0;
         for (size_t b = 0; b < g.keys.size(); ++b) {
           const TableSlice& s = rb.slices[b];
@@ -215,14 +375,19 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
             const int64_t len = std::clamp<int64_t>(g.visible[rb.i0 + row] - s.col, 0, s.width);
             float* tr = g_bd + row * s.table_width;
             std::fill(tr, tr + s.table_width, 0.0f);
-            std::memcpy(tr + shift, gs + row * rb.width + s.col, sizeof(float) * static_cast<size_t>(len));
+            std::memcpy(tr + shift, g_context + row * ldg + s.col, sizeof(float) * static_cast<size_t>(len));
           }
           const int64_t table_rows = g.keys[b].table * g.ld_table();
-          float* d_table = d.tables_per_batch[b] + (n / g.heads) * table_rows + g.table_at(n, s.lo);
+          float* d_table = d.tables_per_batch[b] + batch * table_rows + g.table_at(n, s.lo);
           sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width,
                           x.tables[b] + g.table_at(n, s.lo), g.ld_table(), beta, d.q_v + at, g.ld_q());
           sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, g.ld_q(), 1,
                           d_table, g.ld_table());
+          if (!d.bias_per_batch.empty()) {
+            float* d_bias = d.bias_per_batch[b] + (batch * g.heads + h) * g.keys[b].table + s.lo;
+            for (int64_t row = 0; row < rb.rows; ++row)
+              for (int64_t c = 0; c < s.table_width; ++c) d_bias[c] += g_bd[row * s.table_width + c] * inv_scale;
+          }
           beta = 1;
         }
         if (beta == 0)  // sees no key: cannot happen (geometry checks), but never leave rows unset
@@ -232,11 +397,73 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
   });
 }
 
+// The extras as a flat tensor list (for autograd) and back: per component query, key, row, col;
+// then the persistent key and value; then the table biases. spec: {M, hard, persistent, biases},
+// coefs: the components' coefficients.
+struct PackedExtras {
+  std::vector<torch::Tensor> tensors;
+  std::vector<int64_t> spec;
+  std::vector<double> coefs;
+};
+
+PackedExtras pack(const AttentionExtras& e) {
+  PackedExtras p;
+  for (const auto& c : e.mixture) {
+    p.tensors.insert(p.tensors.end(), {c.query, c.key, c.row, c.col});
+    p.coefs.push_back(c.coef);
+  }
+  const bool persistent = e.persistent_key.defined();
+  if (persistent) p.tensors.insert(p.tensors.end(), {e.persistent_key, e.persistent_value});
+  p.tensors.insert(p.tensors.end(), e.table_bias.begin(), e.table_bias.end());
+  p.spec = {static_cast<int64_t>(e.mixture.size()), e.hard ? 1 : 0, persistent ? 1 : 0,
+            static_cast<int64_t>(e.table_bias.size())};
+  return p;
+}
+
+AttentionExtras unpack(const std::vector<torch::Tensor>& t, const std::vector<int64_t>& spec,
+                       const std::vector<double>& coefs) {
+  AttentionExtras e;
+  size_t at = 0;
+  for (int64_t m = 0; m < spec[0]; ++m, at += 4) e.mixture.push_back({t[at], t[at + 1], t[at + 2], t[at + 3], coefs[m]});
+  e.hard = spec[1] != 0;
+  if (spec[2] != 0) e.persistent_key = t[at], e.persistent_value = t[at + 1], at += 2;
+  e.table_bias.assign(t.begin() + static_cast<int64_t>(at), t.begin() + static_cast<int64_t>(at) + spec[3]);
+  return e;
+}
+
+// A component key [B, K, H, dh] whose rows the kernel can stride through (kv.select(2, 0) can).
+torch::Tensor strided_rows(const torch::Tensor& key) {
+  const bool ok = key.dim() == 4 && key.stride(3) == 1 && key.stride(2) == key.size(3) &&
+                  key.stride(0) == key.size(1) * key.stride(1);
+  return ok ? key : key.contiguous();
+}
+
+AttentionExtras contiguous(const AttentionExtras& e) {
+  AttentionExtras c;
+  for (const auto& m : e.mixture)
+    c.mixture.push_back({m.query.contiguous(), strided_rows(m.key), m.row.contiguous(), m.col.contiguous(), m.coef});
+  c.hard = e.hard;
+  if (e.persistent_key.defined())
+    c.persistent_key = e.persistent_key.contiguous(), c.persistent_value = e.persistent_value.contiguous();
+  for (const auto& b : e.table_bias) c.table_bias.push_back(b.contiguous());
+  return c;
+}
+
 Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
-                  const std::vector<torch::Tensor>& tables, const torch::Tensor& mask, double scale) {
-  Operands x{q_u.data_ptr<float>(), q_v.data_ptr<float>(), kv.data_ptr<float>(), {}, mask.data_ptr<bool>(),
-             static_cast<float>(scale)};
+                  const std::vector<torch::Tensor>& tables, const torch::Tensor& mask, double scale,
+                  const AttentionExtras& e) {
+  Operands x;
+  x.q_u = q_u.data_ptr<float>(), x.q_v = q_v.data_ptr<float>(), x.kv = kv.data_ptr<float>();
+  x.mask = mask.data_ptr<bool>();
+  x.scale = static_cast<float>(scale);
   for (const auto& t : tables) x.tables.push_back(t.data_ptr<float>());
+  for (const auto& c : e.mixture)
+    x.mixture.push_back({c.query.data_ptr<float>(), c.key.data_ptr<float>(), c.row.data_ptr<float>(),
+                         c.col.data_ptr<float>(), c.key.stride(1), static_cast<float>(c.coef)});
+  x.hard = e.hard;
+  if (e.persistent_key.defined())
+    x.persistent_key = e.persistent_key.data_ptr<float>(), x.persistent_value = e.persistent_value.data_ptr<float>();
+  for (const auto& b : e.table_bias) x.table_bias.push_back(b.data_ptr<float>());
   return x;
 }
 
@@ -244,22 +471,28 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_u,
                                const torch::Tensor& q_v, const torch::Tensor& kv, torch::TensorList tables,
-                               const std::vector<int64_t>& keys, const std::vector<int64_t>& heads,
-                               const torch::Tensor& mask, double scale) {
+                               torch::TensorList extra_tensors, const std::vector<int64_t>& keys,
+                               const std::vector<int64_t>& heads, const torch::Tensor& mask, double scale,
+                               const std::vector<int64_t>& spec, const std::vector<double>& coefs) {
     RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
-    const std::vector<torch::Tensor> table_list = tables.vec();
-    const Geometry g = geometry(q_u, kv, table_list, unpack_key_blocks(keys), heads, mask);
+    const std::vector<torch::Tensor> table_list = tables.vec(), extra_list = extra_tensors.vec();
+    const AttentionExtras extras = unpack(extra_list, spec, coefs);
+    const Geometry g = geometry(q_u, kv, table_list, unpack_key_blocks(keys), heads, mask, extras);
     torch::Tensor out = torch::empty_like(q_u);
-    torch::Tensor probs = torch::empty({g.n(), g.t, g.k}, q_u.options());
-    forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale), out.data_ptr<float>(),
-                   probs.data_ptr<float>());
-    std::vector<torch::Tensor> saved = {q_u, q_v, kv, probs};
+    torch::Tensor probs = torch::empty({g.n(), g.t, g.row_width()}, q_u.options());
+    torch::Tensor resp = torch::empty({std::max<int64_t>(g.components - 1, 0), g.n(), g.t, g.k}, q_u.options());
+    forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale, extras), out.data_ptr<float>(),
+                   probs.data_ptr<float>(), g.components > 1 ? resp.data_ptr<float>() : nullptr);
+    std::vector<torch::Tensor> saved = {q_u, q_v, kv, probs, resp};
     saved.insert(saved.end(), table_list.begin(), table_list.end());
+    saved.insert(saved.end(), extra_list.begin(), extra_list.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["keys"] = keys;
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["spec"] = spec;
+    ctx->saved_data["coefs"] = coefs;
     return out;
   }
 
@@ -267,25 +500,57 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
                                                  torch::autograd::variable_list grad_out) {
     RECORD_FUNCTION("xl::chunked_attention_backward", std::vector<c10::IValue>());
     auto s = ctx->get_saved_variables();
-    const torch::Tensor &q_u = s[0], &q_v = s[1], &kv = s[2], &probs = s[3];
-    const std::vector<torch::Tensor> tables(s.begin() + 4, s.end());
+    const torch::Tensor &q_u = s[0], &q_v = s[1], &kv = s[2], &probs = s[3], &resp = s[4];
+    const auto keys = unpack_key_blocks(ctx->saved_data["keys"].toIntVector());
+    const auto tables_end = s.begin() + 5 + static_cast<int64_t>(keys.size());
+    const std::vector<torch::Tensor> tables(s.begin() + 5, tables_end), extra_list(tables_end, s.end());
+    const AttentionExtras extras =
+        unpack(extra_list, ctx->saved_data["spec"].toIntVector(), ctx->saved_data["coefs"].toDoubleVector());
     const torch::Tensor mask = ctx->saved_data["mask"].toTensor();
-    const Geometry g = geometry(q_u, kv, tables, unpack_key_blocks(ctx->saved_data["keys"].toIntVector()),
-                                ctx->saved_data["heads"].toIntVector(), mask);
-    torch::Tensor d_q_u = torch::empty_like(q_u), d_q_v = torch::empty_like(q_v), d_kv = torch::zeros_like(kv);
-    std::vector<torch::Tensor> d_tables_per_batch;
-    Gradients d{d_q_u.data_ptr<float>(), d_q_v.data_ptr<float>(), d_kv.data_ptr<float>(), {}};
+    const Geometry g = geometry(q_u, kv, tables, keys, ctx->saved_data["heads"].toIntVector(), mask, extras);
+    // q_u's gradient is written whole unless only a mixture (which does not read q_u) would write it.
+    torch::Tensor d_q_u = g.components > 0 && g.persistent == 0 ? torch::zeros_like(q_u) : torch::empty_like(q_u);
+    torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::zeros_like(kv);
+    Gradients d;
+    d.q_u = d_q_u.data_ptr<float>(), d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
+    std::vector<torch::Tensor> d_tables_per_batch, d_extras, d_bias_per_batch;
     for (const torch::Tensor& t : tables) {
       d_tables_per_batch.push_back(torch::zeros({g.batch, t.size(0), g.heads, g.dh}, t.options()));
       d.tables_per_batch.push_back(d_tables_per_batch.back().data_ptr<float>());
     }
+    auto grad_of = [&](torch::Tensor t, std::vector<float*>* into) {
+      d_extras.push_back(t);
+      if (into) into->push_back(t.data_ptr<float>());
+      return t.data_ptr<float>();
+    };
+    for (const auto& c : extras.mixture) {
+      grad_of(torch::empty_like(q_u), &d.query);
+      grad_of(torch::zeros({g.batch, g.k, g.heads, g.dh}, q_u.options()), &d.key);
+      grad_of(torch::empty_like(c.row), &d.row);
+      grad_of(torch::zeros_like(c.col), &d.col);
+    }
+    torch::Tensor d_pk, d_pv;
+    if (g.persistent > 0) {
+      d_pk = torch::zeros({g.batch, g.heads, g.persistent, g.dh}, q_u.options());
+      d_pv = torch::zeros_like(d_pk);
+      d.persistent_key = d_pk.data_ptr<float>(), d.persistent_value = d_pv.data_ptr<float>();
+    }
+    for (size_t b = 0; b < extras.table_bias.size(); ++b) {
+      d_bias_per_batch.push_back(torch::zeros({g.batch, g.heads, keys[b].table}, q_u.options()));
+      d.bias_per_batch.push_back(d_bias_per_batch.back().data_ptr<float>());
+    }
     torch::Tensor go = grad_out[0].contiguous();
-    backward_blocks(g, operands(q_u, q_v, kv, tables, mask, ctx->saved_data["scale"].toDouble()),
-                    probs.data_ptr<float>(), go.data_ptr<float>(), d);
+    backward_blocks(g, operands(q_u, q_v, kv, tables, mask, ctx->saved_data["scale"].toDouble(), extras),
+                    probs.data_ptr<float>(), g.components > 1 ? resp.data_ptr<float>() : nullptr, go.data_ptr<float>(),
+                    d);
+    auto batch_sum = [&](const torch::Tensor& t) { return g.batch == 1 ? t[0] : t.sum(0); };
     torch::autograd::variable_list grads = {d_q_u, d_q_v, d_kv};
-    for (const torch::Tensor& t : d_tables_per_batch) grads.push_back(g.batch == 1 ? t[0] : t.sum(0));
-    grads.insert(grads.end(), {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()});
-    return grads;  // keys, heads, mask, scale: none
+    for (const torch::Tensor& t : d_tables_per_batch) grads.push_back(batch_sum(t));
+    grads.insert(grads.end(), d_extras.begin(), d_extras.end());
+    if (g.persistent > 0) grads.insert(grads.end(), {batch_sum(d_pk), batch_sum(d_pv)});
+    for (const torch::Tensor& t : d_bias_per_batch) grads.push_back(batch_sum(t));
+    grads.insert(grads.end(), 6, torch::Tensor());
+    return grads;  // keys, heads, mask, scale, spec, coefs: none
   }
 };
 
@@ -295,26 +560,47 @@ bool chunked_attention_usable(const torch::Tensor& q) {
   return blas().sgemm && q.scalar_type() == torch::kFloat && cpu_kernel_allowed(q);
 }
 
+bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras) {
+  if (!chunked_attention_usable(q) || extras.mixture.size() > 16) return false;
+  auto ok = [&](const torch::Tensor& t) { return !t.defined() || t.scalar_type() == torch::kFloat; };
+  for (const auto& c : extras.mixture)
+    if (!ok(c.query) || !ok(c.key) || !ok(c.row) || !ok(c.col)) return false;
+  for (const auto& b : extras.table_bias)
+    if (!ok(b)) return false;
+  return ok(extras.persistent_key) && ok(extras.persistent_value);
+}
+
 torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
                                          const std::vector<torch::Tensor>& tables,
                                          const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
                                          const torch::Tensor& mask, double scale) {
-  TORCH_CHECK(chunked_attention_usable(q_u), "chunked_relative_attention: float32 CPU tensors and a BLAS needed");
+  return chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads, mask, scale, AttentionExtras());
+}
+
+torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
+                                         const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
+                                         const torch::Tensor& mask, double scale, const AttentionExtras& extras) {
+  TORCH_CHECK(chunked_attention_usable(q_u, extras),
+              "chunked_relative_attention: float32 CPU tensors and a BLAS needed");
   torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), kvc = kv.contiguous();
   torch::Tensor m = mask.to(torch::kBool).contiguous();
+  const AttentionExtras ex = contiguous(extras);
+  const PackedExtras packed = pack(ex);
   std::vector<torch::Tensor> tc;
   bool grad = qu.requires_grad() || qv.requires_grad() || kvc.requires_grad();
   for (const auto& t : tables) {
     tc.push_back(t.contiguous());
     grad = grad || t.requires_grad();
   }
+  for (const auto& t : packed.tensors) grad = grad || t.requires_grad();
   if (grad && torch::GradMode::is_enabled())
-    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), pack_key_blocks(blocks), heads, m,
-                                           scale);
+    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), torch::TensorList(packed.tensors),
+                                           pack_key_blocks(blocks), heads, m, scale, packed.spec, packed.coefs);
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
-  const Geometry g = geometry(qu, kvc, tc, blocks, heads, m);
+  const Geometry g = geometry(qu, kvc, tc, blocks, heads, m, ex);
   torch::Tensor out = torch::empty_like(qu);
-  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale), out.data_ptr<float>(), nullptr);
+  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale, ex), out.data_ptr<float>(), nullptr, nullptr);
   return out;
 }
 

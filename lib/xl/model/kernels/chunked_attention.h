@@ -6,8 +6,10 @@
 // GEMMs go straight to BLAS, single-threaded, with the blocks spread over the threads.
 //
 // Covers float32 on the CPU with a BLAS and no attention dropout, with memories of any age
-// (Skip-Retain). Everything else takes the general path (relative_attention_probs and batched
-// products), against which this one is tested.
+// (Skip-Retain), and the variants' terms (AttentionExtras: Gaussian-mixture content, persistent
+// keys, a per-head bias by distance). Everything else takes the general path
+// (relative_attention_probs and batched products; attention_variants), against which this one is
+// tested.
 #pragma once
 #include <torch/torch.h>
 
@@ -35,5 +37,37 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
                                          const std::vector<torch::Tensor>& tables,
                                          const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
                                          const torch::Tensor& mask, double scale);
+
+// The variants' terms (attention_variants.h), each optional; all empty: the function above.
+struct AttentionExtras {
+  // Mixture content (MGK, sMGK) in place of scale (q_u . k_j):
+  //   content(i, j) = combine_m [coef_m (query_m[i] . key_m[j]) + row_m[i] + col_m[j]],
+  // combine = log-sum-exp (soft E-step) or max (hard). Keys and column terms are indexed by the
+  // key's head (SCH's source head), queries and row terms by the query's.
+  struct Component {
+    torch::Tensor query;  // [B, T, H, dh]
+    torch::Tensor key;    // [B, K, H, dh]; rows may be strided (a view of kv)
+    torch::Tensor row;    // [B, T, H]
+    torch::Tensor col;    // [B, H, K]
+    double coef = 1;
+  };
+  std::vector<Component> mixture;
+  bool hard = false;
+  // Persistent memory [H, N, dh] (by the key's head): N more keys and values in every query's
+  // softmax, logit scale (q_u . key_n), no positional term, never masked.
+  torch::Tensor persistent_key, persistent_value;
+  // Per key block b, [H, P_b] by the query's head: added to the logit of every key that reads
+  // table row r (so a function of distance: adaptive span's log m_h(d)); -inf hides the key. Each
+  // query must keep one finite logit.
+  std::vector<torch::Tensor> table_bias;
+};
+
+// Whether the kernel takes these terms (float32 like the queries).
+bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras);
+
+torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
+                                         const std::vector<torch::Tensor>& tables,
+                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
+                                         const torch::Tensor& mask, double scale, const AttentionExtras& extras);
 
 }  // namespace xl::model

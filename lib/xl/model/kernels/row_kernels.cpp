@@ -73,40 +73,111 @@ __attribute__((target("avx2,fma"))) float masked_scores_avx2(const float* a, con
   return m;
 }
 
-// exp(x - max) in place, returns the sum. exp by range reduction to r = x - k ln2, |r| <= ln2/2, and
-// the Cephes polynomial for exp(r) (relative error ~1e-7, as LibTorch's vectorized exp); below
-// -87.3 (float's smallest normal) the result is 0, which makes masked -inf entries exact zeros.
-__attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, float max) {
-  const __m256 vmax = _mm256_set1_ps(max), lo = _mm256_set1_ps(-87.3f);
+// exp(v) by range reduction to r = v - k ln2, |r| <= ln2/2, and the Cephes polynomial for exp(r)
+// (relative error ~1e-7, as LibTorch's vectorized exp); below -87.3 (float's smallest normal) the
+// result is 0, which makes masked -inf entries exact zeros.
+__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 v) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
   const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
   const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
   const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
                p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
                p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f);
+  const __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ);
+  v = _mm256_max_ps(v, lo);
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm256_fnmadd_ps(k, ln2_hi, v);
+  v = _mm256_fnmadd_ps(k, ln2_lo, v);
+  __m256 y = _mm256_fmadd_ps(p0, v, p1);
+  y = _mm256_fmadd_ps(y, v, p2);
+  y = _mm256_fmadd_ps(y, v, p3);
+  y = _mm256_fmadd_ps(y, v, p4);
+  y = _mm256_fmadd_ps(y, v, p5);
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(v, v), v), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+}
+
+// log(v) for positive normal v: v = m 2^e with m in [sqrt(1/2), sqrt(2)), and the Cephes
+// polynomial for log(m) (relative error ~1e-7).
+__attribute__((target("avx2,fma"))) inline __m256 log256(__m256 v) {
   const __m256 one = _mm256_set1_ps(1.0f);
+  __m256i bits = _mm256_castps_si256(v);
+  __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126)));
+  __m256 m = _mm256_or_ps(_mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff))),
+                          _mm256_set1_ps(0.5f));  // [0.5, 1)
+  const __m256 small = _mm256_cmp_ps(m, _mm256_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+  e = _mm256_sub_ps(e, _mm256_and_ps(one, small));
+  m = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(m, small)), one);
+  const __m256 z = _mm256_mul_ps(m, m);
+  __m256 y = _mm256_set1_ps(7.0376836292e-2f);
+  for (float c : {-1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
+                  2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f})
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(c));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
+  y = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), y);
+  y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
+  return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), _mm256_add_ps(m, y));
+}
+
+// exp(x - max) in place, returns the sum.
+__attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max);
   __m256 sum = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmax);
-    const __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ);
-    v = _mm256_max_ps(v, lo);
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    v = _mm256_fnmadd_ps(k, ln2_hi, v);
-    v = _mm256_fnmadd_ps(k, ln2_lo, v);
-    __m256 y = _mm256_fmadd_ps(p0, v, p1);
-    y = _mm256_fmadd_ps(y, v, p2);
-    y = _mm256_fmadd_ps(y, v, p3);
-    y = _mm256_fmadd_ps(y, v, p4);
-    y = _mm256_fmadd_ps(y, v, p5);
-    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(v, v), v), one);
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+    const __m256 y = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmax));
     _mm256_storeu_ps(x + j, y);
     sum = _mm256_add_ps(sum, y);
   }
   float s = horizontal_sum(sum);
   for (; j < n; ++j) s += (x[j] = std::exp(x[j] - max));
   return s;
+}
+
+// Mixture rows (see row_kernels.h), AVX2.
+__attribute__((target("avx2,fma"))) void mixture_avx2(const float* const* x, int64_t m_count, float* content,
+                                                      float* const* resp, int64_t n, bool hard, float out_scale,
+                                                      float* scratch) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t w = std::min<int64_t>(8, n - j);
+    auto load = [&](const float* p) {
+      if (w == 8) return _mm256_loadu_ps(p + j);
+      float tmp[8];
+      std::fill(tmp, tmp + 8, 0.0f);
+      std::copy(p + j, p + j + w, tmp);
+      return _mm256_loadu_ps(tmp);
+    };
+    auto store = [&](float* p, __m256 v) {
+      if (w == 8) return _mm256_storeu_ps(p + j, v);
+      float tmp[8];
+      _mm256_storeu_ps(tmp, v);
+      std::copy(tmp, tmp + w, p + j);
+    };
+    __m256 best = ninf;
+    for (int64_t m = 0; m < m_count; ++m) best = _mm256_max_ps(best, load(x[m]));
+    if (hard) {
+      __m256 taken = _mm256_setzero_ps();  // the first component at the maximum takes it all
+      for (int64_t m = 0; m + 1 < m_count; ++m) {
+        const __m256 is = _mm256_andnot_ps(taken, _mm256_cmp_ps(load(x[m]), best, _CMP_EQ_OQ));
+        taken = _mm256_or_ps(taken, is);
+        if (resp) store(resp[m], _mm256_and_ps(is, _mm256_set1_ps(1.0f)));
+      }
+      store(content, _mm256_mul_ps(best, _mm256_set1_ps(out_scale)));
+      continue;
+    }
+    __m256 z = _mm256_setzero_ps();
+    for (int64_t m = 0; m < m_count; ++m) {
+      const __m256 e = exp256(_mm256_sub_ps(load(x[m]), best));
+      z = _mm256_add_ps(z, e);
+      if (m + 1 < m_count) _mm256_storeu_ps(scratch + 8 * m, e);
+    }
+    const __m256 inv_z = _mm256_div_ps(_mm256_set1_ps(1.0f), z);
+    if (resp)
+      for (int64_t m = 0; m + 1 < m_count; ++m) store(resp[m], _mm256_mul_ps(_mm256_loadu_ps(scratch + 8 * m), inv_z));
+    store(content, _mm256_mul_ps(_mm256_add_ps(best, log256(z)), _mm256_set1_ps(out_scale)));
+  }
 }
 
 template <typename T>
@@ -156,6 +227,32 @@ float masked_scores(const float* a, const float* b, const bool* hidden, float* s
     m = std::max(m, s[j]);
   }
   return m;
+}
+
+void mixture(const float* const* x, int64_t m_count, float* content, float* const* resp, int64_t n, bool hard,
+             float out_scale) {
+  if (kHaveAvx2) {
+    float scratch[8 * 16];
+    mixture_avx2(x, m_count, content, resp, n, hard, out_scale, scratch);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    float best = kNegInf;
+    int64_t arg = 0;
+    for (int64_t m = 0; m < m_count; ++m)
+      if (x[m][j] > best) best = x[m][j], arg = m;
+    if (hard) {
+      if (resp)
+        for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = m == arg ? 1.0f : 0.0f;
+      content[j] = best * out_scale;
+      continue;
+    }
+    float z = 0;
+    for (int64_t m = 0; m < m_count; ++m) z += std::exp(x[m][j] - best);
+    if (resp)
+      for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = std::exp(x[m][j] - best) / z;
+    content[j] = (best + std::log(z)) * out_scale;
+  }
 }
 
 void softmax(float* x, int64_t n, float max) {

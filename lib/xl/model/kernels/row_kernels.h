@@ -21,6 +21,12 @@ void softmax_grad(const double* p, const double* g, double* gs, int64_t n, doubl
 // s[j] = hidden[j] ? -inf : (a[j] + b[j]) * scale; returns the largest s[j].
 float masked_scores(const float* a, const float* b, const bool* hidden, float* s, int64_t n, float scale);
 
+// A row of mixture scores: content[j] = out_scale * log sum_m exp(x[m][j]) (hard: max_m x[m][j])
+// and the first M - 1 responsibilities resp[m][j] = exp(x[m][j]) / sum (hard: 1 for the first
+// component at the maximum, else 0; not kept when resp is null). M <= 16; content may be x[0].
+void mixture(const float* const* x, int64_t m_count, float* content, float* const* resp, int64_t n, bool hard,
+             float out_scale);
+
 // Softmax of a row of scores in place (hidden entries -inf become exactly 0), given its maximum.
 void softmax(float* x, int64_t n, float max);
 
