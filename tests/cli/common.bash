@@ -23,6 +23,17 @@ fail() {
 }
 step() { echo "--- $*"; }
 
+# Waits (up to 20 s) until FILE has N lines containing PATTERN: a training run's metrics reaching
+# a step before the test interrupts it.
+wait_for_lines() {
+  local file=$1 pattern=$2 want=$3 n
+  for _ in $(seq 1 200); do
+    n=$(grep -c "$pattern" "$file" 2>/dev/null) || n=0
+    [ "$n" -ge "$want" ] && return 0
+    sleep 0.1
+  done
+}
+
 # run CMD...: runs CMD with stdout in $TMP/out and stderr in $TMP/err; its status in $STATUS.
 run() {
   STATUS=0

@@ -97,11 +97,7 @@ start=$(date +%s)
 $T --nproc-per-node 2 --max-steps 100000 --save-every 10 --log-interval 1 --metrics killed.jsonl tokens.h5 -o killed.h5 \
   2>killed.err &
 job=$!
-for _ in $(seq 1 200); do
-  n=$(grep -c '"event":"checkpoint"' killed.jsonl 2>/dev/null) || n=0
-  [ "$n" -ge 2 ] && break
-  sleep 0.1
-done
+wait_for_lines killed.jsonl '"event":"checkpoint"' 2
 rank1=$(pgrep -P "$job" | sort -n | tail -1)
 kill -9 "$rank1"
 wait "$job" || STATUS=$?
@@ -124,11 +120,7 @@ rank0=$!
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 100000 --save-every 10 \
   --log-interval 1 tokens.h5 -o hand.h5 2>hand1.err &
 rank1=$!
-for _ in $(seq 1 200); do
-  n=$(grep -c '"event":"checkpoint"' hand.jsonl 2>/dev/null) || n=0
-  [ "$n" -ge 1 ] && break
-  sleep 0.1
-done
+wait_for_lines hand.jsonl '"event":"checkpoint"' 1
 start=$(date +%s)
 kill -9 "$rank1"
 STATUS=0

@@ -123,11 +123,7 @@ step "SIGTERM saves a checkpoint, exits 143, and the run resumes exactly"
 STATUS=0
 $T --max-steps 100000 --log-interval 1 tokens.h5 -o killed.h5 --metrics killed.jsonl -q &
 pid=$!
-for _ in $(seq 1 200); do
-  n=$(grep -c '"event":"train"' killed.jsonl 2>/dev/null) || n=0
-  [ "$n" -ge 25 ] && break
-  sleep 0.1
-done
+wait_for_lines killed.jsonl '"event":"train"' 25
 kill -TERM $pid
 wait $pid || STATUS=$?
 [ "$STATUS" -eq 143 ] || fail "expected exit 143 after SIGTERM, got $STATUS"
