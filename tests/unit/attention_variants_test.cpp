@@ -278,6 +278,7 @@ TEST(AttentionVariants, AdaptiveSpanKeepsOnlyTheMemoryItsHeadsReach) {
     model->forward(torch::randint(0, 40, {2, 20}), torch::randint(0, 40, {2, 20}), mem, o);
     EXPECT_EQ(mem.layers[0].length(), span ? 3 : 20);  // z = 0 at initialisation: d < 4
     EXPECT_EQ(mem.layers[1].length(), span ? 7 : 20);
+    EXPECT_EQ(model->memory_lengths(30), (std::vector<int64_t>{span ? 3 : 30, span ? 7 : 30}));
   }
 }
 

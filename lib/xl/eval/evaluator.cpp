@@ -128,6 +128,8 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
 
   EvalResult result;
   const int64_t steps = longest - 1;  // input positions of the longest stream
+  // A full memory, per layer (adaptive span keeps only what its heads reach).
+  const std::vector<int64_t> full = model->memory_lengths(s.mem_len);
   const int64_t total = n - b;
   int64_t consumed = 0, all_scored = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -135,8 +137,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
     const int64_t t = std::min(s.tgt_len, steps - pos);
     bool scored = true;
     if (s.warmup && s.mem_len > 0)
-      for (size_t l = 0; l < memory.layers.size(); ++l)  // (adaptive span keeps only what its heads reach)
-        scored = scored && memory.layers[l].length() == model->layer_list[l]->dec_attn->memory_needed(s.mem_len);
+      for (size_t l = 0; l < memory.layers.size(); ++l) scored = scored && memory.layers[l].length() == full[l];
     torch::Tensor input = data.narrow(1, pos, t).contiguous();
     torch::Tensor target = data.narrow(1, pos + 1, t).contiguous();
     torch::Tensor nll;

@@ -138,7 +138,12 @@ torch::Tensor RelMultiHeadAttnImpl::span_loss() const {
 
 int64_t RelMultiHeadAttnImpl::memory_needed(int64_t mem_len) const {
   if (!span_z.defined() || n_head == 0) return mem_len;
-  const double z = span_z.detach().max().clamp(0, 1).item<double>();
+  return memory_needed(mem_len, span_z.detach().max().item<double>());
+}
+
+int64_t RelMultiHeadAttnImpl::memory_needed(int64_t mem_len, double z_max) const {
+  if (!span_z.defined() || n_head == 0) return mem_len;
+  const double z = std::clamp(z_max, 0.0, 1.0);
   const auto reach = static_cast<int64_t>(std::ceil(z * static_cast<double>(variants.span_max) +
                                                     static_cast<double>(variants.span_ramp))) - 1;
   return std::clamp<int64_t>(reach, 0, mem_len);

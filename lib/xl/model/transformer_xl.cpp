@@ -109,6 +109,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   // The residual stream, and with it the memories, in fp32 (or float64) whatever the products' precision.
   torch::Tensor h = upcast(word_emb(input));
   if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
+  const std::vector<int64_t> kept = memory_lengths(opts.mem_len);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const size_t li = static_cast<size_t>(l);
     // Skip-Retain: a skipped layer passes its input through and keeps its old memory.
@@ -120,7 +121,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     if (opts.head_mask.defined()) mask_row = opts.head_mask[l].narrow(0, 0, config.heads_in_layer(l));
     torch::Tensor kv;  // the attention's key/value projections, when kept
     torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row, cache_kv ? &kv : nullptr);
-    Memory::append(&memory.layers[li], h, memory.position, layer_list[li]->dec_attn->memory_needed(opts.mem_len), kv);
+    Memory::append(&memory.layers[li], h, memory.position, kept[li], kv);
     h = out;
   }
   memory.position += t;
@@ -143,6 +144,24 @@ void TransformerXLImpl::clamp_spans() {
   torch::NoGradGuard no_grad;
   for (auto& layer : layer_list)
     if (layer->dec_attn->span_z.defined()) layer->dec_attn->span_z.clamp_(0, 1);
+}
+
+std::vector<int64_t> TransformerXLImpl::memory_lengths(int64_t mem_len) const {
+  std::vector<int64_t> lengths(layer_list.size(), mem_len);
+  if (!config.adaptive_span) return lengths;
+  std::vector<torch::Tensor> maxima;
+  std::vector<size_t> layers;
+  for (size_t l = 0; l < layer_list.size(); ++l) {
+    const auto& attn = layer_list[l]->dec_attn;
+    if (!attn->span_z.defined() || attn->n_head == 0) continue;
+    maxima.push_back(attn->span_z.detach().max());
+    layers.push_back(l);
+  }
+  if (maxima.empty()) return lengths;
+  const torch::Tensor z = torch::stack(maxima).to(torch::kCPU, torch::kDouble).contiguous();
+  for (size_t i = 0; i < layers.size(); ++i)
+    lengths[layers[i]] = layer_list[layers[i]]->dec_attn->memory_needed(mem_len, z.data_ptr<double>()[i]);
+  return lengths;
 }
 
 torch::Tensor TransformerXLImpl::forward(const torch::Tensor& input, const torch::Tensor& target, Memory& memory,

@@ -53,6 +53,9 @@ class TransformerXLImpl : public torch::nn::Module {
   // Puts each adaptive-span z back into [0, 1] after an optimizer step (as adaptive-span does):
   // a z below 0 would get no gradient from the mask again.
   void clamp_spans();
+  // Each layer's memory length for `mem_len` (RelMultiHeadAttnImpl::memory_needed), the spans read
+  // in one transfer (one synchronisation on a GPU, not one per layer).
+  std::vector<int64_t> memory_lengths(int64_t mem_len) const;
 
   // u, v of layer `l`.
   std::pair<torch::Tensor, torch::Tensor> biases(int64_t l) const;
