@@ -257,8 +257,9 @@ TEST(AttentionVariants, AdaptiveSpanKeepsOnlyTheMemoryItsHeadsReach) {
   Fixture f(variant("rel", 0, true));  // S = 12, R = 4
   torch::NoGradGuard no_grad;
   f.attn->span_z.copy_(torch::tensor({0.1, 0.3, 0.2}, torch::kFloat64));
-  EXPECT_EQ(f.attn->memory_needed(30), 7);  // m(d) > 0 for d < 0.3 x 12 + 4 = 7.6
-  EXPECT_EQ(f.attn->memory_needed(5), 5);
+  const double z_max = f.attn->span_z.max().item<double>();
+  EXPECT_EQ(f.attn->memory_needed(30, z_max), 7);  // m(d) > 0 for d < 0.3 x 12 + 4 = 7.6
+  EXPECT_EQ(f.attn->memory_needed(5, z_max), 5);
   // Slot 23 is at distance 7 from the first query (position 30), slot 22 at 8: beyond every head.
   auto w = torch::randn({2, 3, 12}, torch::kFloat64), mem = torch::randn({2, 20, 12}, torch::kFloat64);
   Tensor full = f.run(w, mem, {{10, 20}}, 30);

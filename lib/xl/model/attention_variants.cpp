@@ -135,7 +135,7 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
                                 double dropatt, bool training, bool blocked) {
   const int64_t t = q.size(1), h = q.size(2), dh = q.size(3), k = kv.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  if (blocked && !(training && dropatt > 0) && mask.defined()) {
+  if (blocked && mask.defined()) {
     torch::Tensor q_u = q + u.view({1, 1, h, dh});
     AttentionExtras extras = kernel_terms(cfg, params, q_u, kv, blocks, perm);
     if (chunked_attention_usable(q, extras))

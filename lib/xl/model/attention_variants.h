@@ -49,8 +49,9 @@ torch::Tensor span_bias(const torch::Tensor& z, const torch::Tensor& distances, 
 
 // The attention of one layer with variants, differentiable: q [B, T, H, dh], kv [B, K, 2, H, dh]
 // (k^0 and values), tables[b] [P_b, H, dh] positional keys, mask [T, K] bool (true = not seen) or
-// undefined. With `blocked` the CPU's blocked kernel (chunked_attention.h) computes it where it can
-// (float32, no attention dropout); full score matrices otherwise. Returns [B, T, H, dh].
+// undefined. With `blocked` (the caller's word that no attention dropout applies) the CPU's blocked
+// kernel (chunked_attention.h) computes it where it can (float32); full score matrices otherwise.
+// Returns [B, T, H, dh].
 torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q,
                                 const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
                                 const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& perm,

@@ -136,11 +136,6 @@ torch::Tensor RelMultiHeadAttnImpl::span_loss() const {
   return span_z.clamp(0, 1).mean() * (variants.span_loss * static_cast<double>(variants.span_max));
 }
 
-int64_t RelMultiHeadAttnImpl::memory_needed(int64_t mem_len) const {
-  if (!span_z.defined() || n_head == 0) return mem_len;
-  return memory_needed(mem_len, span_z.detach().max().item<double>());
-}
-
 int64_t RelMultiHeadAttnImpl::memory_needed(int64_t mem_len, double z_max) const {
   if (!span_z.defined() || n_head == 0) return mem_len;
   const double z = std::clamp(z_max, 0.0, 1.0);

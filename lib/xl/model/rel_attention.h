@@ -55,7 +55,6 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
   // reaches (m_h(d) > 0 for d < z_h S + R; the newest slot is at distance 1 from the first query):
   // keys beyond are hidden, so keeping them changes nothing but the cost.
   // z_max: the largest z_h (TransformerXL::memory_lengths reads every layer's in one transfer).
-  int64_t memory_needed(int64_t mem_len) const;
   int64_t memory_needed(int64_t mem_len, double z_max) const;
 
   int64_t n_head, d_head, d_model;

@@ -556,25 +556,15 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
 
 }  // namespace
 
-bool chunked_attention_usable(const torch::Tensor& q) {
-  return blas().sgemm && q.scalar_type() == torch::kFloat && cpu_kernel_allowed(q);
-}
-
 bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras) {
-  if (!chunked_attention_usable(q) || extras.mixture.size() > 16) return false;
+  if (!blas().sgemm || q.scalar_type() != torch::kFloat || !cpu_kernel_allowed(q) || extras.mixture.size() > 16)
+    return false;
   auto ok = [&](const torch::Tensor& t) { return !t.defined() || t.scalar_type() == torch::kFloat; };
   for (const auto& c : extras.mixture)
     if (!ok(c.query) || !ok(c.key) || !ok(c.row) || !ok(c.col)) return false;
   for (const auto& b : extras.table_bias)
     if (!ok(b)) return false;
   return ok(extras.persistent_key) && ok(extras.persistent_value);
-}
-
-torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
-                                         const std::vector<torch::Tensor>& tables,
-                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
-                                         const torch::Tensor& mask, double scale) {
-  return chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads, mask, scale, AttentionExtras());
 }
 
 torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,

@@ -19,26 +19,8 @@
 
 namespace xl::model {
 
-// Whether chunked_relative_attention can run on tensors like q.
-bool chunked_attention_usable(const torch::Tensor& q);
-
-// Operands stay in the projections' own token-major layouts (no copies into per-head order):
-//   q_u, q_v: [B, T, H, dh] queries plus the content / positional bias;
-//   kv:       [B, K, 2, H, dh] keys (index 0) and values (1);
-//   blocks:   the keys' blocks as for relative_attention_probs, and for each tables[b]: [P_b, H, dh]
-//             its positional keys (query i, key col_b + j reads row j + T - 1 - i);
-//   heads:    SCH: head h reads the keys, values and positional keys of head heads[h] (a
-//             permutation; empty: its own);
-//   mask:     [T, K] bool (true = not seen); it must hide every key whose table row would be past
-//             the table (no query sees its future), and leave each query at least one key.
-// Returns [B, T, H, dh] = softmax(scale * (q_u key^T + shift(q_v tables^T)) masked) value,
-// differentiable.
-torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
-                                         const std::vector<torch::Tensor>& tables,
-                                         const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
-                                         const torch::Tensor& mask, double scale);
-
-// The variants' terms (attention_variants.h), each optional; all empty: the function above.
+// The variants' terms (attention_variants.h), each optional; all empty:
+// Transformer-XL's attention.
 struct AttentionExtras {
   // Mixture content (MGK, sMGK) in place of scale (q_u . k_j):
   //   content(i, j) = combine_m [coef_m (query_m[i] . key_m[j]) + row_m[i] + col_m[j]],
@@ -62,12 +44,24 @@ struct AttentionExtras {
   std::vector<torch::Tensor> table_bias;
 };
 
-// Whether the kernel takes these terms (float32 like the queries).
-bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras);
+// Whether chunked_relative_attention can run on tensors like q (and these terms: float32 too).
+bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras = {});
 
+// Operands stay in the projections' own token-major layouts (no copies into per-head order):
+//   q_u, q_v: [B, T, H, dh] queries plus the content / positional bias;
+//   kv:       [B, K, 2, H, dh] keys (index 0) and values (1);
+//   blocks:   the keys' blocks as for relative_attention_probs, and for each tables[b]: [P_b, H, dh]
+//             its positional keys (query i, key col_b + j reads row j + T - 1 - i);
+//   heads:    SCH: head h reads the keys, values and positional keys of head heads[h] (a
+//             permutation; empty: its own);
+//   mask:     [T, K] bool (true = not seen); it must hide every key whose table row would be past
+//             the table (no query sees its future), and leave each query at least one key.
+// Returns [B, T, H, dh] = softmax(scale * (q_u key^T + shift(q_v tables^T)) masked) value,
+// differentiable; `extras` change the logits as AttentionExtras says.
 torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
                                          const std::vector<torch::Tensor>& tables,
                                          const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
-                                         const torch::Tensor& mask, double scale, const AttentionExtras& extras);
+                                         const torch::Tensor& mask, double scale,
+                                         const AttentionExtras& extras = {});
 
 }  // namespace xl::model
