@@ -9,7 +9,9 @@
 #include <limits>
 
 // The element loops below are written to vectorize; -O2 alone does not if-convert them.
+#ifndef __clang__  // clang has no per-file optimize pragma (and vectorizes these at -O2)
 #pragma GCC optimize("O3")
+#endif
 
 namespace xl::model {
 

@@ -9,7 +9,9 @@
 #include "xl/model/kernels/blas.h"
 
 // The element loops below are written to vectorize; -O2 alone does not if-convert them.
+#ifndef __clang__  // clang has no per-file optimize pragma (and vectorizes these at -O2)
 #pragma GCC optimize("O3")
+#endif
 
 namespace xl::model::rows {
 namespace {
@@ -135,6 +137,22 @@ __attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, floa
   return s;
 }
 
+// The first w (<= 8) floats at p; functions, not lambdas: clang gives lambdas no target attribute.
+__attribute__((target("avx2,fma"))) inline __m256 load_upto8(const float* p, int64_t w) {
+  if (w == 8) return _mm256_loadu_ps(p);
+  float tmp[8];
+  std::fill(tmp, tmp + 8, 0.0f);
+  std::copy(p, p + w, tmp);
+  return _mm256_loadu_ps(tmp);
+}
+
+__attribute__((target("avx2,fma"))) inline void store_upto8(float* p, int64_t w, __m256 v) {
+  if (w == 8) return _mm256_storeu_ps(p, v);
+  float tmp[8];
+  _mm256_storeu_ps(tmp, v);
+  std::copy(tmp, tmp + w, p);
+}
+
 // Mixture rows (see row_kernels.h), AVX2.
 __attribute__((target("avx2,fma"))) void mixture_avx2(const float* const* x, int64_t m_count, float* content,
                                                       float* const* resp, int64_t n, bool hard, float out_scale,
@@ -142,41 +160,29 @@ __attribute__((target("avx2,fma"))) void mixture_avx2(const float* const* x, int
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < n; j += 8) {
     const int64_t w = std::min<int64_t>(8, n - j);
-    auto load = [&](const float* p) {
-      if (w == 8) return _mm256_loadu_ps(p + j);
-      float tmp[8];
-      std::fill(tmp, tmp + 8, 0.0f);
-      std::copy(p + j, p + j + w, tmp);
-      return _mm256_loadu_ps(tmp);
-    };
-    auto store = [&](float* p, __m256 v) {
-      if (w == 8) return _mm256_storeu_ps(p + j, v);
-      float tmp[8];
-      _mm256_storeu_ps(tmp, v);
-      std::copy(tmp, tmp + w, p + j);
-    };
     __m256 best = ninf;
-    for (int64_t m = 0; m < m_count; ++m) best = _mm256_max_ps(best, load(x[m]));
+    for (int64_t m = 0; m < m_count; ++m) best = _mm256_max_ps(best, load_upto8(x[m] + j, w));
     if (hard) {
       __m256 taken = _mm256_setzero_ps();  // the first component at the maximum takes it all
       for (int64_t m = 0; m + 1 < m_count; ++m) {
-        const __m256 is = _mm256_andnot_ps(taken, _mm256_cmp_ps(load(x[m]), best, _CMP_EQ_OQ));
+        const __m256 is = _mm256_andnot_ps(taken, _mm256_cmp_ps(load_upto8(x[m] + j, w), best, _CMP_EQ_OQ));
         taken = _mm256_or_ps(taken, is);
-        if (resp) store(resp[m], _mm256_and_ps(is, _mm256_set1_ps(1.0f)));
+        if (resp) store_upto8(resp[m] + j, w, _mm256_and_ps(is, _mm256_set1_ps(1.0f)));
       }
-      store(content, _mm256_mul_ps(best, _mm256_set1_ps(out_scale)));
+      store_upto8(content + j, w, _mm256_mul_ps(best, _mm256_set1_ps(out_scale)));
       continue;
     }
     __m256 z = _mm256_setzero_ps();
     for (int64_t m = 0; m < m_count; ++m) {
-      const __m256 e = exp256(_mm256_sub_ps(load(x[m]), best));
+      const __m256 e = exp256(_mm256_sub_ps(load_upto8(x[m] + j, w), best));
       z = _mm256_add_ps(z, e);
       if (m + 1 < m_count) _mm256_storeu_ps(scratch + 8 * m, e);
     }
     const __m256 inv_z = _mm256_div_ps(_mm256_set1_ps(1.0f), z);
     if (resp)
-      for (int64_t m = 0; m + 1 < m_count; ++m) store(resp[m], _mm256_mul_ps(_mm256_loadu_ps(scratch + 8 * m), inv_z));
-    store(content, _mm256_mul_ps(_mm256_add_ps(best, log256(z)), _mm256_set1_ps(out_scale)));
+      for (int64_t m = 0; m + 1 < m_count; ++m)
+        store_upto8(resp[m] + j, w, _mm256_mul_ps(_mm256_loadu_ps(scratch + 8 * m), inv_z));
+    store_upto8(content + j, w, _mm256_mul_ps(_mm256_add_ps(best, log256(z)), _mm256_set1_ps(out_scale)));
   }
 }
 
