@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto ids = tokens.read_split(split);
       if (static_cast<int64_t>(ids.size()) != tokens.split_length(split)) xl::fuzz::finding("split length disagrees");
       for (int32_t id : ids)
-        if (id < 0 || id >= tokens.vocab().size()) xl::fuzz::finding("token id outside the vocab in split " + split);
+        if (id < 0 || static_cast<size_t>(id) >= tokens.vocab().size()) xl::fuzz::finding("token id outside the vocab in split " + split);
     }
   });
   return 0;

@@ -2,7 +2,7 @@
 
 namespace xl::model {
 
-SinusoidTable::SinusoidTable(int64_t d_model) : d_model_(d_model) {
+SinusoidTable::SinusoidTable(int64_t d_model) {
   inv_freq_ = 1.0 / torch::pow(10000.0, torch::arange(0, d_model, 2, torch::kFloat64) / static_cast<double>(d_model));
 }
 

@@ -17,7 +17,6 @@ class SinusoidTable {
   const torch::Tensor& inv_freq() const { return inv_freq_; }
 
  private:
-  int64_t d_model_;
   torch::Tensor inv_freq_;  // [d_model/2]: 1 / 10000^(2i/d_model)
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, torch::Tensor> cache_;
 };
