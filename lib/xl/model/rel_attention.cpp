@@ -170,7 +170,7 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
                                             const torch::Tensor& u, const torch::Tensor& v,
                                             const std::vector<int64_t>& perm, const torch::Tensor& head_mask,
                                             torch::Tensor* kv_out) {
-  const int64_t b = w.size(0), t = w.size(1), m = mem.length(), k = m + t, h = n_head, dh = d_head;
+  const int64_t b = w.size(0), t = w.size(1), m = mem.length(), h = n_head, dh = d_head;
   torch::Tensor attn_out;
   if (h == 0) {
     attn_out = torch::zeros_like(w);
@@ -183,17 +183,17 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     const int64_t parts = mgk_k_net ? 1 + variants.mgk_keys : 2;
     if (mgk_k_net) w_kv = torch::cat({w_kv, mgk_k_net->weight}, 0);
     const torch::Tensor& w_r = r_net->weight;
-    torch::Tensor x_q, kv_proj;
-    if (kv_out && m > 0 && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m && mem.kv.size(2) == parts) {
-      // The memory's projections were kept when it was the segment: project only the segment.
-      x_q = pre_lnorm ? layer_norm(w) : w;
-      torch::Tensor kv_seg = torch::linear(x_q, w_kv).view({b, t, parts, h, dh});
-      kv_proj = torch::cat({mem.kv.to(kv_seg.scalar_type()), kv_seg}, 1);
-    } else {
-      torch::Tensor cat = m > 0 ? torch::cat({mem.hidden, w}, 1) : w;
-      torch::Tensor x_kv = pre_lnorm ? layer_norm(cat) : cat;
-      x_q = pre_lnorm ? x_kv.slice(1, m) : w;
-      kv_proj = torch::linear(x_kv, w_kv).view({b, k, parts, h, dh});
+    // The memory's rows and the segment's are projected apart: the memory needs no input gradient
+    // (one GEMM in three of the projection's backward less), and evaluation may have kept it.
+    torch::Tensor x_q = pre_lnorm ? layer_norm(w) : w;
+    torch::Tensor kv_proj = torch::linear(x_q, w_kv).view({b, t, parts, h, dh});
+    if (m > 0) {
+      torch::Tensor kv_mem;
+      if (kv_out && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m && mem.kv.size(2) == parts)
+        kv_mem = mem.kv.to(kv_proj.scalar_type());  // kept when the memory was the segment
+      else
+        kv_mem = torch::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden, w_kv).view({b, m, parts, h, dh});
+      kv_proj = torch::cat({kv_mem, kv_proj}, 1);
     }
     if (kv_out) *kv_out = kv_proj;
     torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh});

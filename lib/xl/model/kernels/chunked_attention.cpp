@@ -265,8 +265,8 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
 }
 
 struct Gradients {
-  float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;  // layouts of the operands; kv zero on entry
-  std::vector<float*> tables_per_batch;  // [B, P_b, H, dh], zero on entry: summed over B after
+  float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;  // layouts of the operands
+  std::vector<float*> tables_per_batch;  // [B, P_b, H, dh]: summed over B after
   // The variants': per component query (layout of q_u), key ([B, K, H, dh], zero on entry), row
   // and column terms (column terms zero on entry); persistent keys and values [B, H, N, dh] and
   // table biases [B, H, P_b] per batch, zero on entry, summed over B after.
@@ -328,6 +328,16 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
       float* d_key = d.kv + g.key_at(n);
       float* d_value = d.kv + g.value_at(n);
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
+      // This task's key, value and table gradient rows are its alone: zeroed here, while they are
+      // about to be written, rather than in a pass of their own.
+      for (int64_t j = 0; j < g.k; ++j) {
+        std::fill_n(d_key + j * g.ld_kv(), dh, 0.0f);
+        std::fill_n(d_value + j * g.ld_kv(), dh, 0.0f);
+      }
+      for (size_t b = 0; b < g.keys.size(); ++b) {
+        float* d_table = d.tables_per_batch[b] + batch * g.keys[b].table * g.ld_table() + g.table_at(n, 0);
+        for (int64_t row = 0; row < g.keys[b].table; ++row) std::fill_n(d_table + row * g.ld_table(), dh, 0.0f);
+      }
       for (const RowBlock& rb : g.blocks) {
         const int64_t at = g.q_at(n, rb.i0), ldg = np + rb.width, ldp = g.row_width();
         const float* p = probs + (n * g.t + rb.i0) * ldp;
@@ -510,12 +520,12 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const Geometry g = geometry(q_u, kv, tables, keys, ctx->saved_data["heads"].toIntVector(), mask, extras);
     // q_u's gradient is written whole unless only a mixture (which does not read q_u) would write it.
     torch::Tensor d_q_u = g.components > 0 && g.persistent == 0 ? torch::zeros_like(q_u) : torch::empty_like(q_u);
-    torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::zeros_like(kv);
+    torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::empty_like(kv);
     Gradients d;
     d.q_u = d_q_u.data_ptr<float>(), d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
     std::vector<torch::Tensor> d_tables_per_batch, d_extras, d_bias_per_batch;
     for (const torch::Tensor& t : tables) {
-      d_tables_per_batch.push_back(torch::zeros({g.batch, t.size(0), g.heads, g.dh}, t.options()));
+      d_tables_per_batch.push_back(torch::empty({g.batch, t.size(0), g.heads, g.dh}, t.options()));
       d.tables_per_batch.push_back(d_tables_per_batch.back().data_ptr<float>());
     }
     auto grad_of = [&](torch::Tensor t, std::vector<float*>* into) {
