@@ -8,7 +8,9 @@
 //   MODE: train | eval; SKIP_SCHEDULE: none (default) | linear | uniform | ... (Skip-Retain,
 //   phase 1); BETA: SCH rate.
 // Environment: XL_BENCH_DEVICE (cpu, cuda, cuda:N; default cpu), XL_BENCH_PRECISION (fp32, bf16,
-// fp16, auto; default auto), XL_BENCH_BATCH (overrides the config's batch). On a GPU the peak is
+// fp16, auto; default auto), XL_BENCH_BATCH (overrides the config's batch), XL_BENCH_KV_CACHE (eval:
+// on keeps each memory's key/value projections as xl-eval-longctx does within its default budget;
+// off projects the memory again every segment; default on). On a GPU the peak is
 // the median of 5 products at 8192^3 in the step's precision (and in fp32), and the peak device
 // memory is the caching allocator's.
 #include <sys/resource.h>
@@ -21,6 +23,7 @@
 #include <memory>
 #include <iostream>
 
+#include "xl/eval/evaluator.h"
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
 #include "xl/model/kernels/blas.h"
@@ -135,6 +138,9 @@ int main(int argc, char** argv) {
     model->to(device);
     const bool train = mode == "train";
     const int64_t tgt = bc.tgt_len, mem_len = train ? bc.mem_len : 2 * bc.tgt_len, b = bc.batch;
+    // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
+    const bool kv_cache = !train && env_or("XL_BENCH_KV_CACHE", "on") == "on" &&
+                          xl::eval::kv_cache_bytes(model, b, mem_len) <= xl::eval::EvalSettings{}.kv_cache_bytes;
     std::vector<std::pair<std::string, torch::Tensor>> params;
     for (const auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
     // Adam's moments exist only when training (eval's peak RSS must not count them).
@@ -153,6 +159,7 @@ int main(int argc, char** argv) {
       auto in = data.slice(1, s * tgt, (s + 1) * tgt), tg = data.slice(1, s * tgt + 1, (s + 1) * tgt + 1);
       ForwardOptions fo;
       fo.mem_len = mem_len;
+      fo.cache_kv = kv_cache;
       // XL_BENCH_PROFILE=FILE: a Chrome trace of the last step from LibTorch's autograd profiler.
       std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
       const char* prof_file = std::getenv("XL_BENCH_PROFILE");
@@ -199,7 +206,8 @@ int main(int argc, char** argv) {
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
                         {"beta", beta}, {"batch", b}, {"device", device.str()}, {"precision", to_string(precision)},
                         {"gemm_peak_fp32_gflops", peak_fp32}, {"attention", cfg.attention},
-                        {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span}};
+                        {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span},
+                        {"kv_cache", kv_cache}};
     j["cpu"] = cpu_model_name();
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();
