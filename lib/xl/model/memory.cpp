@@ -30,20 +30,15 @@ int64_t Memory::batch_size() const {
 
 namespace {
 
-// Drops the `drop` oldest slots of a layer's memory (`all`, with its projections `kv` when kept), run by run.
-void drop_oldest(LayerMemory* layer, const torch::Tensor& all, const torch::Tensor& kv, int64_t drop) {
-  int64_t left = drop;
-  auto& runs = layer->runs;
-  while (left > 0 && !runs.empty()) {
-    const int64_t take = std::min(left, runs.front().length);
-    runs.front().start += take;
-    runs.front().length -= take;
-    left -= take;
-    if (runs.front().length == 0) runs.erase(runs.begin());
+// Drops the `drop` oldest slots from a layer's runs.
+void drop_runs(std::vector<MemoryRun>* runs, int64_t drop) {
+  while (drop > 0 && !runs->empty()) {
+    const int64_t take = std::min(drop, runs->front().length);
+    runs->front().start += take;
+    runs->front().length -= take;
+    drop -= take;
+    if (runs->front().length == 0) runs->erase(runs->begin());
   }
-  layer->hidden = drop > 0 ? all.slice(1, drop).contiguous() : all;
-  layer->kv = !kv.defined() ? torch::Tensor() : drop > 0 ? kv.slice(1, drop).contiguous() : kv;
-  if (layer->hidden.size(1) == 0) layer->hidden = layer->kv = torch::Tensor();
 }
 
 }  // namespace
@@ -51,23 +46,36 @@ void drop_oldest(LayerMemory* layer, const torch::Tensor& all, const torch::Tens
 void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len,
                     const torch::Tensor& kv_all) {
   torch::NoGradGuard no_grad;
-  const int64_t seg = input.size(1);
+  const int64_t seg = input.size(1), old = layer->length();
   if (mem_len <= 0) {  // careful: slicing [-0:] would keep everything
     *layer = LayerMemory();
     return;
   }
-  torch::Tensor all = layer->length() > 0 ? torch::cat({layer->hidden, input.detach()}, 1) : input.detach().contiguous();
+  const int64_t drop = std::max<int64_t>(0, old + seg - mem_len);
+  // Only the kept slots are copied, once: the newest old ones and the segment's (the memory never
+  // shares storage with the layer's input).
+  const torch::Tensor in = input.detach();
+  layer->hidden = drop >= old ? in.slice(1, drop - old).clone(at::MemoryFormat::Contiguous)
+                              : torch::cat({layer->hidden.slice(1, drop), in}, 1);
+  // The projections are the attention's own copy: kept as a view.
+  const bool kv_fits = kv_all.defined() && kv_all.size(0) == in.size(0) && kv_all.size(1) == old + seg;
+  layer->kv = kv_fits ? kv_all.detach().slice(1, drop) : torch::Tensor();
+  if (layer->hidden.size(1) == 0) layer->hidden = layer->kv = torch::Tensor();
   auto& runs = layer->runs;
   if (!runs.empty() && runs.back().start + runs.back().length == position) runs.back().length += seg;
   else runs.push_back({position, seg});
-  const bool kv_fits = kv_all.defined() && kv_all.size(0) == all.size(0) && kv_all.size(1) == all.size(1);
-  drop_oldest(layer, all, kv_fits ? kv_all.detach() : torch::Tensor(), std::max<int64_t>(0, all.size(1) - mem_len));
+  drop_runs(&runs, drop);
 }
 
 void Memory::trim(int64_t mem_len) {
   for (auto& l : layers) {
     if (mem_len <= 0) l = LayerMemory();
-    else if (l.length() > mem_len) drop_oldest(&l, l.hidden, l.kv, l.length() - mem_len);
+    else if (l.length() > mem_len) {
+      const int64_t drop = l.length() - mem_len;
+      l.hidden = l.hidden.slice(1, drop).contiguous();
+      if (l.kv.defined()) l.kv = l.kv.slice(1, drop);
+      drop_runs(&l.runs, drop);
+    }
   }
 }
 
