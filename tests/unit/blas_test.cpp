@@ -1,8 +1,11 @@
 // The BLAS layer: which OpenBLAS kernels xl asks for on which CPU (never a kernel set the CPU
 // cannot run, never a step down, unknown cores left alone), and the row-major GEMM against an
-// explicit loop for every transpose combination.
+// explicit loop for every transpose combination, beta 0 (C never read) and not, small and large outputs.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <tuple>
 
 #include "xl/model/kernels/blas.h"
 
@@ -59,29 +62,33 @@ TEST(BlasCore, TheCpuUnitsAreConsistent) {
 TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
   if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
   torch::manual_seed(3);
-  const int64_t m = 37, n = 29, k = 53;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      // Stored as the transpose when op is T, with a leading dimension wider than the matrix.
-      auto a = torch::randn({ta ? k : m, (ta ? m : k) + 3});
-      auto b = torch::randn({tb ? n : k, (tb ? k : n) + 5});
-      auto c = torch::randn({m, n + 2});
-      auto c0 = c.clone();
-      xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1),
-                                 0.5f, c.data_ptr<float>(), c.size(1));
-      auto A = a.accessor<float, 2>(), B = b.accessor<float, 2>(), C = c.accessor<float, 2>(),
-           C0 = c0.accessor<float, 2>();
-      double worst = 0;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double s = 0.5 * C0[i][j];
-          for (int64_t p = 0; p < k; ++p) s += double(ta ? A[p][i] : A[i][p]) * double(tb ? B[j][p] : B[p][j]);
-          worst = std::max(worst, std::abs(s - C[i][j]));
+  // A small output (cleared by the wrapper for beta 0) and one past its threshold (cleared by the BLAS).
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {300, 230, 7}})
+    for (float beta : {0.5f, 0.0f})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          // Stored as the transpose when op is T, with a leading dimension wider than the matrix.
+          auto a = torch::randn({ta ? k : m, (ta ? m : k) + 3});
+          auto b = torch::randn({tb ? n : k, (tb ? k : n) + 5});
+          auto c = torch::randn({m, n + 2});
+          if (beta == 0) c.narrow(1, 0, n).fill_(std::nanf(""));  // beta 0: C is never read
+          auto c0 = c.clone();
+          xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(),
+                                     b.size(1), beta, c.data_ptr<float>(), c.size(1));
+          auto A = a.accessor<float, 2>(), B = b.accessor<float, 2>(), C = c.accessor<float, 2>(),
+               C0 = c0.accessor<float, 2>();
+          double worst = 0;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double s = beta == 0 ? 0.0 : beta * C0[i][j];
+              for (int64_t p = 0; p < k; ++p) s += double(ta ? A[p][i] : A[i][p]) * double(tb ? B[j][p] : B[p][j]);
+              const double e = std::abs(s - C[i][j]);
+              worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+            }
+          EXPECT_LT(worst, 1e-4) << m << " x " << n << " beta " << beta << " trans_a " << ta << " trans_b " << tb;
+          for (int64_t i = 0; i < m; ++i)  // the padding columns are untouched
+            for (int64_t j = n; j < n + 2; ++j) EXPECT_EQ(C[i][j], C0[i][j]);
         }
-      EXPECT_LT(worst, 1e-4) << "trans_a " << ta << " trans_b " << tb;
-      for (int64_t i = 0; i < m; ++i)  // the padding columns are untouched
-        for (int64_t j = n; j < n + 2; ++j) EXPECT_EQ(C[i][j], C0[i][j]);
-    }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -142,6 +143,14 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
   const float one = 1;
+  // OpenBLAS clears C for beta = 0 in a pass of narrow stores that costs a fifth of a small
+  // product's time (the attention's per-head products: 64 x 256 x 32 took 1.27x as long); memset
+  // is faster while C fits in the core's cache. Larger outputs are left to the BLAS.
+  constexpr int64_t kSmallOutput = 65536;
+  if (beta == 0 && m * n <= kSmallOutput) {
+    for (int64_t row = 0; row < m; ++row) std::memset(c + row * ldc, 0, sizeof(float) * static_cast<size_t>(n));
+    beta = 1;
+  }
   blas().sgemm(&op_b, &op_a, &ni, &mi, &ki, &one, b, &lb, a, &la, &beta, c, &lc);
 }
 
