@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Model throughput (docs: ../shared/docs/bench-configs.md): forward+backward training steps (loss,
 # backward, clip, Adam, gradients reset: the trainer's step) and forward-only evaluation (no grad,
-# memory 2 x tgt_len) for tiny, small, base and the word-level wt103 shape. Each measurement is the median of RUNS fresh
+# memory 2 x tgt_len, its key/value projections kept as the evaluator keeps them) for tiny, small,
+# base and the word-level wt103 shape. Each measurement is the median of RUNS fresh
 # processes; each process measures the GEMM peak itself (median of 5 products at 2048^3 and 4096^3,
 # as bench-configs.md defines it) and reports MFU against it, peak RSS and
 # CPU seconds per step. Prints one JSON object on stdout; progress on stderr.
