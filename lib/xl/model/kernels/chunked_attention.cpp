@@ -264,16 +264,45 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
   });
 }
 
+// Uninitialised on entry: each backward task clears the rows it owns (clear_owned).
 struct Gradients {
   float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;  // layouts of the operands
   std::vector<float*> tables_per_batch;  // [B, P_b, H, dh]: summed over B after
-  // The variants': per component query (layout of q_u), key ([B, K, H, dh], zero on entry), row
-  // and column terms (column terms zero on entry); persistent keys and values [B, H, N, dh] and
-  // table biases [B, H, P_b] per batch, zero on entry, summed over B after.
+  // The variants': per component query (layout of q_u), key ([B, K, H, dh]), row and column
+  // terms; persistent keys and values [B, H, N, dh] and table biases [B, H, P_b] per batch,
+  // summed over B after.
   std::vector<float*> query, key, row, col;
   float *persistent_key = nullptr, *persistent_value = nullptr;
   std::vector<float*> bias_per_batch;
 };
+
+// Zeroes the gradient rows that backward task n accumulates into. They are its alone (SCH's
+// permutation gives each task its own source head), so this runs inside the task, while the rows
+// are about to be written, not as a pass of its own.
+void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
+  const int64_t dh = g.dh, batch = n / g.heads, h = n % g.heads;
+  auto rows = [dh](float* at, int64_t count, int64_t ld) {
+    for (int64_t r = 0; r < count; ++r) std::fill_n(at + r * ld, dh, 0.0f);
+  };
+  rows(d.kv + g.key_at(n), g.k, g.ld_kv());
+  rows(d.kv + g.value_at(n), g.k, g.ld_kv());
+  for (size_t b = 0; b < g.keys.size(); ++b)
+    rows(d.tables_per_batch[b] + batch * g.keys[b].table * g.ld_table() + g.table_at(n, 0), g.keys[b].table,
+         g.ld_table());
+  // A mixture alone never writes q_u's gradient (its components' queries take it).
+  if (g.components > 0 && g.persistent == 0) rows(d.q_u + g.q_at(n, 0), g.t, g.ld_q());
+  for (int64_t m = 0; m < g.components; ++m) {
+    rows(d.key[m] + g.component_key_at(n, g.ld_q()), g.k, g.ld_q());
+    std::fill_n(d.col[m] + g.col_term_at(n, 0), g.k, 0.0f);
+  }
+  if (g.persistent > 0) {
+    const int64_t at = batch * g.heads * g.persistent * dh + g.persistent_at(n);
+    std::fill_n(d.persistent_key + at, g.persistent * dh, 0.0f);
+    std::fill_n(d.persistent_value + at, g.persistent * dh, 0.0f);
+  }
+  for (size_t b = 0; b < d.bias_per_batch.size(); ++b)
+    std::fill_n(d.bias_per_batch[b] + (batch * g.heads + h) * g.keys[b].table, g.keys[b].table, 0.0f);
+}
 
 // The gradient of one mixture component m from the content's (gs: scale x d logit, rows x width,
 // row stride ldg): into its query, key, row and column terms. ds: rows x width scratch.
@@ -328,16 +357,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
       float* d_key = d.kv + g.key_at(n);
       float* d_value = d.kv + g.value_at(n);
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
-      // This task's key, value and table gradient rows are its alone: zeroed here, while they are
-      // about to be written, rather than in a pass of their own.
-      for (int64_t j = 0; j < g.k; ++j) {
-        std::fill_n(d_key + j * g.ld_kv(), dh, 0.0f);
-        std::fill_n(d_value + j * g.ld_kv(), dh, 0.0f);
-      }
-      for (size_t b = 0; b < g.keys.size(); ++b) {
-        float* d_table = d.tables_per_batch[b] + batch * g.keys[b].table * g.ld_table() + g.table_at(n, 0);
-        for (int64_t row = 0; row < g.keys[b].table; ++row) std::fill_n(d_table + row * g.ld_table(), dh, 0.0f);
-      }
+      clear_owned(g, d, n);
       for (const RowBlock& rb : g.blocks) {
         const int64_t at = g.q_at(n, rb.i0), ldg = np + rb.width, ldp = g.row_width();
         const float* p = probs + (n * g.t + rb.i0) * ldp;
@@ -518,8 +538,8 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
         unpack(extra_list, ctx->saved_data["spec"].toIntVector(), ctx->saved_data["coefs"].toDoubleVector());
     const torch::Tensor mask = ctx->saved_data["mask"].toTensor();
     const Geometry g = geometry(q_u, kv, tables, keys, ctx->saved_data["heads"].toIntVector(), mask, extras);
-    // q_u's gradient is written whole unless only a mixture (which does not read q_u) would write it.
-    torch::Tensor d_q_u = g.components > 0 && g.persistent == 0 ? torch::zeros_like(q_u) : torch::empty_like(q_u);
+    // Every gradient starts uninitialised: backward_blocks clears what it accumulates into.
+    torch::Tensor d_q_u = torch::empty_like(q_u);
     torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::empty_like(kv);
     Gradients d;
     d.q_u = d_q_u.data_ptr<float>(), d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
@@ -535,18 +555,18 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     };
     for (const auto& c : extras.mixture) {
       grad_of(torch::empty_like(q_u), &d.query);
-      grad_of(torch::zeros({g.batch, g.k, g.heads, g.dh}, q_u.options()), &d.key);
+      grad_of(torch::empty({g.batch, g.k, g.heads, g.dh}, q_u.options()), &d.key);
       grad_of(torch::empty_like(c.row), &d.row);
-      grad_of(torch::zeros_like(c.col), &d.col);
+      grad_of(torch::empty_like(c.col), &d.col);
     }
     torch::Tensor d_pk, d_pv;
     if (g.persistent > 0) {
-      d_pk = torch::zeros({g.batch, g.heads, g.persistent, g.dh}, q_u.options());
-      d_pv = torch::zeros_like(d_pk);
+      d_pk = torch::empty({g.batch, g.heads, g.persistent, g.dh}, q_u.options());
+      d_pv = torch::empty_like(d_pk);
       d.persistent_key = d_pk.data_ptr<float>(), d.persistent_value = d_pv.data_ptr<float>();
     }
     for (size_t b = 0; b < extras.table_bias.size(); ++b) {
-      d_bias_per_batch.push_back(torch::zeros({g.batch, g.heads, keys[b].table}, q_u.options()));
+      d_bias_per_batch.push_back(torch::empty({g.batch, g.heads, keys[b].table}, q_u.options()));
       d.bias_per_batch.push_back(d_bias_per_batch.back().data_ptr<float>());
     }
     torch::Tensor go = grad_out[0].contiguous();
