@@ -55,7 +55,8 @@ for r in rows:
     (ref if r.get("implementation") == "reference" else res).setdefault(r["config"], {}).setdefault(r["mode"], []).append(r)
 def med(v): return statistics.median(v)
 first = rows[0]
-out = {"runs": int(sys.argv[2]), "cpu": first["cpu"], "blas": first["blas"], "results": {}}
+out = {"runs": int(sys.argv[2]), "cpu": first["cpu"], "blas": first["blas"],
+       "small_gemm": first.get("small_gemm", ""), "results": {}}
 for c, modes in res.items():
     for m, rs in modes.items():
         row = out["results"].setdefault(c, {})[m] = {

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "xl/model/kernels/blas.h"
+#include "xl/model/kernels/parallel.h"
 
 using xl::model::better_openblas_core;
 using xl::model::CpuVectorUnits;
@@ -59,10 +60,10 @@ TEST(BlasCore, TheCpuUnitsAreConsistent) {
   EXPECT_NE(xl::model::cpu_model_name(), "");
 }
 
-TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
-  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+// Every transpose combination and beta, a small output (cleared by the wrapper for beta 0) and
+// one past its threshold (cleared by the BLAS), against an explicit loop in double precision.
+void expect_products_match_loops(const char* where) {
   torch::manual_seed(3);
-  // A small output (cleared by the wrapper for beta 0) and one past its threshold (cleared by the BLAS).
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {300, 230, 7}})
     for (float beta : {0.5f, 0.0f})
       for (bool ta : {false, true})
@@ -85,10 +86,31 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
               const double e = std::abs(s - C[i][j]);
               worst = std::isnan(e) ? INFINITY : std::max(worst, e);
             }
-          EXPECT_LT(worst, 1e-4) << m << " x " << n << " beta " << beta << " trans_a " << ta << " trans_b " << tb;
+          EXPECT_LT(worst, 1e-4) << where << ": " << m << " x " << n << " beta " << beta << " trans_a " << ta
+                                 << " trans_b " << tb;
           for (int64_t i = 0; i < m; ++i)  // the padding columns are untouched
             for (int64_t j = n; j < n + 2; ++j) EXPECT_EQ(C[i][j], C0[i][j]);
         }
+}
+
+TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
+  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  at::set_num_threads(2);
+  EXPECT_FALSE(xl::model::runs_on_onednn(false));  // several threads: the BLAS's own
+  expect_products_match_loops("all threads");
+}
+
+TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
+  // Inside a parallel region each product runs on its thread: oneDNN's where the process has it.
+  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
+  xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
+    if (b != 0) return;  // one task checks (gtest's expectations from one thread)
+    EXPECT_EQ(xl::model::runs_on_onednn(false), onednn);
+    EXPECT_FALSE(xl::model::runs_on_onednn(true));  // transposed A: the BLAS
+    expect_products_match_loops(onednn ? "oneDNN" : "one-thread BLAS");
+  });
+  if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::small_gemm_description();
 }
 
 }  // namespace

@@ -44,6 +44,15 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+// Whether a oneDNN call made here runs on this thread alone: oneDNN (built on the OpenMP runtime
+// LibTorch loaded) goes serial inside a parallel region and uses OpenMP's thread count outside.
+bool on_this_thread_only() {
+  using IntFn = int (*)();
+  static const IntFn in_parallel = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_in_parallel"));
+  static const IntFn max_threads = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  return in_parallel && max_threads && (in_parallel() || max_threads() == 1);
+}
+
 }  // namespace
 
 const Blas& blas() {
@@ -52,6 +61,8 @@ const Blas& blas() {
     r.sgemm = reinterpret_cast<Blas::Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
     r.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    if (env("XL_SMALL_GEMM") != "blas")
+      r.onednn_sgemm = reinterpret_cast<Blas::OnednnSgemm>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
     return r;
   }();
   return b;
@@ -124,6 +135,23 @@ std::string blas_description() {
   return d;
 }
 
+bool runs_on_onednn(bool trans_a) { return !trans_a && blas().onednn_sgemm && on_this_thread_only(); }
+
+std::string small_gemm_description() {
+  if (!blas().onednn_sgemm) return "BLAS";
+  struct Version {
+    int major, minor, patch;
+    const char* hash;
+    unsigned cpu_runtime, gpu_runtime;
+  };
+  using VersionFn = const Version* (*)();
+  auto version = reinterpret_cast<VersionFn>(dlsym(RTLD_DEFAULT, "dnnl_version"));
+  const Version* v = version ? version() : nullptr;
+  std::string d = "oneDNN";
+  if (v) d += " " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  return d + " (per-head products on one thread; XL_SMALL_GEMM=blas for the BLAS)";
+}
+
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line, name, family, model;
@@ -140,6 +168,9 @@ std::string cpu_model_name() {
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const char op_a = trans_a ? 'T' : 'N', op_b = trans_b ? 'T' : 'N';
+  if (runs_on_onednn(trans_a) &&
+      blas().onednn_sgemm(op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == 0)
+    return;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
   const float one = 1;

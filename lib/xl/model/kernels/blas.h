@@ -13,6 +13,11 @@ struct Blas {
   Sgemm sgemm = nullptr;
   void (*set_threads)(int) = nullptr;  // OpenBLAS only
   int (*get_threads)() = nullptr;      // OpenBLAS only
+  // oneDNN's row-major sgemm, present where LibTorch loads oneDNN as a shared library (Debian's
+  // build does); returns 0 on success.
+  using OnednnSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                              int64_t, float, float*, int64_t);
+  OnednnSgemm onednn_sgemm = nullptr;
 };
 
 const Blas& blas();
@@ -47,13 +52,22 @@ void choose_blas_kernels_before_exec();
 // the benchmarks' JSON. blas_core() is the core running now, empty when unknown.
 std::string blas_core();
 std::string blas_description();
+// "oneDNN 2.6.3 (per-head products on one thread)" or "BLAS": what the small products run on.
+std::string small_gemm_description();
 // The CPU's model name (/proc/cpuinfo).
 std::string cpu_model_name();
 
 // Row-major C[m, n] = op(A) op(B) + beta C with op(X) = X or X^T, through the column-major sgemm
 // (C^T = op(B)^T op(A)^T). blas().sgemm must be present.
+// A product that runs on the calling thread alone (inside a parallel region, or with one thread)
+// and whose A is not transposed goes to oneDNN's sgemm where the process has it: on the
+// attention's per-head products (64 query rows, d_head 32 or 64) it ran 1.15-1.3x as fast as
+// OpenBLAS's, with AVX-512 (Zen 5) and AVX2 alike; with A transposed it ran at 0.6-0.9x, so those
+// stay with the BLAS. XL_SMALL_GEMM=blas sends every product to the BLAS.
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Whether sgemm_row_major, called here, sends a product to oneDNN.
+bool runs_on_onednn(bool trans_a);
 
 // While alive, BLAS runs each GEMM on the calling thread only (OpenBLAS; a no-op for other BLAS
 // libraries): for loops that spread many small GEMMs over the threads themselves.
