@@ -56,7 +56,7 @@ for r in rows:
 def med(v): return statistics.median(v)
 first = rows[0]
 out = {"runs": int(sys.argv[2]), "cpu": first["cpu"], "blas": first["blas"],
-       "small_gemm": first.get("small_gemm", ""), "results": {}}
+       "gemm_choice": first.get("gemm_choice", ""), "results": {}}
 for c, modes in res.items():
     for m, rs in modes.items():
         row = out["results"].setdefault(c, {})[m] = {

@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     j["cpu"] = cpu_model_name();
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();
-    j["small_gemm"] = small_gemm_description();
+    j["gemm_choice"] = gemm_choice_description();
     if (device.is_cuda()) {
       j["gpu"] = cuda_device_name(device.index());
       j["peak_device_mb"] = device_mb;

@@ -96,7 +96,12 @@ void expect_products_match_loops(const char* where) {
 TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
   if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
   at::set_num_threads(2);
-  EXPECT_FALSE(xl::model::runs_on_onednn(false));  // several threads: the BLAS's own
+  const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
+  // On all threads: oneDNN for small products (either A), the BLAS for large ones.
+  EXPECT_EQ(xl::model::runs_on_onednn(false, 2048, 512, 128), onednn);
+  EXPECT_EQ(xl::model::runs_on_onednn(true, 384, 128, 2048), onednn);
+  EXPECT_FALSE(xl::model::runs_on_onednn(false, 1024, 2048, 512));
+  EXPECT_FALSE(xl::model::runs_on_onednn(true, 2048, 512, 1024));
   expect_products_match_loops("all threads");
 }
 
@@ -106,11 +111,11 @@ TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
   const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
   xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
     if (b != 0) return;  // one task checks (gtest's expectations from one thread)
-    EXPECT_EQ(xl::model::runs_on_onednn(false), onednn);
-    EXPECT_FALSE(xl::model::runs_on_onednn(true));  // transposed A: the BLAS
+    EXPECT_EQ(xl::model::runs_on_onednn(false, 64, 1024, 64), onednn);
+    EXPECT_FALSE(xl::model::runs_on_onednn(true, 1024, 64, 64));  // transposed A: the BLAS
     expect_products_match_loops(onednn ? "oneDNN" : "one-thread BLAS");
   });
-  if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::small_gemm_description();
+  if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::gemm_choice_description();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "xl/model/adaptive.h"
 
+#include "xl/model/kernels/linear.h"
 #include "xl/model/precision.h"
 
 #include <cmath>
@@ -46,7 +47,7 @@ torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
   const double scale = std::sqrt(static_cast<double>(d_proj));
   if (div_val == 1) {
     torch::Tensor e = embeddings[0](input);
-    if (projections[0].defined()) e = torch::linear(e, projections[0]);
+    if (projections[0].defined()) e = xl::model::linear(e, projections[0]);
     return e * scale;
   }
   auto flat = input.reshape({-1});
@@ -56,7 +57,7 @@ torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
     auto in_cluster = (flat >= cutoff_ends[i]) & (flat < cutoff_ends[i + 1]);
     auto idx = in_cluster.nonzero().squeeze(1);
     if (idx.numel() == 0) continue;
-    auto e = torch::linear(embeddings[i](flat.index_select(0, idx) - cutoff_ends[i]), projections[i]);
+    auto e = xl::model::linear(embeddings[i](flat.index_select(0, idx) - cutoff_ends[i]), projections[i]);
     out = out.index_copy(0, idx, e);
   }
   auto sizes = input.sizes().vec();
@@ -122,7 +123,7 @@ std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::cluster_params(i
 torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const torch::Tensor& weight,
                                              const torch::Tensor& bias, const torch::Tensor& proj) const {
   torch::Tensor h = proj.defined() ? torch::matmul(hidden, proj) : hidden;  // [N, d_proj] -> [N, d_i]
-  return upcast(torch::linear(h, weight, bias));  // the log-softmax and the loss in fp32 at least
+  return upcast(xl::model::linear(h, weight, bias));  // the log-softmax and the loss in fp32 at least
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {

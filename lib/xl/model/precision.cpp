@@ -47,6 +47,8 @@ void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
 
 }  // namespace
 
+bool cpu_autocast_enabled() { return autocast_enabled(false); }
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

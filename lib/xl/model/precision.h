@@ -20,6 +20,9 @@ std::string to_string(Precision p);
 // CPU autocast computes in bf16 only.
 Precision resolve_precision(const std::string& name, const torch::Device& device);
 
+// Whether LibTorch's CPU autocast is on in this thread (an AutocastScope for a CPU device).
+bool cpu_autocast_enabled();
+
 // Half and bfloat16 tensors as float; others as they are.
 torch::Tensor upcast(const torch::Tensor& x);
 

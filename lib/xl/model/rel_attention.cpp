@@ -6,6 +6,7 @@
 #include "xl/model/kernels/batched_matmul.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
+#include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/rel_softmax.h"
 
 namespace xl::model {
@@ -186,21 +187,21 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     // The memory's rows and the segment's are projected apart: the memory needs no input gradient
     // (one GEMM in three of the projection's backward less), and evaluation may have kept it.
     torch::Tensor x_q = pre_lnorm ? layer_norm(w) : w;
-    torch::Tensor kv_proj = torch::linear(x_q, w_kv).view({b, t, parts, h, dh});
+    torch::Tensor kv_proj = xl::model::linear(x_q, w_kv).view({b, t, parts, h, dh});
     if (m > 0) {
       torch::Tensor kv_mem;
       if (kv_out && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m && mem.kv.size(2) == parts)
         kv_mem = mem.kv.to(kv_proj.scalar_type());  // kept when the memory was the segment
       else
-        kv_mem = torch::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden, w_kv).view({b, m, parts, h, dh});
+        kv_mem = xl::model::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden, w_kv).view({b, m, parts, h, dh});
       kv_proj = torch::cat({kv_mem, kv_proj}, 1);
     }
     if (kv_out) *kv_out = kv_proj;
-    torch::Tensor q = torch::linear(x_q, w_q).view({b, t, h, dh});
+    torch::Tensor q = xl::model::linear(x_q, w_q).view({b, t, h, dh});
     // Positional keys [P, H, dh] of one distance table.
     auto positional_keys = [&](const KeyBlock& blk) {
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
-      return torch::linear(pos, w_r).view({blk.table, h, dh});
+      return xl::model::linear(pos, w_r).view({blk.table, h, dh});
     };
     const double scale = 1.0 / std::sqrt(double(dh));
     torch::Tensor mask = pass.mask(t, m, w.device());
@@ -229,7 +230,7 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     if (head_mask.defined()) vec = vec * head_mask.view({1, 1, h, 1});
     vec = vec.reshape({b, t, h * dh});
     // Dropout fused with the residual: w + dropout(o_net(vec)).
-    torch::Tensor sum = fused_dropout_add(o_net(vec), w, dropout, pass.training);
+    torch::Tensor sum = fused_dropout_add(xl::model::linear(vec, o_net->weight), w, dropout, pass.training);
     return pre_lnorm ? sum : layer_norm(sum);
   }
   return pre_lnorm ? w + attn_out : layer_norm(w + attn_out);

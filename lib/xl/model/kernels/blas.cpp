@@ -61,7 +61,7 @@ const Blas& blas() {
     r.sgemm = reinterpret_cast<Blas::Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
     r.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    if (env("XL_SMALL_GEMM") != "blas")
+    if (env("XL_GEMM") != "blas")
       r.onednn_sgemm = reinterpret_cast<Blas::OnednnSgemm>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
     return r;
   }();
@@ -135,9 +135,13 @@ std::string blas_description() {
   return d;
 }
 
-bool runs_on_onednn(bool trans_a) { return !trans_a && blas().onednn_sgemm && on_this_thread_only(); }
+bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k) {
+  if (!blas().onednn_sgemm) return false;
+  constexpr int64_t kOnAllThreadsMax = int64_t{1} << 27;  // multiply-adds
+  return on_this_thread_only() ? !trans_a : m * n * k <= kOnAllThreadsMax;
+}
 
-std::string small_gemm_description() {
+std::string gemm_choice_description() {
   if (!blas().onednn_sgemm) return "BLAS";
   struct Version {
     int major, minor, patch;
@@ -149,7 +153,7 @@ std::string small_gemm_description() {
   const Version* v = version ? version() : nullptr;
   std::string d = "oneDNN";
   if (v) d += " " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
-  return d + " (per-head products on one thread; XL_SMALL_GEMM=blas for the BLAS)";
+  return d + " where it runs the product faster, the BLAS elsewhere (XL_GEMM=blas: the BLAS only)";
 }
 
 std::string cpu_model_name() {
@@ -168,7 +172,7 @@ std::string cpu_model_name() {
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const char op_a = trans_a ? 'T' : 'N', op_b = trans_b ? 'T' : 'N';
-  if (runs_on_onednn(trans_a) &&
+  if (runs_on_onednn(trans_a, m, n, k) &&
       blas().onednn_sgemm(op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == 0)
     return;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);

@@ -52,22 +52,24 @@ void choose_blas_kernels_before_exec();
 // the benchmarks' JSON. blas_core() is the core running now, empty when unknown.
 std::string blas_core();
 std::string blas_description();
-// "oneDNN 2.6.3 (per-head products on one thread)" or "BLAS": what the small products run on.
-std::string small_gemm_description();
+// "oneDNN 2.6.3 (...)" or "BLAS": what the products above run on.
+std::string gemm_choice_description();
 // The CPU's model name (/proc/cpuinfo).
 std::string cpu_model_name();
 
 // Row-major C[m, n] = op(A) op(B) + beta C with op(X) = X or X^T, through the column-major sgemm
 // (C^T = op(B)^T op(A)^T). blas().sgemm must be present.
-// A product that runs on the calling thread alone (inside a parallel region, or with one thread)
-// and whose A is not transposed goes to oneDNN's sgemm where the process has it: on the
-// attention's per-head products (64 query rows, d_head 32 or 64) it ran 1.15-1.3x as fast as
-// OpenBLAS's, with AVX-512 (Zen 5) and AVX2 alike; with A transposed it ran at 0.6-0.9x, so those
-// stay with the BLAS. XL_SMALL_GEMM=blas sends every product to the BLAS.
+// Products go to oneDNN's sgemm where the process has it (LibTorch's own, where it is a shared
+// library) and it measured faster, with AVX-512 (Zen 5) and AVX2 alike. On one thread (inside a
+// parallel region, or with one thread in all): every product whose A is not transposed (the
+// attention's per-head products at 64 x 1024 x 64: 1.15-1.3x; with A transposed 0.6-0.9x). On all
+// threads: products up to 2^27 multiply-adds (the tiny model's projections and their gradients,
+// 2048 rows: 1.1-1.4x; the base model's, from 2^28 up, trained 2% slower on oneDNN).
+// XL_GEMM=blas sends every product to the BLAS.
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-// Whether sgemm_row_major, called here, sends a product to oneDNN.
-bool runs_on_onednn(bool trans_a);
+// Whether sgemm_row_major, called here, sends this product to oneDNN.
+bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k);
 
 // While alive, BLAS runs each GEMM on the calling thread only (OpenBLAS; a no-op for other BLAS
 // libraries): for loops that spread many small GEMMs over the threads themselves.

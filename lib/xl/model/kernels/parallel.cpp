@@ -64,7 +64,7 @@ void set_threads(int n) {
   static bool described = false;
   if (!described) {
     described = true;
-    XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description() << "; small products: " << small_gemm_description());
+    XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description() << "; products: " << gemm_choice_description());
   }
 }
 
