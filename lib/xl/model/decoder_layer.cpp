@@ -19,7 +19,8 @@ torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
   auto in = CoreNet[0]->as<torch::nn::Linear>();
   auto out = CoreNet[3]->as<torch::nn::Linear>();
   const bool train = is_training();
-  torch::Tensor h = fused_relu_dropout(xl::model::linear(pre_lnorm ? layer_norm(x) : x, in->weight, in->bias), dropout, train);
+  torch::Tensor h =
+      fused_relu_dropout(xl::model::linear(pre_lnorm ? layer_norm(x) : x, in->weight, in->bias), dropout, train);
   torch::Tensor sum = fused_dropout_add(xl::model::linear(h, out->weight, out->bias), x, dropout, train);
   return pre_lnorm ? sum : layer_norm(sum);
 }

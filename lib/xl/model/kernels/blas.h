@@ -52,8 +52,6 @@ void choose_blas_kernels_before_exec();
 // the benchmarks' JSON. blas_core() is the core running now, empty when unknown.
 std::string blas_core();
 std::string blas_description();
-// "oneDNN 2.6.3 (...)" or "BLAS": what the products above run on.
-std::string gemm_choice_description();
 // The CPU's model name (/proc/cpuinfo).
 std::string cpu_model_name();
 
@@ -70,6 +68,8 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // Whether sgemm_row_major, called here, sends this product to oneDNN.
 bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k);
+// "oneDNN 2.6.3 where it runs the product faster, ..." or "BLAS": for -v and the benchmarks' JSON.
+std::string gemm_choice_description();
 
 // While alive, BLAS runs each GEMM on the calling thread only (OpenBLAS; a no-op for other BLAS
 // libraries): for loops that spread many small GEMMs over the threads themselves.

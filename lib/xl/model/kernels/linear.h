@@ -1,9 +1,9 @@
 // The model's affine maps y = x W^T + b on the CPU through the library's GEMM choice (blas.h), so
 // that the smaller models' products run on the faster library: LibTorch 1.13 sends every
 // torch::linear to OpenBLAS, which at the tiny model's shapes (2048 rows, K = 128 to 512) ran at
-// 0.7-0.85x of oneDNN's speed on two threads (tiny training 1.06x as fast through here). Differentiable; the input gradient is
-// computed only when the input needs one (the memory's rows do not). Other dtypes, devices,
-// autocast or the generic path forced: torch::linear.
+// 0.7-0.85x of oneDNN's speed on two threads (tiny training 1.06x as fast through here).
+// Differentiable; the input gradient is computed only when the input needs one (the memory's rows
+// do not). Other dtypes, devices, autocast or the generic path forced: torch::linear.
 #pragma once
 #include <torch/torch.h>
 

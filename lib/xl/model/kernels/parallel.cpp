@@ -64,7 +64,8 @@ void set_threads(int n) {
   static bool described = false;
   if (!described) {
     described = true;
-    XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description() << "; products: " << gemm_choice_description());
+    XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description()
+               << "; products: " << gemm_choice_description());
   }
 }
 
