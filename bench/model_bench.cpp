@@ -174,8 +174,7 @@ int main(int argc, char** argv) {
         auto loss = model->forward(in, tg, mem, fo).mean();
         loss.backward();
         loss.item<double>();
-        opt->clip_grad_norm(0.25);
-        opt->step(2.5e-4);
+        opt->step(2.5e-4, xl::train::clip_factor(opt->grad_norm(), 0.25));
         opt->clear_grads();
       } else {
         torch::NoGradGuard ng;

@@ -171,12 +171,37 @@ TEST(LossScaler, UnscalesSkipsOverflowsAndGrows) {
   EXPECT_FALSE(scaler.unscale({a}));
 }
 
-TEST(Adam, ClipsTheGlobalNorm) {
-  auto w = torch::zeros({2}, torch::requires_grad());
-  Adam adam({{"w", w}}, AdamOptions{});
-  (w * torch::tensor({3.0f, 4.0f})).sum().backward();
-  EXPECT_NEAR(adam.clip_grad_norm(1.0), 5.0, 1e-6);
-  EXPECT_NEAR(w.grad().norm().item<double>(), 1.0, 1e-5);
+TEST(Adam, ClipsInItsUpdateAsClipGradNormThenAdamDo) {
+  // Clipping folded into the update's pass (float: the fused kernel; double: the tensor ops)
+  // against LibTorch's clip_grad_norm_ followed by its Adam, over steps with the norm above and
+  // below the limit.
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    torch::manual_seed(2);
+    auto w = torch::randn({37, 5}, torch::TensorOptions(dtype).requires_grad(true));
+    auto r = w.detach().clone().requires_grad_();
+    Adam ours({{"w", w}}, AdamOptions{});
+    torch::optim::Adam ref({r}, torch::optim::AdamOptions(0.01));
+    const double max_norm = 3.0;
+    int clipped = 0;
+    for (int step = 0; step < 6; ++step) {
+      auto x = torch::randn({5}, dtype) * (step % 2 == 0 ? 10.0 : 0.01);
+      torch::mv(w, x).pow(2).sum().backward();
+      torch::mv(r, x).pow(2).sum().backward();
+      const double norm = ours.grad_norm();
+      EXPECT_NEAR(norm, r.grad().norm().item<double>(), 1e-5 * norm);
+      clipped += norm > max_norm;
+      ours.step(0.01, clip_factor(norm, max_norm));
+      torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{r}, max_norm);
+      ref.step();
+      ours.clear_grads();
+      ref.zero_grad();
+    }
+    EXPECT_EQ(clipped, 3);  // (the norms differ in their last bits: LibTorch sums per-tensor norms)
+    EXPECT_LT((w - r).abs().max().item<double>(), dtype == torch::kFloat ? 1e-6 : 1e-8);
+  }
+  EXPECT_EQ(clip_factor(5.0, 0.0), 1.0);  // 0: no clipping
+  EXPECT_EQ(clip_factor(0.5, 1.0), 1.0);
+  EXPECT_NEAR(clip_factor(5.0, 1.0), 0.2, 1e-7);
 }
 
 TEST(TrainConfig, JsonRoundTripAndValidation) {

@@ -13,17 +13,19 @@
 namespace xl::train {
 namespace {
 
-// One fused pass of torch.optim.Adam's update over a float parameter: reads p, g, m, v once and
-// writes p, m, v once, where the tensor ops take ten passes and two temporaries. Same arithmetic
-// and operation order: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
+// One fused pass of clipping and torch.optim.Adam's update over a float parameter: reads p, g, m, v
+// once and writes p, m, v once, where the tensor ops take eleven passes and two temporaries. Same
+// arithmetic and operation order: g *= clip (a float product, as mul_ makes it);
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
 struct AdamScalars {
-  float b1, one_minus_b1, b2, one_minus_b2, sqrt_bc2, eps, step_size;
+  float b1, one_minus_b1, b2, one_minus_b2, sqrt_bc2, eps, step_size, clip;
 };
 
-void adam_range_scalar(const AdamScalars& a, float* p, const float* g, float* m, float* v, int64_t n) {
+void adam_range_scalar(const AdamScalars& a, float* p, const float* grad, float* m, float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = a.b1 * m[i] + a.one_minus_b1 * g[i];
-    v[i] = a.b2 * v[i] + a.one_minus_b2 * g[i] * g[i];
+    const float g = grad[i] * a.clip;
+    m[i] = a.b1 * m[i] + a.one_minus_b1 * g;
+    v[i] = a.b2 * v[i] + a.one_minus_b2 * g * g;
     p[i] -= a.step_size * (m[i] / (std::sqrt(v[i]) / a.sqrt_bc2 + a.eps));
   }
 }
@@ -32,10 +34,10 @@ __attribute__((target("avx2,fma"))) void adam_range_avx2(const AdamScalars& a, f
                                                          float* v, int64_t n) {
   const __m256 b1 = _mm256_set1_ps(a.b1), c1 = _mm256_set1_ps(a.one_minus_b1), b2 = _mm256_set1_ps(a.b2),
                c2 = _mm256_set1_ps(a.one_minus_b2), s2 = _mm256_set1_ps(a.sqrt_bc2), eps = _mm256_set1_ps(a.eps),
-               step = _mm256_set1_ps(a.step_size);
+               step = _mm256_set1_ps(a.step_size), clip = _mm256_set1_ps(a.clip);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 gi = _mm256_loadu_ps(g + i);
+    __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), clip);
     __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
     __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
     __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), s2), eps);
@@ -63,7 +65,7 @@ Adam::Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOption
   }
 }
 
-int Adam::step(double lr) {
+int Adam::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   int updated = 0;
   for (auto& s : slots_) {
@@ -78,7 +80,7 @@ int Adam::step(double lr) {
     const double bc2 = 1 - std::pow(opts_.beta2, static_cast<double>(s.steps));
     if (fusable(s.param, g)) {
       const AdamScalars a{float(opts_.beta1), float(1 - opts_.beta1), float(opts_.beta2), float(1 - opts_.beta2),
-                          float(std::sqrt(bc2)), float(opts_.eps), float(lr / bc1)};
+                          float(std::sqrt(bc2)), float(opts_.eps), float(lr / bc1), float(grad_scale)};
       float *p = s.param.data_ptr<float>(), *m = s.exp_avg.data_ptr<float>(), *v = s.exp_avg_sq.data_ptr<float>();
       const float* gp = g.data_ptr<float>();
       xl::model::parallel_for(0, s.param.numel(), 1 << 15, [&](int64_t b, int64_t e) {
@@ -88,6 +90,7 @@ int Adam::step(double lr) {
       continue;
     }
     // Other dtypes and layouts: the same arithmetic with tensor ops.
+    if (grad_scale != 1) g = g * grad_scale;
     s.exp_avg.mul_(opts_.beta1).add_(g, 1 - opts_.beta1);
     s.exp_avg_sq.mul_(opts_.beta2).addcmul_(g, g, 1 - opts_.beta2);
     torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opts_.eps);
@@ -100,24 +103,22 @@ void Adam::clear_grads() {
   for (auto& s : slots_) s.param.mutable_grad() = torch::Tensor();
 }
 
-double Adam::clip_grad_norm(double max_norm) {
+double Adam::grad_norm() const {
   torch::NoGradGuard no_grad;
   // Squared norms summed on the gradients' device: one synchronisation, not one per parameter. A
   // dot product reads a gradient once; pow(2).sum() writes a temporary first.
   torch::Tensor sq;
-  for (auto& s : slots_)
+  for (const auto& s : slots_)
     if (s.param.grad().defined()) {
       const torch::Tensor flat = s.param.grad().reshape(-1).to(torch::kFloat);
       const torch::Tensor d = torch::dot(flat, flat).to(torch::kDouble);
       sq = sq.defined() ? sq + d : d;
     }
-  const double norm = sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
-  if (max_norm > 0 && norm > max_norm) {
-    double coef = max_norm / (norm + 1e-6);
-    for (auto& s : slots_)
-      if (s.param.grad().defined()) s.param.mutable_grad().mul_(coef);
-  }
-  return norm;
+  return sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
+}
+
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 checkpoint::TensorList Adam::state() const {

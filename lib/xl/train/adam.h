@@ -24,12 +24,14 @@ struct AdamOptions {
 class Adam {
  public:
   Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts);
-  // One update with learning rate `lr`; returns how many parameters were updated.
-  int step(double lr);
+  // One update with learning rate `lr`, every gradient taken times `grad_scale` (clipping's
+  // factor, applied in the update's own pass instead of a pass over all gradients before it);
+  // returns how many parameters were updated.
+  int step(double lr, double grad_scale = 1);
   // Sets every gradient to undefined (cheaper than zeroing, and marks "no gradient" for skips).
   void clear_grads();
-  // Global L2 norm of all gradients, scaled down to `max_norm` when above it; returns the norm.
-  double clip_grad_norm(double max_norm);
+  // Global L2 norm of all gradients (0 when none has one).
+  double grad_norm() const;
   checkpoint::TensorList state() const;                         // exp_avg.<name>, exp_avg_sq.<name>, step.<name>
   void load_state(const checkpoint::TensorList& state, const std::string& file);  // 65 on mismatch
 
@@ -42,5 +44,9 @@ class Adam {
   std::vector<Slot> slots_;
   AdamOptions opts_;
 };
+
+// The factor that scales gradients of global norm `norm` down to `max_norm` (0: no clipping), as
+// torch.nn.utils.clip_grad_norm_ computes it; 1 when they are within it.
+double clip_factor(double norm, double max_norm);
 
 }  // namespace xl::train

@@ -314,7 +314,7 @@ Trainer::Step Trainer::train_step() {
       return out;
     }
   }
-  out.grad_norm = adam_->clip_grad_norm(cfg_.clip);
+  out.grad_norm = adam_->grad_norm();
   const int64_t done = state_.step - 1 - state_.schedule_origin;
   if (!warned_schedule_end_ && schedule_.end() >= 0 && done >= schedule_.end()) {
     warned_schedule_end_ = true;
@@ -322,7 +322,7 @@ Trainer::Step Trainer::train_step() {
                    << " (schedule-steps " << schedule_.steps << "): training goes on at eta-min " << schedule_.eta_min);
   }
   state_.last_lr = schedule_.at(done);
-  adam_->step(state_.last_lr);
+  adam_->step(state_.last_lr, clip_factor(out.grad_norm, cfg_.clip));
   model_->clamp_spans();
   adam_->clear_grads();
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
