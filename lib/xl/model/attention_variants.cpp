@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
 
@@ -136,10 +137,10 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
   const int64_t t = q.size(1), h = q.size(2), dh = q.size(3), k = kv.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   if (blocked && mask.defined()) {
-    torch::Tensor q_u = q + u.view({1, 1, h, dh});
+    const auto [q_u, q_v] = biased_queries(q, u, v);
     AttentionExtras extras = kernel_terms(cfg, params, q_u, kv, blocks, perm);
     if (chunked_attention_usable(q, extras))
-      return chunked_relative_attention(q_u, q + v.view({1, 1, h, dh}), kv, tables, blocks, perm, mask, scale, extras);
+      return chunked_relative_attention(q_u, q_v, kv, tables, blocks, perm, mask, scale, extras);
   }
   // Scores in float32 at least, whatever the products' precision.
   const auto st = torch::promote_types(q.scalar_type(), torch::kFloat);

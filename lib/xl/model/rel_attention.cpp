@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "xl/model/kernels/attention_inputs.h"
 #include "xl/model/kernels/batched_matmul.h"
+#include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
@@ -176,28 +178,25 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
   if (h == 0) {
     attn_out = torch::zeros_like(w);
   } else {
-    const torch::Tensor& weight = qkv_net->weight;
-    torch::Tensor w_q = weight.narrow(0, 0, h * dh);
-    torch::Tensor w_kv = weight.narrow(0, h * dh, 2 * h * dh);
     // MGK's extra keys are projected with the keys and values, and kept with them in evaluation:
     // [B, K, 2 + M - 1, H, dh].
     const int64_t parts = mgk_k_net ? 1 + variants.mgk_keys : 2;
-    if (mgk_k_net) w_kv = torch::cat({w_kv, mgk_k_net->weight}, 0);
+    const torch::Tensor weight = mgk_k_net ? torch::cat({qkv_net->weight, mgk_k_net->weight}, 0) : qkv_net->weight;
     const torch::Tensor& w_r = r_net->weight;
-    // The memory's rows and the segment's are projected apart: the memory needs no input gradient
-    // (one GEMM in three of the projection's backward less), and evaluation may have kept it.
     torch::Tensor x_q = pre_lnorm ? layer_norm(w) : w;
-    torch::Tensor kv_proj = xl::model::linear(x_q, w_kv).view({b, t, parts, h, dh});
+    // The memory's keys and values: kept by evaluation when the memory was the last segment, or
+    // projected here.
+    torch::Tensor mem_x, mem_kv;
     if (m > 0) {
-      torch::Tensor kv_mem;
       if (kv_out && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m && mem.kv.size(2) == parts)
-        kv_mem = mem.kv.to(kv_proj.scalar_type());  // kept when the memory was the segment
+        mem_kv = mem.kv.reshape({b, m, -1});
       else
-        kv_mem = xl::model::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden, w_kv).view({b, m, parts, h, dh});
-      kv_proj = torch::cat({kv_mem, kv_proj}, 1);
+        mem_x = pre_lnorm ? layer_norm(mem.hidden) : mem.hidden;
     }
+    const AttentionInputs inputs = attention_inputs(x_q, mem_x, mem_kv, weight, h * dh);
+    torch::Tensor kv_proj = inputs.kv.view({b, m + t, parts, h, dh});
     if (kv_out) *kv_out = kv_proj;
-    torch::Tensor q = xl::model::linear(x_q, w_q).view({b, t, h, dh});
+    torch::Tensor q = inputs.q.view({b, t, h, dh});
     // Positional keys [P, H, dh] of one distance table.
     auto positional_keys = [&](const KeyBlock& blk) {
       torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
@@ -220,8 +219,8 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
                               pass.dropatt, pass.training, blocked);
     } else if (blocked) {
       // Every operand in the projections' own layout; SCH is a head index inside the kernel.
-      vec = chunked_relative_attention(q + u.view({1, 1, h, dh}), q + v.view({1, 1, h, dh}), kv_proj, tables,
-                                       blocks, perm, mask, scale);
+      const auto [q_u, q_v] = biased_queries(q, u, v);
+      vec = chunked_relative_attention(q_u, q_v, kv_proj, tables, blocks, perm, mask, scale);
     } else {
       vec = full_matrix_attention(q, kv_proj, tables, blocks, perm, u, v, mask, scale, pass)
                 .view({h, b, t, dh})

@@ -1,0 +1,24 @@
+// A layer's attention inputs in one differentiable operation: the segment's queries and the keys
+// and values of memory and segment together,
+//   q = x W_q^T,   kv = [mem; x] W_kv^T (concatenated along time),   W = [W_q; W_kv],
+// on the CPU in float32: one GEMM for the segment's q and kv and one for the memory's kv, and in
+// backward one GEMM each for dx and dW (the memory's share added into W_kv's rows). As separate
+// linear maps over views of W, autograd cleared and added full-size copies of dW and added the two
+// dx (the base model: ~1% of a training step). Elsewhere: those linear maps and a concatenation.
+#pragma once
+#include <torch/torch.h>
+
+namespace xl::model {
+
+struct AttentionInputs {
+  torch::Tensor q;   // [B, T, q_width]
+  torch::Tensor kv;  // [B, M + T, W's other rows]
+};
+
+// x [B, T, d]; weight [q_width + kv_width, d]. The memory's keys and values come from `memory`
+// [B, M, d] (projected here; no gradient taken: the memory is a constant of the step) or, when
+// `memory_kv` [B, M, kv_width] is given, are those (cached projections); neither: M = 0.
+AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
+                                 const torch::Tensor& weight, int64_t q_width);
+
+}  // namespace xl::model
