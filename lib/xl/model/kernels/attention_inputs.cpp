@@ -100,7 +100,9 @@ class Projections : public torch::autograd::Function<Projections> {
 
 bool runs_here(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
                const torch::Tensor& weight) {
-  auto is_float = [](const torch::Tensor& t) { return !t.defined() || (t.scalar_type() == torch::kFloat && t.device().is_cpu()); };
+  auto is_float = [](const torch::Tensor& t) {
+    return !t.defined() || (t.scalar_type() == torch::kFloat && t.device().is_cpu());
+  };
   return cpu_kernel_allowed(x) && blas().sgemm && !cpu_autocast_enabled() && is_float(x) && is_float(memory) &&
          is_float(memory_kv) && is_float(weight) && x.dim() == 3 && weight.dim() == 2 && x.numel() > 0 &&
          !(memory.defined() && memory.requires_grad()) && !(memory_kv.defined() && memory_kv.requires_grad());
