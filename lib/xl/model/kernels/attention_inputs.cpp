@@ -34,7 +34,7 @@ float* floats(const torch::Tensor& t) { return t.data_ptr<float>(); }
 class Projections : public torch::autograd::Function<Projections> {
  public:
   // x [B, T, d], memory [B, M, d] to project or [0], memory_kv [B, M, kv_width] or [0]; weight
-  // [q_width + kv_width, d]; all contiguous.
+  // [q_width + kv_width, d]; all contiguous but memory_kv, whose rows may be strided (rows_readable).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& memory, const torch::Tensor& memory_kv,
                                                 const torch::Tensor& weight, int64_t q_width) {
@@ -54,7 +54,8 @@ class Projections : public torch::autograd::Function<Projections> {
                       floats(kv_mem), kv_width);
       copy_rows({floats(kv_mem), m, kv_width}, {floats(kv), m + t, kv_width}, batch, m, kv_width);
     } else if (m > 0) {
-      copy_rows({floats(memory_kv), m, kv_width}, {floats(kv), m + t, kv_width}, batch, m, kv_width);
+      const Rows cached{floats(memory_kv), memory_kv.stride(0) / memory_kv.stride(1), memory_kv.stride(1)};
+      copy_rows(cached, {floats(kv), m + t, kv_width}, batch, m, kv_width);
     }
     ctx->save_for_backward({x, memory, weight});
     ctx->saved_data["q_width"] = q_width;
@@ -108,6 +109,14 @@ bool runs_here(const torch::Tensor& x, const torch::Tensor& memory, const torch:
          !(memory.defined() && memory.requires_grad()) && !(memory_kv.defined() && memory_kv.requires_grad());
 }
 
+// Whether copy_rows reads t [B, M, width] in place: contiguous rows, evenly spaced within and
+// across the batch. Evaluation's cached projections are such a view (the memory's newest M slots
+// of the last step's keys and values), which .contiguous() would copy once more.
+bool rows_readable(const torch::Tensor& t) {
+  return t.stride(2) == 1 && t.size(1) > 1 && t.stride(1) >= t.size(2) && t.stride(0) % t.stride(1) == 0 &&
+         t.stride(0) / t.stride(1) >= t.size(1);
+}
+
 }  // namespace
 
 AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
@@ -126,7 +135,8 @@ AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& me
   const bool project = !memory_kv.defined() && memory.defined() && memory.size(1) > 0;
   const bool cached = memory_kv.defined() && memory_kv.size(1) > 0;
   auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : none,
-                                cached ? memory_kv.contiguous() : none, weight.contiguous(), q_width);
+                                cached ? (rows_readable(memory_kv) ? memory_kv : memory_kv.contiguous()) : none,
+                                weight.contiguous(), q_width);
   return {out[0], out[1]};
 }
 
