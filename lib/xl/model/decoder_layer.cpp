@@ -19,15 +19,9 @@ torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
   auto in = CoreNet[0]->as<torch::nn::Linear>();
   auto out = CoreNet[3]->as<torch::nn::Linear>();
   const bool train = is_training();
-  // Evaluation without gradients: the products' fresh outputs take the ReLU and the residual in
-  // place (the same values, two fewer full-size tensors written per layer). Under autocast the
-  // residual's sum is kept out of place: it promotes a bf16 product to the residual's float.
-  const bool in_place = !train && !torch::GradMode::is_enabled();
-  torch::Tensor h = xl::model::linear(pre_lnorm ? layer_norm(x) : x, in->weight, in->bias);
-  h = in_place ? h.relu_() : fused_relu_dropout(h, dropout, train);
-  torch::Tensor y = xl::model::linear(h, out->weight, out->bias);
-  torch::Tensor sum =
-      in_place && y.scalar_type() == x.scalar_type() ? y.add_(x) : fused_dropout_add(y, x, dropout, train);
+  torch::Tensor h =
+      fused_relu_dropout(xl::model::linear(pre_lnorm ? layer_norm(x) : x, in->weight, in->bias), dropout, train);
+  torch::Tensor sum = fused_dropout_add(xl::model::linear(h, out->weight, out->bias), x, dropout, train);
   return pre_lnorm ? sum : layer_norm(sum);
 }
 
