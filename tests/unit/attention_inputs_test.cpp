@@ -59,6 +59,8 @@ TEST(AttentionInputs, MatchesSeparateProjectionsInDoubleWithGradients) {
   at::set_num_threads(2);
   for (Memory memory : {Memory::kProjected, Memory::kCached, Memory::kCachedView, Memory::kNone})
     for (bool use_q : {true, false}) check(3, 5, 4, 16, 8, 16, memory, use_q);
+  check(3, 5, 1, 16, 8, 16, Memory::kCachedView, true);           // one memory slot
+  check(1, 5, 4, 16, 8, 16, Memory::kCachedView, true);           // one sequence
   check(16, 128, 128, 128, 128, 256, Memory::kProjected, true);  // tiny's shape
   check(2, 64, 96, 64, 64, 192, Memory::kProjected, true);       // MGK's: three kv parts
 }

@@ -1,6 +1,7 @@
 #include "xl/model/kernels/attention_inputs.h"
 
 #include <cstring>
+#include <optional>
 
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/kernel_choice.h"
@@ -31,10 +32,22 @@ void copy_rows(Rows src, Rows dst, int64_t batch, int64_t rows, int64_t width) {
 
 float* floats(const torch::Tensor& t) { return t.data_ptr<float>(); }
 
+// t [B, M, width] as Rows, when its rows are contiguous and evenly spaced within and across the
+// batch. Evaluation's cached projections are such a view (the memory's newest M slots of the last
+// step's keys and values), which .contiguous() would copy once more.
+std::optional<Rows> rows_of(const torch::Tensor& t) {
+  if (t.stride(2) != 1) return std::nullopt;
+  // A size-1 dimension's stride says nothing (even a contiguous tensor's may be anything).
+  const int64_t ld = t.size(1) == 1 ? t.size(2) : t.stride(1);
+  const int64_t batch_stride = t.size(0) == 1 ? t.size(1) * ld : t.stride(0);
+  if (ld < t.size(2) || batch_stride % ld != 0 || batch_stride / ld < t.size(1)) return std::nullopt;
+  return Rows{floats(t), batch_stride / ld, ld};
+}
+
 class Projections : public torch::autograd::Function<Projections> {
  public:
   // x [B, T, d], memory [B, M, d] to project or [0], memory_kv [B, M, kv_width] or [0]; weight
-  // [q_width + kv_width, d]; all contiguous but memory_kv, whose rows may be strided (rows_readable).
+  // [q_width + kv_width, d]; all contiguous but memory_kv, whose rows may be strided (rows_of).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& memory, const torch::Tensor& memory_kv,
                                                 const torch::Tensor& weight, int64_t q_width) {
@@ -54,8 +67,7 @@ class Projections : public torch::autograd::Function<Projections> {
                       floats(kv_mem), kv_width);
       copy_rows({floats(kv_mem), m, kv_width}, {floats(kv), m + t, kv_width}, batch, m, kv_width);
     } else if (m > 0) {
-      const Rows cached{floats(memory_kv), memory_kv.stride(0) / memory_kv.stride(1), memory_kv.stride(1)};
-      copy_rows(cached, {floats(kv), m + t, kv_width}, batch, m, kv_width);
+      copy_rows(*rows_of(memory_kv), {floats(kv), m + t, kv_width}, batch, m, kv_width);
     }
     ctx->save_for_backward({x, memory, weight});
     ctx->saved_data["q_width"] = q_width;
@@ -109,14 +121,6 @@ bool runs_here(const torch::Tensor& x, const torch::Tensor& memory, const torch:
          !(memory.defined() && memory.requires_grad()) && !(memory_kv.defined() && memory_kv.requires_grad());
 }
 
-// Whether copy_rows reads t [B, M, width] in place: contiguous rows, evenly spaced within and
-// across the batch. Evaluation's cached projections are such a view (the memory's newest M slots
-// of the last step's keys and values), which .contiguous() would copy once more.
-bool rows_readable(const torch::Tensor& t) {
-  return t.stride(2) == 1 && t.size(1) > 1 && t.stride(1) >= t.size(2) && t.stride(0) % t.stride(1) == 0 &&
-         t.stride(0) / t.stride(1) >= t.size(1);
-}
-
 }  // namespace
 
 AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
@@ -135,7 +139,7 @@ AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& me
   const bool project = !memory_kv.defined() && memory.defined() && memory.size(1) > 0;
   const bool cached = memory_kv.defined() && memory_kv.size(1) > 0;
   auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : none,
-                                cached ? (rows_readable(memory_kv) ? memory_kv : memory_kv.contiguous()) : none,
+                                cached ? (rows_of(memory_kv) ? memory_kv : memory_kv.contiguous()) : none,
                                 weight.contiguous(), q_width);
   return {out[0], out[1]};
 }
