@@ -1,8 +1,8 @@
 // The blocked attention core (float32, BLAS) against the full-matrix path computed in double
 // (itself checked against the naive loop in model_attention_test): outputs and all five gradients,
 // for segments shorter and longer than a block of query rows, memories of every length and age
-// (Skip-Retain runs), causal and same_length masks. Also: no gradient => the same output without
-// keeping probabilities.
+// (Skip-Retain runs), causal and same_length masks, heads read in place and (wide rows) copied.
+// Also: no gradient => the same output without keeping probabilities.
 #include <gtest/gtest.h>
 
 #include "xl/model/kernels/batched_matmul.h"
@@ -88,6 +88,9 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       {2, 2, 70, 8, {{kPosition - 70 - 60, 60}}, false, 60},
       {2, 2, 100, 8, {{kPosition - 400, 30}, {kPosition - 250, 50}, {kPosition - 90, 20}}, false, 100},
       {2, 1, 80, 8, {{kPosition - 300, 50}, {kPosition - 40, 40}}, true, 70},
+      // Keys a page apart (2 x H x dh floats = 4 KB): each task works on a copy of its rows.
+      {2, 2, 70, 256, fresh(70), false, 70},
+      {4, 1, 80, 128, {{kPosition - 300, 50}, {kPosition - 40, 40}}, true, 70},
   };
   torch::manual_seed(11);
   for (const Case& c : cases) {
