@@ -52,11 +52,11 @@ struct Geometry {
 
   int64_t n() const { return batch * heads; }
   // Whether tasks work on a copy of their keys, values and tables: when a head's consecutive keys
-  // lie a page or more apart (2 x n_head x d_head floats; 4 KB in the base model), each per-head product
-  // packed them again through the cache and the TLB at a fraction of its speed. On one core of an
-  // Intel Xeon with AVX-512 (2026-11-25), 64 x 1024 x 64 products ran at 102 (keys) and 91 (values)
-  // GFLOP/s from those rows, 149 and 145 from contiguous ones. At 1-2 KB apart (the tiny and small
-  // models) the copy cost more than it saved.
+  // lie a page or more apart (2 x n_head x d_head floats; 4 KB in the base model), each per-head
+  // product packed them again through the cache and the TLB at a fraction of its speed. On one
+  // core of an Intel Xeon with AVX-512 (2026-11-25), 64 x 1024 x 64 products ran at 102 (keys) and
+  // 91 (values) GFLOP/s from those rows, 149 and 145 from contiguous ones. At 1-2 KB apart (the
+  // tiny and small models) the copy cost more than it saved.
   bool copies_heads() const { return ld_kv() * static_cast<int64_t>(sizeof(float)) >= 4096; }
   // Probabilities and their gradients per query: persistent keys first, then the context.
   int64_t row_width() const { return persistent + k; }
