@@ -11,8 +11,9 @@
 #
 # Environment: RUNS (default 3), CONFIGS (default "tiny small base wt103"), MODES (default "train eval"),
 # REFERENCE (a kimiyoung/transformer-xl checkout's pytorch/ folder, not part of xl: its model runs
-# beside ours at the same shapes, alternating run by run, with the same 2 threads, passive waiting
-# and BLAS kernels; "speedup" is xl's median over its median), PYTHON (with torch; default python3).
+# beside ours at the same shapes, alternating run by run, with the same 2 threads, waiting policy
+# (passive after a short spin, as the tools set it) and BLAS kernels; "speedup" is xl's median over
+# its median), PYTHON (with torch; default python3).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build}}" && pwd)
@@ -41,7 +42,8 @@ for c in $CONFIGS; do
       if [ -n "${REFERENCE:-}" ]; then
         core=$(tail -n 1 "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["blas_core"])')
         echo "model.sh: $c $m reference run $r/$RUNS ($core kernels)" >&2
-        XL_BENCH_BATCH=$(batch_for "$c") OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE="$core" \
+        XL_BENCH_BATCH=$(batch_for "$c") OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=20000 \
+          OPENBLAS_THREAD_TIMEOUT=4 OPENBLAS_CORETYPE="$core" \
           "${PYTHON:-python3}" "$here/reference_txl.py" "$REFERENCE" "$c" "$m" "$(steps "$c" "$m")" cpu fp32 >>"$out"
       fi
     done

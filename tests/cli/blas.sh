@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The BLAS kernels a tool runs: with -v a training names the CPU and OpenBLAS's kernel set; on a
-# CPU with AVX-512 that set is an AVX-512 one, whether OpenBLAS picks for itself or the
-# environment names older kernels (OPENBLAS_CORETYPE=Haswell); XL_BLAS_CORE=keep keeps what the
-# environment says and XL_BLAS_CORE=NAME runs NAME; the kernel set changes losses only by rounding.
+# The BLAS kernels a tool runs: with -v a training names the CPU, OpenBLAS's kernel set and how
+# OpenMP's workers wait (the tools' short spin, or the user's setting); on a CPU with AVX-512 that
+# set is an AVX-512 one, whether OpenBLAS picks for itself or the environment names older kernels
+# (OPENBLAS_CORETYPE=Haswell); XL_BLAS_CORE=keep keeps what the environment says and
+# XL_BLAS_CORE=NAME runs NAME; the kernel set changes losses only by rounding.
 source "$(dirname "$0")/common.bash"
 
 corpus=$(training_corpus)
@@ -12,7 +13,7 @@ T="xl-train-phase1 --n-layer 2 --d-model 32 --n-head 2 --d-head 16 --d-inner 64 
 blas_line() { grep -m1 "BLAS: " "$TMP/err" || fail "no BLAS line with -v: $(head -5 "$TMP/err")"; }
 
 step "-v names the CPU and the BLAS kernels"
-expect 0 env -u XL_BLAS_CORE -u OPENBLAS_CORETYPE $T tokens.h5 -o own.h5
+expect 0 env -u XL_BLAS_CORE -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT $T tokens.h5 -o own.h5
 line=$(blas_line)
 echo "$line"
 if ! grep -q "BLAS: OpenBLAS" <<<"$line"; then
@@ -24,6 +25,11 @@ avx512=1
 for f in avx512f avx512bw avx512dq avx512vl; do grep -qw "$f" <<<"$flags" || avx512=0; done
 wide="(SkylakeX|Cooperlake|SapphireRapids) kernels"
 [ "$avx512" = 0 ] || grep -qE "$wide" <<<"$line" || fail "AVX-512 CPU without AVX-512 kernels: $line"
+
+step "-v names how OpenMP's workers wait: passively after a short spin, or as the user says"
+grep -q "OpenMP workers wait: PASSIVE after 20000 spins" <<<"$line" || fail "not the tools' waiting policy: $line"
+expect 0 env GOMP_SPINCOUNT=0 OMP_WAIT_POLICY=ACTIVE $T tokens.h5 -o waits.h5
+blas_line | grep -q "OpenMP workers wait: ACTIVE after 0 spins" || fail "the user's policy is not kept: $(blas_line)"
 
 step "an inherited OPENBLAS_CORETYPE older than the CPU is upgraded"
 expect 0 env -u XL_BLAS_CORE OPENBLAS_CORETYPE=Sandybridge $T tokens.h5 -o auto.h5 --metrics auto.jsonl

@@ -4,8 +4,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string>
 
 #include "xl/model/kernels/blas.h"
 #include "xl/util/log.h"
@@ -56,6 +58,14 @@ void run_share(void* data) {
   }
 }
 
+// How idle OpenMP workers wait (as torch_process.cpp sets it up, or the user's environment).
+std::string openmp_waiting() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spins = std::getenv("GOMP_SPINCOUNT");
+  std::string d = std::string("OpenMP workers wait: ") + (policy ? policy : "OpenMP's default");
+  return spins ? d + " after " + spins + " spins" : d;
+}
+
 }  // namespace
 
 void set_threads(int n) {
@@ -65,7 +75,7 @@ void set_threads(int n) {
   if (!described) {
     described = true;
     XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description()
-               << "; products: " << gemm_choice_description());
+               << "; products: " << gemm_choice_description() << "; " << openmp_waiting());
   }
 }
 
