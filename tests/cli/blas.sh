@@ -16,6 +16,12 @@ step "-v names the CPU and the BLAS kernels"
 expect 0 env -u XL_BLAS_CORE -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT $T tokens.h5 -o own.h5
 line=$(blas_line)
 echo "$line"
+
+step "-v names how OpenMP's workers wait: passively after a short spin, or as the user says"
+grep -q "OpenMP workers wait: PASSIVE after 20000 spins" <<<"$line" || fail "not the tools' waiting policy: $line"
+expect 0 env GOMP_SPINCOUNT=0 OMP_WAIT_POLICY=ACTIVE $T tokens.h5 -o waits.h5
+blas_line | grep -q "OpenMP workers wait: ACTIVE after 0 spins" || fail "the user's policy is not kept: $(blas_line)"
+
 if ! grep -q "BLAS: OpenBLAS" <<<"$line"; then
   echo "SKIP: the BLAS is not OpenBLAS, nothing more to check"
   exit 0
@@ -25,11 +31,6 @@ avx512=1
 for f in avx512f avx512bw avx512dq avx512vl; do grep -qw "$f" <<<"$flags" || avx512=0; done
 wide="(SkylakeX|Cooperlake|SapphireRapids) kernels"
 [ "$avx512" = 0 ] || grep -qE "$wide" <<<"$line" || fail "AVX-512 CPU without AVX-512 kernels: $line"
-
-step "-v names how OpenMP's workers wait: passively after a short spin, or as the user says"
-grep -q "OpenMP workers wait: PASSIVE after 20000 spins" <<<"$line" || fail "not the tools' waiting policy: $line"
-expect 0 env GOMP_SPINCOUNT=0 OMP_WAIT_POLICY=ACTIVE $T tokens.h5 -o waits.h5
-blas_line | grep -q "OpenMP workers wait: ACTIVE after 0 spins" || fail "the user's policy is not kept: $(blas_line)"
 
 step "an inherited OPENBLAS_CORETYPE older than the CPU is upgraded"
 expect 0 env -u XL_BLAS_CORE OPENBLAS_CORETYPE=Sandybridge $T tokens.h5 -o auto.h5 --metrics auto.jsonl

@@ -1,8 +1,7 @@
 // A layer's fused attention inputs (kernels/attention_inputs.h) against the separate linear maps
 // and the concatenation, in double precision with LibTorch's autograd: q, kv and the gradients of
 // the segment and of W (the memory's share included), with a memory to project, a cached one (whole
-// or a view of a larger one), none,
-// and with only the keys and values used downstream.
+// or a view of a larger one), none, and with only the keys and values used downstream.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

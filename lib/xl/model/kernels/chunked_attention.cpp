@@ -46,8 +46,8 @@ struct Geometry {
   std::vector<RowBlock> blocks;
   int64_t buffer = 0;            // floats of scratch one thread needs for any row block
   // A task's rows copied together (contiguous_rows): keys [K, dh], then values, then each key
-  // block's table [P_b, dh]; head_value and head_table[b] are offsets into them.
-  int64_t head_value = 0, head_floats = 0;
+  // block's table [P_b, dh] from offset head_table[b]; head_floats in all.
+  int64_t head_floats = 0;
   std::vector<int64_t> head_table;
 
   int64_t n() const { return batch * heads; }
@@ -159,7 +159,6 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
     g.buffer = std::max(g.buffer, (m + 1) * rb.rows * (g.persistent + rb.width) + rb.table_scores);
     g.blocks.push_back(rb);
   }
-  g.head_value = g.k * g.dh;
   g.head_floats = 2 * g.k * g.dh;
   for (const KeyBlock& kb : keys) {
     g.head_table.push_back(g.head_floats);
@@ -204,7 +203,7 @@ HeadRows<const float> operand_rows(const Geometry& g, const Operands& x, int64_t
 // A task's rows in the contiguous layout of Geometry::head_*, at `at` (head_floats floats).
 template <typename T>
 HeadRows<T> contiguous_rows(const Geometry& g, T* at) {
-  HeadRows<T> r{at, at + g.head_value, g.dh, {}, g.dh};
+  HeadRows<T> r{at, at + g.k * g.dh, g.dh, {}, g.dh};
   for (int64_t offset : g.head_table) r.tables.push_back(at + offset);
   return r;
 }

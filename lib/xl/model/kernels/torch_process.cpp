@@ -20,9 +20,9 @@ namespace {
 // evaluation from 46k to 56k, small and base training 3% faster; 1,000 spins did nothing, and
 // 50,000 and more slowed base training (up to 15% at 200,000) by spinning against OpenBLAS's own
 // threads. Both read their settings only when they load, as OpenBLAS reads its kernel choice, so
-// the process sets them and re-executes itself once. The same start-up also
-// quiets LibTorch's own log lines (glog in Debian's build, c10's in others: a failure is reported
-// once, by xl, in one line) and gives cuBLAS the fixed workspace its deterministic mode needs.
+// the process sets them and re-executes itself once. The same start-up also quiets LibTorch's own
+// log lines (glog in Debian's build, c10's in others: a failure is reported once, by xl, in one
+// line) and gives cuBLAS the fixed workspace its deterministic mode needs.
 void prepare_environment(char** argv) {
   if (std::getenv("XL_RUNTIME_READY")) return;
   setenv("XL_RUNTIME_READY", "1", 1);
