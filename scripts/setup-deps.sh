@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libtorch-dev            # LibTorch 1.13 (CPU)
   libgloo-dev             # the headers of the Gloo collectives LibTorch was built with (data parallel)
-  libopenblas0-pthread    # optimized BLAS: without it matmul falls back to reference BLAS (~35x slower)
+  libopenblas0-openmp     # optimized BLAS (without it ~35x slower), on OpenMP's threads (below)
   libhdf5-dev hdf5-tools  # token files and checkpoints
   libboost-program-options-dev libboost-iostreams-dev
   libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev libbz2-dev
@@ -28,9 +28,16 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-# LibTorch must link the optimized BLAS, not the reference one.
-if ! update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q '^Value: .*openblas'; then
+# LibTorch must link the optimized BLAS, not the reference one, and OpenBLAS's OpenMP build: it
+# runs on LibTorch's OpenMP threads, where the pthreads build keeps a pool of its own that contends
+# with them for the cores (2 cores, Intel Xeon, 2026-11-25: base training +3%, evaluation +4%).
+multiarch=$(gcc -dumpmachine)
+for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
+  want=/usr/lib/$multiarch/openblas-openmp/$lib
+  name=$lib-$multiarch
+  [ -e "$want" ] || continue
+  update-alternatives --query "$name" 2>/dev/null | grep -qx "Value: $want" && continue
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo update-alternatives --set libblas.so.3-x86_64-linux-gnu \
-    /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 >&2 || true
-fi
+  echo "setup-deps: $lib -> $want (update-alternatives)" >&2
+  $sudo update-alternatives --set "$name" "$want" >&2
+done

@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <tuple>
 
 #include "xl/model/kernels/blas.h"
@@ -116,6 +122,38 @@ TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
     expect_products_match_loops(onednn ? "oneDNN" : "one-thread BLAS");
   });
   if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::gemm_choice_description();
+}
+
+TEST(BlasThreads, SingleThreadedProductsKeepTheLoopsThreads) {
+  // The attention spreads its per-head products over OpenMP's threads with the BLAS on one thread
+  // each. OpenBLAS's OpenMP build sets OpenMP's thread count when told its own (and oneDNN's
+  // products, LibTorch's loops, then run on one thread): OpenMP's count must stay, the loop must
+  // get both threads, and a BLAS with threads of its own must run on one.
+  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  const xl::model::Blas& l = xl::model::blas();
+  using IntFn = int (*)();
+  const auto openmp_threads = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  if (!openmp_threads) GTEST_SKIP() << "no OpenMP runtime in this process";
+  xl::model::set_threads(2);
+  {
+    xl::model::SingleThreadedBlas single;
+    EXPECT_EQ(openmp_threads(), 2) << xl::model::blas_description();
+    EXPECT_EQ(at::get_num_threads(), 2);
+    std::atomic<int> ran{0};
+    std::set<std::thread::id> ids;
+    std::mutex m;
+    xl::model::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both must be running at once
+      std::lock_guard<std::mutex> lock(m);
+      ids.insert(std::this_thread::get_id());
+      ++ran;
+    });
+    EXPECT_EQ(ran.load(), 2);
+    EXPECT_EQ(ids.size(), 2u) << xl::model::blas_description();
+    if (l.own_threads()) EXPECT_EQ(l.get_threads(), 1);
+  }
+  EXPECT_EQ(openmp_threads(), 2);
+  if (l.get_threads) EXPECT_EQ(l.get_threads(), 2);
 }
 
 }  // namespace

@@ -61,6 +61,8 @@ const Blas& blas() {
     r.sgemm = reinterpret_cast<Blas::Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
     r.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    auto parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+    if (parallel) r.openblas_threading = parallel();
     if (env("XL_GEMM") != "blas")
       r.onednn_sgemm = reinterpret_cast<Blas::OnednnSgemm>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
     return r;
@@ -132,7 +134,8 @@ std::string blas_description() {
     d += " (OPENBLAS_CORETYPE=" + forced + ")";
   else
     d += " (OpenBLAS's own choice)";
-  return d;
+  const int threading = blas().openblas_threading;
+  return d + (threading == 2 ? ", on OpenMP's threads" : threading == 1 ? ", on threads of its own" : "");
 }
 
 bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k) {
@@ -191,7 +194,7 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 
 SingleThreadedBlas::SingleThreadedBlas() {
   const Blas& l = blas();
-  if (l.set_threads && l.get_threads) {
+  if (l.own_threads()) {
     saved_ = l.get_threads();
     l.set_threads(1);
   }

@@ -13,6 +13,12 @@ struct Blas {
   Sgemm sgemm = nullptr;
   void (*set_threads)(int) = nullptr;  // OpenBLAS only
   int (*get_threads)() = nullptr;      // OpenBLAS only
+  // OpenBLAS's threads (openblas_get_parallel): 1 a pool of its own (the pthreads build), 2
+  // OpenMP's (the OpenMP build, Debian's libopenblas0-openmp: one thread inside a parallel region,
+  // OpenMP's thread count outside, so OpenBLAS and LibTorch never contend for cores), 0 none; -1
+  // unknown.
+  int openblas_threading = -1;
+  bool own_threads() const { return set_threads && get_threads && openblas_threading != 0 && openblas_threading != 2; }
   // oneDNN's row-major sgemm, present where LibTorch loads oneDNN as a shared library (Debian's
   // build does); returns 0 on success.
   using OnednnSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
@@ -71,8 +77,10 @@ bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k);
 // "oneDNN 2.6.3 where it runs the product faster, ..." or "BLAS": for -v and the benchmarks' JSON.
 std::string gemm_choice_description();
 
-// While alive, BLAS runs each GEMM on the calling thread only (OpenBLAS; a no-op for other BLAS
-// libraries): for loops that spread many small GEMMs over the threads themselves.
+// While alive, BLAS runs each GEMM on the calling thread only: for loops that spread many small
+// GEMMs over OpenMP's threads themselves. Only a BLAS with threads of its own needs telling; for
+// OpenBLAS's OpenMP build it is a no-op (there, setting OpenBLAS's thread count sets OpenMP's for
+// the whole process, and the loop would run on one thread).
 class SingleThreadedBlas {
  public:
   SingleThreadedBlas();

@@ -12,8 +12,9 @@
 namespace xl::model {
 namespace {
 
-// OpenMP (LibTorch) and OpenBLAS each keep busy-waiting worker threads; on a 2-core machine they
-// steal each other's cores, so both are told to wait passively. OpenMP's workers still spin
+// OpenMP (LibTorch) and OpenBLAS's pthreads build each keep busy-waiting worker threads; on a
+// 2-core machine they steal each other's cores, so both are told to wait passively (OpenBLAS's
+// OpenMP build, which scripts/setup-deps.sh installs, shares OpenMP's). OpenMP's workers still spin
 // briefly (GOMP_SPINCOUNT) before they sleep: a small model runs hundreds of short parallel regions
 // a step, and waking a sleeping worker for each cost a sixth of tiny training's time. On an Intel
 // Xeon (2 cores, 2026-11-25) 20,000 spins took tiny training from 17.6k to 21.4k tok/s and tiny
