@@ -30,7 +30,7 @@ if ((${#missing[@]})); then
 fi
 # LibTorch must link the optimized BLAS, not the reference one, and OpenBLAS's OpenMP build: it
 # runs on LibTorch's OpenMP threads, where the pthreads build keeps a pool of its own that contends
-# with them for the cores (2 cores, Intel Xeon, 2026-11-25: base training +3%, evaluation +4%).
+# with them for the cores (2 cores, 2026-11-25, base training: +3% on an Intel Xeon, +6% on a Zen 4).
 multiarch=$(gcc -dumpmachine)
 for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
   want=/usr/lib/$multiarch/openblas-openmp/$lib
