@@ -252,16 +252,24 @@ TEST(Model, AdaptiveSoftmaxIsANormalizedDistributionMatchingTheLoss) {
   EXPECT_NE(m->crit->projections[0].data_ptr(), m->word_emb->projections[0].data_ptr());
 }
 
-TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
-  // Transformer-XL's projected adaptive softmax written out token by token from the parameters: the
-  // head scores the shortlist and one column per tail cluster (cluster i is the i-th column from
-  // the end); a tail token's log-probability is its cluster column's plus its place in the tail.
+namespace {
+// 40 words in a shortlist of 10 and tails of 15 (projected to 4) and 15 (to 2), d_model 8.
+ModelConfig small_adaptive_config() {
   ModelConfig c = tiny_config();
   c.n_token = 40;
   c.cutoffs = {10, 25};
   c.div_val = 2;
   c.d_model = 8;
   c.tie_projs = {false, true, true};
+  return c;
+}
+}  // namespace
+
+TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
+  // Transformer-XL's projected adaptive softmax written out token by token from the parameters: the
+  // head scores the shortlist and one column per tail cluster (cluster i is the i-th column from
+  // the end); a tail token's log-probability is its cluster column's plus its place in the tail.
+  ModelConfig c = small_adaptive_config();
   auto m = make_model(c);
   {
     torch::NoGradGuard g;
@@ -311,6 +319,31 @@ TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
       }
     }
   }
+}
+
+TEST(Model, AdaptiveSoftmaxGradientsMatchTheFullLogProbabilities) {
+  // The loss takes one log-probability per token from each row's log-sum-exp; its gradients must be
+  // those of the full distribution (log_probs: every cluster's log_softmax, concatenated) at the
+  // target, for the hidden states and every parameter of the softmax.
+  ModelConfig c = small_adaptive_config();
+  auto m = make_model(c);
+  Tensor h = torch::randn({9, c.d_model}, torch::kFloat64).requires_grad_();
+  Tensor target = torch::tensor({3, 12, 24, 25, 39, 0, 10, 30, 9}, torch::kLong);
+  Tensor weights = torch::rand({9}, torch::kFloat64);
+  auto grads = [&](const Tensor& loss) {
+    m->zero_grad();
+    h.mutable_grad() = Tensor();
+    loss.backward();
+    std::vector<Tensor> g{h.grad().clone()};
+    for (auto& p : m->crit->parameters())
+      if (p.grad().defined()) g.push_back(p.grad().clone());
+    return g;
+  };
+  auto got = grads((m->crit(h, target) * weights).sum());
+  auto want = grads((-m->log_probs(h).gather(1, target.unsqueeze(1)).squeeze(1) * weights).sum());
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_GT(got.size(), 3u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-12) << i;
 }
 
 TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {

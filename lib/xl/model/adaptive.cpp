@@ -1,6 +1,7 @@
 #include "xl/model/adaptive.h"
 
 #include "xl/model/kernels/linear.h"
+#include "xl/model/kernels/target_log_softmax.h"
 #include "xl/model/precision.h"
 
 #include <cmath>
@@ -127,30 +128,23 @@ torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const 
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {
-  if (n_clusters == 0) {
-    auto [w, b] = cluster_params(0);
-    auto lp = torch::log_softmax(logits(hidden, w, b, projections[0]), -1);
-    return -lp.gather(1, target.unsqueeze(1)).squeeze(1);
-  }
   auto [hw, hb] = cluster_params(0);
-  auto head_lp = torch::log_softmax(logits(hidden, hw, hb, projections[0]), -1);
-  torch::Tensor nll = torch::zeros({hidden.size(0)}, hidden.options());
-  for (int64_t i = 0; i <= n_clusters; ++i) {
-    int64_t l = cutoff_ends[i], r = cutoff_ends[i + 1];
-    auto idx = ((target >= l) & (target < r)).nonzero().squeeze(1);
+  torch::Tensor head_logits = logits(hidden, hw, hb, projections[0]);
+  if (n_clusters == 0) return -target_log_softmax(head_logits, target);
+  // Each row needs one head log-probability: its word's in the shortlist, or its cluster's (cluster
+  // i's is the i-th head column from the end), to which a tail word adds its log-probability
+  // within the cluster.
+  const int64_t head_size = head_logits.size(1);
+  torch::Tensor cluster = torch::zeros_like(target);
+  for (int64_t i = 1; i <= n_clusters; ++i) cluster += (target >= cutoff_ends[i]).to(target.scalar_type());
+  torch::Tensor head_col = torch::where(cluster == 0, target, head_size - cluster);
+  torch::Tensor nll = -target_log_softmax(head_logits, head_col);
+  for (int64_t i = 1; i <= n_clusters; ++i) {
+    auto idx = (cluster == i).nonzero().squeeze(1);
     if (idx.numel() == 0) continue;
-    auto tgt = target.index_select(0, idx) - l;
-    auto head_i = head_lp.index_select(0, idx);
-    torch::Tensor lp;
-    if (i == 0) {
-      lp = head_i.gather(1, tgt.unsqueeze(1)).squeeze(1);
-    } else {
-      auto [w, b] = cluster_params(i);
-      auto tail = torch::log_softmax(logits(hidden.index_select(0, idx), w, b, projections[i]), -1);
-      // Cluster i's probability is the i-th head column from the end.
-      lp = head_i.select(1, head_i.size(1) - i) + tail.gather(1, tgt.unsqueeze(1)).squeeze(1);
-    }
-    nll = nll.index_copy(0, idx, -lp);
+    auto [w, b] = cluster_params(i);
+    auto tail = logits(hidden.index_select(0, idx), w, b, projections[i]);
+    nll = nll.index_add(0, idx, -target_log_softmax(tail, target.index_select(0, idx) - cutoff_ends[i]));
   }
   return nll;
 }

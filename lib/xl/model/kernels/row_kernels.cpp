@@ -137,6 +137,45 @@ __attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, floa
   return s;
 }
 
+__attribute__((target("avx2,fma"))) float log_sum_exp_avx2(const float* x, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(kNegInf);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + j));
+  float m = horizontal_max(vmax);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  if (!std::isfinite(m)) return m;  // all -inf (or an inf/nan): exp would give nan
+  const __m256 shift = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= n; j += 8) sum = _mm256_add_ps(sum, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), shift)));
+  float s = horizontal_sum(sum);
+  for (; j < n; ++j) s += std::exp(x[j] - m);
+  return m + std::log(s);
+}
+
+__attribute__((target("avx2,fma"))) void exp_shifted_avx2(const float* x, float* y, int64_t n, float shift,
+                                                           float scale) {
+  const __m256 vshift = _mm256_set1_ps(shift), vscale = _mm256_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(y + j, _mm256_mul_ps(vscale, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), vshift))));
+  for (; j < n; ++j) y[j] = scale * std::exp(x[j] - shift);
+}
+
+template <typename T>
+T log_sum_exp_plain(const T* x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  if (!std::isfinite(m)) return m;
+  T s = 0;
+  for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
+  return m + std::log(s);
+}
+
+template <typename T>
+void exp_shifted_plain(const T* x, T* y, int64_t n, T shift, T scale) {
+  for (int64_t j = 0; j < n; ++j) y[j] = scale * std::exp(x[j] - shift);
+}
+
 // The first w (<= 8) floats at p; functions, not lambdas: clang gives lambdas no target attribute.
 __attribute__((target("avx2,fma"))) inline __m256 load_upto8(const float* p, int64_t w) {
   if (w == 8) return _mm256_loadu_ps(p);
@@ -269,6 +308,19 @@ void softmax(float* x, int64_t n, float max) {
     for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - max));
   }
   scale_f(x, n, 1.0f / sum);
+}
+
+float log_sum_exp(const float* x, int64_t n) {
+  return kHaveAvx2 ? log_sum_exp_avx2(x, n) : log_sum_exp_plain(x, n);
+}
+double log_sum_exp(const double* x, int64_t n) { return log_sum_exp_plain(x, n); }
+
+void exp_shifted(const float* x, float* y, int64_t n, float shift, float scale) {
+  if (kHaveAvx2) exp_shifted_avx2(x, y, n, shift, scale);
+  else exp_shifted_plain(x, y, n, shift, scale);
+}
+void exp_shifted(const double* x, double* y, int64_t n, double shift, double scale) {
+  exp_shifted_plain(x, y, n, shift, scale);
 }
 
 }  // namespace xl::model::rows

@@ -30,4 +30,12 @@ void mixture(const float* const* x, int64_t m_count, float* content, float* cons
 // Softmax of a row of scores in place (hidden entries -inf become exactly 0), given its maximum.
 void softmax(float* x, int64_t n, float max);
 
+// log sum_j exp(x[j]), the row read twice (its maximum, then the sum) and never written.
+float log_sum_exp(const float* x, int64_t n);
+double log_sum_exp(const double* x, int64_t n);
+
+// y[j] = scale * exp(x[j] - shift): with shift = log_sum_exp(x), the softmax times a scale.
+void exp_shifted(const float* x, float* y, int64_t n, float shift, float scale);
+void exp_shifted(const double* x, double* y, int64_t n, double shift, double scale);
+
 }  // namespace xl::model::rows

@@ -1,0 +1,72 @@
+#include "xl/model/kernels/target_log_softmax.h"
+
+#include "xl/model/kernels/kernel_choice.h"
+#include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/row_kernels.h"
+
+namespace xl::model {
+namespace {
+
+// Rows per parallel task: enough elements that a task outweighs waking a thread.
+int64_t row_grain(int64_t v) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(v, 1)); }
+
+class TargetLogSoftmax : public torch::autograd::Function<TargetLogSoftmax> {
+ public:
+  // z [N, V] contiguous, t [N] int64 contiguous, every t in [0, V).
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& z, const torch::Tensor& t) {
+    const int64_t n = z.size(0), v = z.size(1);
+    torch::Tensor lse = torch::empty({n}, z.options()), out = torch::empty({n}, z.options());
+    const int64_t* tp = t.data_ptr<int64_t>();
+    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "target_log_softmax", [&] {
+      const scalar_t* zp = z.data_ptr<scalar_t>();
+      scalar_t *lp = lse.data_ptr<scalar_t>(), *op = out.data_ptr<scalar_t>();
+      parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          lp[r] = rows::log_sum_exp(zp + r * v, v);
+          op[r] = zp[r * v + tp[r]] - lp[r];
+        }
+      });
+    });
+    ctx->save_for_backward({z, t, lse});
+    return out;
+  }
+
+  // d out[n] / d z[n, j] = [j == t[n]] - softmax(z[n])[j]
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &z = saved[0], &t = saved[1], &lse = saved[2];
+    const torch::Tensor g = grads[0].contiguous();
+    const int64_t n = z.size(0), v = z.size(1);
+    torch::Tensor gz = torch::empty_like(z);
+    const int64_t* tp = t.data_ptr<int64_t>();
+    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "target_log_softmax_backward", [&] {
+      const scalar_t *zp = z.data_ptr<scalar_t>(), *lp = lse.data_ptr<scalar_t>(), *gp = g.data_ptr<scalar_t>();
+      scalar_t* gzp = gz.data_ptr<scalar_t>();
+      parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          rows::exp_shifted(zp + r * v, gzp + r * v, v, lp[r], -gp[r]);
+          gzp[r * v + tp[r]] += gp[r];
+        }
+      });
+    });
+    return {gz, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tensor& target) {
+  TORCH_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
+              "target_log_softmax: [N, V] logits and [N] targets expected");
+  const bool kernel = cpu_kernel_allowed(logits) &&
+                      (logits.scalar_type() == torch::kFloat || logits.scalar_type() == torch::kDouble) &&
+                      target.scalar_type() == torch::kLong && target.device().is_cpu() && logits.size(1) > 0;
+  if (!kernel || target.numel() == 0)
+    return torch::log_softmax(logits, -1).gather(1, target.unsqueeze(1)).squeeze(1);
+  TORCH_CHECK(target.min().item<int64_t>() >= 0 && target.max().item<int64_t>() < logits.size(1),
+              "target_log_softmax: a target outside [0, ", logits.size(1), ")");
+  return TargetLogSoftmax::apply(logits.contiguous(), target.contiguous());
+}
+
+}  // namespace xl::model

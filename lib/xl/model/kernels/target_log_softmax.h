@@ -1,0 +1,14 @@
+// A language model's loss needs one log-probability per row: log_softmax(logits)[n, target[n]].
+// Computing it from each row's log-sum-exp skips the [N, V] log-probabilities that log_softmax
+// writes and gather's backward fills (for a word-level softmax over 267,735 words those are the
+// largest tensors of a step); the backward writes the logits' gradient in one pass.
+#pragma once
+#include <torch/torch.h>
+
+namespace xl::model {
+
+// [N, V] logits, [N] int64 targets in [0, V) -> [N]: log_softmax(logits, -1)[n, target[n]].
+// Float and double CPU tensors run the row kernels; elsewhere log_softmax and gather.
+torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tensor& target);
+
+}  // namespace xl::model
