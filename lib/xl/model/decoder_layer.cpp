@@ -1,5 +1,6 @@
 #include "xl/model/decoder_layer.h"
 
+#include "xl/model/kernels/dropout_add_layer_norm.h"
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
 
@@ -15,14 +16,15 @@ PositionwiseFFImpl::PositionwiseFFImpl(int64_t d_model, int64_t d_inner, double 
 
 torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
   // CoreNet's modules in turn (Linear, ReLU, Dropout, Linear, Dropout) with ReLU+dropout and the
-  // last dropout+residual fused.
+  // last dropout+residual(+layer norm) fused.
   auto in = CoreNet[0]->as<torch::nn::Linear>();
   auto out = CoreNet[3]->as<torch::nn::Linear>();
   const bool train = is_training();
   torch::Tensor h =
       fused_relu_dropout(xl::model::linear(pre_lnorm ? layer_norm(x) : x, in->weight, in->bias), dropout, train);
-  torch::Tensor sum = fused_dropout_add(xl::model::linear(h, out->weight, out->bias), x, dropout, train);
-  return pre_lnorm ? sum : layer_norm(sum);
+  torch::Tensor y = xl::model::linear(h, out->weight, out->bias);
+  if (pre_lnorm) return fused_dropout_add(y, x, dropout, train);
+  return dropout_add_layer_norm(y, x, dropout, train, layer_norm->weight, layer_norm->bias, layer_norm->options.eps());
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases) {

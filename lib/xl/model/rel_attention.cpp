@@ -7,6 +7,7 @@
 #include "xl/model/kernels/batched_matmul.h"
 #include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/chunked_attention.h"
+#include "xl/model/kernels/dropout_add_layer_norm.h"
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/rel_softmax.h"
@@ -228,9 +229,11 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     }
     if (head_mask.defined()) vec = vec * head_mask.view({1, 1, h, 1});
     vec = vec.reshape({b, t, h * dh});
-    // Dropout fused with the residual: w + dropout(o_net(vec)).
-    torch::Tensor sum = fused_dropout_add(xl::model::linear(vec, o_net->weight), w, dropout, pass.training);
-    return pre_lnorm ? sum : layer_norm(sum);
+    // Dropout fused with the residual (and the layer norm after it): [LN](w + dropout(o_net(vec))).
+    torch::Tensor out = xl::model::linear(vec, o_net->weight);
+    if (pre_lnorm) return fused_dropout_add(out, w, dropout, pass.training);
+    return dropout_add_layer_norm(out, w, dropout, pass.training, layer_norm->weight, layer_norm->bias,
+                                  layer_norm->options.eps());
   }
   return pre_lnorm ? w + attn_out : layer_norm(w + attn_out);
 }

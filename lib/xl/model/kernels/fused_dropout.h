@@ -1,9 +1,8 @@
-// Dropout with a counter-based mask: element e of a call is kept when a hash of (seed, e) clears
-// the drop threshold, where the seed is one 64-bit draw from LibTorch's default CPU generator per
-// call. The mask is generated in parallel, never stored (backward recomputes it from the seed),
-// and depends only on the generator's state, so checkpoints that save that state resume exactly.
-// Kept elements are scaled by 1/(1-p), as torch::dropout does. Float and double CPU tensors;
-// elsewhere torch::dropout with the device's generator.
+// Dropout with the counter-based mask of dropout_mask.h, fused with its neighbours: generated in
+// parallel, never stored (backward recomputes it from the call's key), the same after a resume
+// from a checkpoint that saved the generator's state. Kept elements are scaled by 1/(1-p), as
+// torch::dropout does. Float and double CPU tensors; elsewhere torch::dropout with the device's
+// generator.
 #pragma once
 #include <torch/torch.h>
 

@@ -1,0 +1,136 @@
+#include "xl/model/kernels/dropout_mask.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+namespace xl::model::dropout_mask {
+namespace {
+
+__attribute__((always_inline)) inline uint32_t mix32(uint32_t x) {  // "lowbias32" (C. Wellons): a strong 32-bit integer hash
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+constexpr int64_t kBlock = 4096;  // within a block starting at a multiple of kBlock the high word is constant
+
+// The hash of element e0 + i of a block (e0 a multiple of kBlock, so the low word is e0's xor i).
+struct BlockKey {
+  uint32_t lo, hi, th;
+  BlockKey(uint64_t e0, const Key& k)
+      : lo(static_cast<uint32_t>(e0) ^ k.k0), hi(k.k1 ^ (static_cast<uint32_t>(e0 >> 32) * 0x9E3779B9U)),
+        th(k.threshold) {}
+  bool keep(uint32_t i) const { return mix32(mix32(lo ^ i) ^ hi) >= th; }
+};
+
+// Elements first + i of a block for i < n (first + n <= kBlock); x, r, y point at element first.
+template <typename T>
+void mask_scalar(const T* x, const T* r, T* y, uint32_t from, uint32_t n, uint32_t first, const BlockKey& k, T scale,
+                 Op op) {
+  for (uint32_t i = from; i < n; ++i) {
+    const T m = k.keep(first + i) ? scale : T(0);
+    if (op == Op::scale) y[i] = x[i] * m;
+    else if (op == Op::relu_scale) y[i] = (x[i] > T(0) ? x[i] : T(0)) * m;
+    else y[i] = r[i] + x[i] * m;
+  }
+}
+
+__attribute__((target("avx2"))) inline __m256i mix32x8(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x846ca68bU)));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+__attribute__((target("avx2"))) void mask_avx2(const float* x, const float* r, float* y, uint32_t n, uint32_t first,
+                                               const BlockKey& k, float scale, Op op) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo = _mm256_set1_epi32(static_cast<int>(k.lo)), hi = _mm256_set1_epi32(static_cast<int>(k.hi));
+  const __m256i th = _mm256_set1_epi32(static_cast<int>(k.th));
+  const __m256 sc = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first + i)), lane);
+    __m256i h = mix32x8(_mm256_xor_si256(mix32x8(_mm256_xor_si256(lo, idx)), hi));
+    __m256i keep = _mm256_cmpeq_epi32(_mm256_max_epu32(h, th), h);  // h >= th, unsigned
+    __m256 m = _mm256_and_ps(_mm256_castsi256_ps(keep), sc);
+    __m256 v = _mm256_loadu_ps(x + i);
+    if (op == Op::scale) _mm256_storeu_ps(y + i, _mm256_mul_ps(v, m));
+    else if (op == Op::relu_scale) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_max_ps(v, zero), m));
+    else _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(r + i), _mm256_mul_ps(v, m)));
+  }
+  mask_scalar<float>(x, r, y, i, n, first, k, scale, op);
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+
+void block_run(const float* x, const float* r, float* y, uint32_t n, uint32_t first, const BlockKey& k, float scale,
+               Op op) {
+  if (kHaveAvx2) mask_avx2(x, r, y, n, first, k, scale, op);
+  else mask_scalar<float>(x, r, y, 0, n, first, k, scale, op);
+}
+void block_run(const double* x, const double* r, double* y, uint32_t n, uint32_t first, const BlockKey& k,
+               double scale, Op op) {
+  mask_scalar<double>(x, r, y, 0, n, first, k, scale, op);
+}
+
+// The span split where blocks begin.
+template <typename T>
+void apply_span(const T* x, const T* r, T* y, int64_t n, int64_t e0, const Key& k, T scale, Op op) {
+  for (int64_t done = 0; done < n;) {
+    const int64_t e = e0 + done, block = e - e % kBlock;
+    const int64_t len = std::min(n - done, block + kBlock - e);
+    block_run(x + done, r ? r + done : nullptr, y + done, static_cast<uint32_t>(len), static_cast<uint32_t>(e - block),
+              BlockKey(static_cast<uint64_t>(block), k), scale, op);
+    done += len;
+  }
+}
+
+}  // namespace
+
+Key draw(double p) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  uint64_t seed;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+  }
+  Key k;
+  k.k0 = static_cast<uint32_t>(seed);
+  k.k1 = static_cast<uint32_t>(seed >> 32);
+  double t = std::ldexp(p, 32);
+  k.threshold = t >= 4294967295.0 ? 0xffffffffu : static_cast<uint32_t>(std::llround(t));
+  return k;
+}
+
+void save(torch::autograd::AutogradContext* ctx, const Key& k, double p) {
+  ctx->saved_data["key"] = static_cast<int64_t>((static_cast<uint64_t>(k.k1) << 32) | k.k0);
+  ctx->saved_data["threshold"] = static_cast<int64_t>(k.threshold);
+  ctx->saved_data["p"] = p;
+}
+
+Key saved(const torch::autograd::AutogradContext* ctx) {
+  Key k;
+  uint64_t packed = static_cast<uint64_t>(ctx->saved_data.at("key").toInt());
+  k.k0 = static_cast<uint32_t>(packed);
+  k.k1 = static_cast<uint32_t>(packed >> 32);
+  k.threshold = static_cast<uint32_t>(ctx->saved_data.at("threshold").toInt());
+  return k;
+}
+
+void apply(const float* x, const float* r, float* y, int64_t n, int64_t e0, const Key& k, float scale, Op op) {
+  apply_span(x, r, y, n, e0, k, scale, op);
+}
+void apply(const double* x, const double* r, double* y, int64_t n, int64_t e0, const Key& k, double scale, Op op) {
+  apply_span(x, r, y, n, e0, k, scale, op);
+}
+
+}  // namespace xl::model::dropout_mask
