@@ -208,24 +208,26 @@ HeadRows<T> contiguous_rows(const Geometry& g, T* at) {
   return r;
 }
 
+// `count` rows of `width` floats, `ld` apart: copied, or set to zero.
+void copy_rows(const float* from, int64_t ld_from, float* to, int64_t ld_to, int64_t count, int64_t width) {
+  for (int64_t r = 0; r < count; ++r)
+    std::memcpy(to + r * ld_to, from + r * ld_from, sizeof(float) * static_cast<size_t>(width));
+}
+void clear_rows(float* at, int64_t ld, int64_t count, int64_t width) {
+  for (int64_t r = 0; r < count; ++r) std::fill_n(at + r * ld, width, 0.0f);
+}
+
 void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadRows<float>& to) {
-  auto rows = [&](const float* f, int64_t ld_f, float* t, int64_t ld_t, int64_t count) {
-    for (int64_t r = 0; r < count; ++r)
-      std::memcpy(t + r * ld_t, f + r * ld_f, sizeof(float) * static_cast<size_t>(g.dh));
-  };
-  rows(from.key, from.ld, to.key, to.ld, g.k);
-  rows(from.value, from.ld, to.value, to.ld, g.k);
+  copy_rows(from.key, from.ld, to.key, to.ld, g.k, g.dh);
+  copy_rows(from.value, from.ld, to.value, to.ld, g.k, g.dh);
   for (size_t b = 0; b < g.keys.size(); ++b)
-    rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table);
+    copy_rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table, g.dh);
 }
 
 void clear_head(const Geometry& g, const HeadRows<float>& rows) {
-  auto clear = [&](float* at, int64_t ld, int64_t count) {
-    for (int64_t r = 0; r < count; ++r) std::fill_n(at + r * ld, g.dh, 0.0f);
-  };
-  clear(rows.key, rows.ld, g.k);
-  clear(rows.value, rows.ld, g.k);
-  for (size_t b = 0; b < g.keys.size(); ++b) clear(rows.tables[b], rows.ld_table, g.keys[b].table);
+  clear_rows(rows.key, rows.ld, g.k, g.dh);
+  clear_rows(rows.value, rows.ld, g.k, g.dh);
+  for (size_t b = 0; b < g.keys.size(); ++b) clear_rows(rows.tables[b], rows.ld_table, g.keys[b].table, g.dh);
 }
 
 // The rows task n reads: its operands' own, or (copies_heads) their copy in `copy`, made here.
@@ -361,13 +363,10 @@ HeadRows<float> gradient_rows(const Geometry& g, const Gradients& d, int64_t n) 
 // while the rows are about to be written, not as a pass of its own.
 void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
   const int64_t dh = g.dh, batch = n / g.heads, h = n % g.heads;
-  auto rows = [dh](float* at, int64_t count, int64_t ld) {
-    for (int64_t r = 0; r < count; ++r) std::fill_n(at + r * ld, dh, 0.0f);
-  };
   // A mixture alone never writes q_u's gradient (its components' queries take it).
-  if (g.components > 0 && g.persistent == 0) rows(d.q_u + g.q_at(n, 0), g.t, g.ld_q());
+  if (g.components > 0 && g.persistent == 0) clear_rows(d.q_u + g.q_at(n, 0), g.ld_q(), g.t, dh);
   for (int64_t m = 0; m < g.components; ++m) {
-    rows(d.key[m] + g.component_key_at(n, g.ld_q()), g.k, g.ld_q());
+    clear_rows(d.key[m] + g.component_key_at(n, g.ld_q()), g.ld_q(), g.k, dh);
     std::fill_n(d.col[m] + g.col_term_at(n, 0), g.k, 0.0f);
   }
   if (g.persistent > 0) {
@@ -497,7 +496,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           beta = 1;
         }
         if (beta == 0)  // sees no key: cannot happen (geometry checks), but never leave rows unset
-          for (int64_t row = 0; row < rb.rows; ++row) std::fill_n(d.q_v + at + row * g.ld_q(), dh, 0.0f);
+          clear_rows(d.q_v + at, g.ld_q(), rb.rows, dh);
       }
       if (g.copies_heads()) copy_head(g, contiguous_rows<const float>(g, d_copy.data()), d_in);
     }
