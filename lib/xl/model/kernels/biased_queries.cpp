@@ -80,7 +80,8 @@ class BiasedQueries : public torch::autograd::Function<BiasedQueries> {
       for (int64_t r = r0; r < r1; ++r) {
         const float* x = qp + r * cols;
         float *a = qu + r * cols, *b = qv + r * cols;
-        // (Plain loops: the compiler cannot rule out that the outputs overlap q and keeps them scalar.)
+        // AVX2 by hand (the compiler cannot rule out that the outputs overlap q, so it kept this loop
+        // scalar); the columns past the last 8 here.
         for (int64_t c = kHaveAvx2 ? forward_row_avx2(x, up, vp, a, b, cols) : 0; c < cols; ++c) {
           a[c] = x[c] + up[c];
           b[c] = x[c] + vp[c];
