@@ -6,8 +6,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 namespace xl::model {

@@ -1,5 +1,6 @@
-// Vectorized loops over one row of attention scores, shared by the full-matrix softmax
-// (rel_softmax) and the blocked attention core (chunked_attention). float rows use AVX2 when the
+// Vectorized loops over one row: of attention scores, shared by the full-matrix softmax
+// (rel_softmax) and the blocked attention core (chunked_attention); of the loss's logits
+// (target_log_softmax); of a layer norm (dropout_add_layer_norm). float rows use AVX2 when the
 // CPU has it; double rows (the tests' precision) run plain loops.
 #pragma once
 #include <cstdint>
@@ -37,5 +38,19 @@ double log_sum_exp(const double* x, int64_t n);
 // y[j] = scale * exp(x[j] - shift): with shift = log_sum_exp(x), the softmax times a scale.
 void exp_shifted(const float* x, float* y, int64_t n, float shift, float scale);
 void exp_shifted(const double* x, double* y, int64_t n, double shift, double scale);
+
+// y = (s - mean) * rstd * w + b over a row of n, with its mean and rstd = 1/sqrt(variance + eps)
+// (the centred squares after the mean: no cancellation when the mean is large against the spread).
+void layer_norm(const float* s, const float* w, const float* b, float* y, int64_t n, double eps, float* mean,
+                float* rstd);
+void layer_norm(const double* s, const double* w, const double* b, double* y, int64_t n, double eps, double* mean,
+                double* rstd);
+
+// Its backward for one row: ds = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy w and
+// xhat = (s - mean) rstd; dw += dy xhat and db += dy (accumulated).
+void layer_norm_grad(const float* dy, const float* w, const float* s, float mean, float rstd, float* ds, float* dw,
+                     float* db, int64_t n);
+void layer_norm_grad(const double* dy, const double* w, const double* s, double mean, double rstd, double* ds,
+                     double* dw, double* db, int64_t n);
 
 }  // namespace xl::model::rows
