@@ -150,10 +150,14 @@ TEST(BlasThreads, SingleThreadedProductsKeepTheLoopsThreads) {
     });
     EXPECT_EQ(ran.load(), 2);
     EXPECT_EQ(ids.size(), 2u) << xl::model::blas_description();
-    if (l.own_threads()) EXPECT_EQ(l.get_threads(), 1);
+    if (l.own_threads()) {
+      EXPECT_EQ(l.get_threads(), 1);
+    }
   }
   EXPECT_EQ(openmp_threads(), 2);
-  if (l.get_threads) EXPECT_EQ(l.get_threads(), 2);
+  if (l.get_threads) {
+    EXPECT_EQ(l.get_threads(), 2);
+  }
 }
 
 }  // namespace

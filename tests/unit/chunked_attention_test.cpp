@@ -2,7 +2,8 @@
 // (itself checked against the naive loop in model_attention_test): outputs and all five gradients,
 // for segments shorter and longer than a block of query rows, memories of every length and age
 // (Skip-Retain runs), causal and same_length masks, heads read in place and (wide rows) copied.
-// Also: no gradient => the same output without keeping probabilities.
+// Also: no gradient => the same output without keeping probabilities, and with the keys and
+// values in a larger buffer (evaluation's kept projections).
 #include <gtest/gtest.h>
 
 #include "xl/model/kernels/batched_matmul.h"
@@ -130,6 +131,11 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       torch::NoGradGuard no_grad;
       Tensor inference = chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads, mask, scale);
       EXPECT_TRUE(torch::equal(inference, got.detach())) << "inference differs from the training forward";
+      // Evaluation's kept keys and values lie in a buffer with room around each stream's rows.
+      Tensor roomy = torch::randn({c.batch, k + 5, 2, c.heads, c.dh});
+      roomy.narrow(1, 3, k).copy_(kv);
+      Tensor kept = chunked_relative_attention(q_u, q_v, roomy.narrow(1, 3, k), tables, blocks, heads, mask, scale);
+      EXPECT_TRUE(torch::equal(kept, got.detach())) << "keys and values in a larger buffer change the output";
     }
   }
 }

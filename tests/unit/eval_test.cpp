@@ -186,27 +186,34 @@ TEST(Eval, KeptKeyValueProjectionsAreThoseOfTheMemory) {
     auto in = torch::tensor(std::vector<int64_t>{1, 5, 2, 7, 3, 3, 9, 0, 4, 12, 6, 8}, torch::kLong).view({2, 6});
     xl::model::ForwardOptions o;
     o.mem_len = 9;  // memory longer than a segment: kept projections are cut with it
-    o.cache_kv = true;
-    auto mem = m->new_memory();
+    auto inputs = m->new_memory(), kept = m->new_memory();
     {
       torch::NoGradGuard ng;
-      for (int seg = 0; seg < 3; ++seg) m->hidden(in, mem, o);
+      for (int seg = 0; seg < 3; ++seg) m->hidden(in, inputs, o);
+      o.cache_kv = true;
+      for (int seg = 0; seg < 3; ++seg) m->hidden(in, kept, o);
     }
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      const auto& lm = mem.layers[static_cast<size_t>(l)];
+      const auto& lm = kept.layers[static_cast<size_t>(l)];
       auto attn = m->layer_list[static_cast<size_t>(l)]->dec_attn;
-      ASSERT_TRUE(lm.kv.defined()) << "layer " << l;
-      ASSERT_EQ(lm.kv.sizes(), (std::vector<int64_t>{2, 9, 2, c.n_head, c.d_head}));
+      ASSERT_FALSE(lm.kv.empty()) << "layer " << l;
+      EXPECT_FALSE(lm.hidden.defined()) << "the inputs are kept beside their projections, layer " << l;
+      EXPECT_EQ(lm.length(), 9);
+      ASSERT_EQ(lm.kv.rows().sizes(), (std::vector<int64_t>{2, 9, 2, c.n_head, c.d_head}));
       // Written out: the key and value rows of qkv_net applied to the (layer-normed) memory.
-      torch::Tensor x = pre_lnorm ? attn->layer_norm(lm.hidden) : lm.hidden;
+      const torch::Tensor& hidden = inputs.layers[static_cast<size_t>(l)].hidden;
+      torch::Tensor x = pre_lnorm ? attn->layer_norm(hidden) : hidden;
       torch::Tensor w_kv = attn->qkv_net->weight.narrow(0, c.n_head * c.d_head, 2 * c.n_head * c.d_head);
       torch::Tensor want = torch::matmul(x, w_kv.t()).view({2, 9, 2, c.n_head, c.d_head});
-      EXPECT_LT((lm.kv - want).abs().max().item<double>(), 1e-12) << "layer " << l << " pre_lnorm " << pre_lnorm;
+      EXPECT_LT((lm.kv.rows() - want).abs().max().item<double>(), 1e-12) << "layer " << l << " pre_lnorm " << pre_lnorm;
     }
-    // With autograd (training) nothing is kept.
+    // With autograd (training) nothing is kept; a memory of projections alone cannot be trained on or saved.
     auto trained = m->new_memory();
     m->hidden(in, trained, o);
-    for (const auto& lm : trained.layers) EXPECT_FALSE(lm.kv.defined());
+    for (const auto& lm : trained.layers) EXPECT_TRUE(lm.kv.empty());
+    EXPECT_THROW(m->hidden(in, kept, o), c10::Error);
+    xl::checkpoint::TensorList saved;
+    EXPECT_THROW(kept.to_tensors(&saved), xl::Error);
   }
 }
 
@@ -219,22 +226,27 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
     c.pre_lnorm = variant == "pre_lnorm";
     if (variant == "mgk") c.attention = "mgk";
     if (variant == "span") c.adaptive_span = true, c.span_max = 8, c.span_ramp = 2;
-    auto m = eval_model(c, torch::kFloat64);
-    if (variant == "span") {
-      torch::NoGradGuard ng;
-      for (auto& l : m->layer_list) l->dec_attn->span_z.uniform_(0.1, 0.6);
+    // float64: LibTorch's products; float32: the CPU kernels, reading the kept rows in place.
+    for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+      SCOPED_TRACE(dtype);
+      auto m = eval_model(c, dtype);
+      if (variant == "span") {
+        torch::NoGradGuard ng;
+        for (auto& l : m->layer_list) l->dec_attn->span_z.uniform_(0.1, 0.6);
+      }
+      auto ids = random_ids(97, 13, 8);  // uneven streams: a short last segment
+      EvalSettings s;
+      s.batch_size = 3;
+      s.tgt_len = 6;
+      s.mem_len = 9;
+      s.kv_cache_bytes = 0;
+      auto projected = per_token(m, ids, s);
+      s.kv_cache_bytes = xl::eval::kv_cache_bytes(m, 3, 9, 6);  // exactly enough
+      auto kept = per_token(m, ids, s);
+      ASSERT_EQ(kept.size(), projected.size());
+      const double tolerance = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
+      for (const auto& [index, nll] : projected) EXPECT_NEAR(kept[index], nll, tolerance) << "index " << index;
     }
-    auto ids = random_ids(97, 13, 8);  // uneven streams: a short last segment
-    EvalSettings s;
-    s.batch_size = 3;
-    s.tgt_len = 6;
-    s.mem_len = 9;
-    s.kv_cache_bytes = 0;
-    auto projected = per_token(m, ids, s);
-    s.kv_cache_bytes = xl::eval::kv_cache_bytes(m, 3, 9);  // exactly enough
-    auto kept = per_token(m, ids, s);
-    ASSERT_EQ(kept.size(), projected.size());
-    for (const auto& [index, nll] : projected) EXPECT_NEAR(kept[index], nll, 1e-12) << "index " << index;
   }
 }
 

@@ -65,12 +65,12 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
 
 }  // namespace
 
-int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len) {
+int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len) {
   const auto& c = model->config;
   int64_t width = 0;  // keys (MGK: all of a mixture's) and values of every head of every layer
   const int64_t parts = c.attention == "mgk" ? 1 + c.mgk_keys : 2;
   for (int64_t l = 0; l < c.n_layer; ++l) width += parts * c.heads_in_layer(l) * c.d_head;
-  return streams * mem_len * width * static_cast<int64_t>(sizeof(float));
+  return streams * model::row_window_capacity(mem_len, tgt_len) * width * static_cast<int64_t>(sizeof(float));
 }
 
 EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
@@ -123,7 +123,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   model::ForwardOptions opts;
   opts.mem_len = s.mem_len;
   if (s.head_mask.defined()) opts.head_mask = s.head_mask.to(device, dtype);
-  opts.cache_kv = s.mem_len > 0 && kv_cache_bytes(model, last - first, s.mem_len) <= s.kv_cache_bytes;
+  opts.cache_kv = s.mem_len > 0 && kv_cache_bytes(model, last - first, s.mem_len, s.tgt_len) <= s.kv_cache_bytes;
   model::Memory memory = model->new_memory();
 
   EvalResult result;

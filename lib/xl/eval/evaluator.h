@@ -41,9 +41,9 @@ struct EvalSettings {
   int64_t max_tokens = 0;    // 0: the whole split; else stop once about this many tokens are scored
   torch::Tensor head_mask;   // [n_layer, n_head] or undefined
   model::Precision precision = model::Precision::kFp32;  // of the matrix products
-  // Each layer's memory keeps its key/value projections (a segment then projects only its own
-  // tokens; 1.1-1.5x faster at mem_len 512-3800 on base, bench/eval.sh) when they need at most
-  // this many bytes.
+  // Each layer's memory keeps its key/value projections in place of its inputs (a segment then
+  // projects only its own tokens; 1.1-1.5x faster at mem_len 512-3800 on base, bench/eval.sh) when
+  // they need at most this many bytes (kv_cache_bytes).
   int64_t kv_cache_bytes = 4000000000;
   // Data parallel: this process evaluates streams [b * shard / shards, b * (shard + 1) / shards)
   // of the b streams; the shards' sums add up to the whole evaluation.
@@ -77,8 +77,9 @@ bool effective_same_length(const model::TransformerXL& model, const EvalSettings
 // The clamp_len actually in force (0: off).
 int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSettings& s);
 
-// The bytes the key/value projections of a full memory take for `streams` streams (fp32).
-int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len);
+// The bytes the key/value projections of a full memory take for `streams` streams (fp32), with the
+// room that segments of tgt_len tokens grow into (model::row_window_capacity).
+int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len);
 
 // The number of parallel streams `evaluate` uses for a split of n tokens.
 int64_t stream_count(int64_t n, int64_t batch_size);

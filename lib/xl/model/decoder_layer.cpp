@@ -36,7 +36,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                                         const torch::Tensor& u, const torch::Tensor& v,
                                         const std::vector<int64_t>& perm, const torch::Tensor& head_mask,
-                                        torch::Tensor* kv_out) {
+                                        RowWindow* kv_out) {
   torch::Tensor out = dec_attn(w, mem, pass, u, v, perm, head_mask, kv_out);
   return pos_ff ? pos_ff(out) : out;
 }

@@ -24,7 +24,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases);
   torch::Tensor forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                         const torch::Tensor& u, const torch::Tensor& v, const std::vector<int64_t>& perm,
-                        const torch::Tensor& head_mask, torch::Tensor* kv_out = nullptr);
+                        const torch::Tensor& head_mask, RowWindow* kv_out = nullptr);
   RelMultiHeadAttn dec_attn{nullptr};
   PositionwiseFF pos_ff{nullptr};  // none with ff off
 };

@@ -4,7 +4,7 @@
 
 namespace xl::model {
 
-int64_t LayerMemory::length() const { return hidden.defined() ? hidden.size(1) : 0; }
+int64_t LayerMemory::length() const { return hidden.defined() ? hidden.size(1) : kv.length(); }
 
 int64_t LayerMemory::gap(int64_t position) const {
   if (runs.empty()) return 0;
@@ -23,8 +23,10 @@ void Memory::reset() {
 }
 
 int64_t Memory::batch_size() const {
-  for (const auto& l : layers)
+  for (const auto& l : layers) {
     if (l.hidden.defined()) return l.hidden.size(0);
+    if (!l.kv.empty()) return l.kv.rows().size(0);
+  }
   return 0;
 }
 
@@ -44,7 +46,7 @@ void drop_runs(std::vector<MemoryRun>* runs, int64_t drop) {
 }  // namespace
 
 void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len,
-                    const torch::Tensor& kv_all) {
+                    const RowWindow& kv_all) {
   torch::NoGradGuard no_grad;
   const int64_t seg = input.size(1), old = layer->length();
   if (mem_len <= 0) {  // careful: slicing [-0:] would keep everything
@@ -52,15 +54,21 @@ void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t posi
     return;
   }
   const int64_t drop = std::max<int64_t>(0, old + seg - mem_len);
-  // Only the kept slots are copied, once: the newest old ones and the segment's (the memory never
-  // shares storage with the layer's input).
-  const torch::Tensor in = input.detach();
-  layer->hidden = drop >= old ? in.slice(1, drop - old).clone(at::MemoryFormat::Contiguous)
-                              : torch::cat({layer->hidden.slice(1, drop), in}, 1);
-  // The projections are the attention's own copy: kept as a view.
-  const bool kv_fits = kv_all.defined() && kv_all.size(0) == in.size(0) && kv_all.size(1) == old + seg;
-  layer->kv = kv_fits ? kv_all.detach().slice(1, drop) : torch::Tensor();
-  if (layer->hidden.size(1) == 0) layer->hidden = layer->kv = torch::Tensor();
+  if (!kv_all.empty()) {
+    XL_CHECK(kv_all.length() == old + seg && kv_all.rows().size(0) == input.size(0), kExitSoftware,
+             "kept projections of " << kv_all.length() << " slots for a memory of " << old + seg);
+    layer->kv = kv_all.newest(old + seg - drop);
+    layer->hidden = torch::Tensor();
+  } else {
+    XL_CHECK(layer->kv.empty() || old == 0, kExitSoftware, "a memory that keeps only projections got no projections");
+    // Only the kept slots are copied, once: the newest old ones and the segment's (the memory never
+    // shares storage with the layer's input).
+    const torch::Tensor in = input.detach();
+    layer->hidden = drop >= old ? in.slice(1, drop - old).clone(at::MemoryFormat::Contiguous)
+                                : torch::cat({layer->hidden.slice(1, drop), in}, 1);
+    layer->kv = RowWindow();
+    if (layer->hidden.size(1) == 0) layer->hidden = torch::Tensor();
+  }
   auto& runs = layer->runs;
   if (!runs.empty() && runs.back().start + runs.back().length == position) runs.back().length += seg;
   else runs.push_back({position, seg});
@@ -72,8 +80,8 @@ void Memory::trim(int64_t mem_len) {
     if (mem_len <= 0) l = LayerMemory();
     else if (l.length() > mem_len) {
       const int64_t drop = l.length() - mem_len;
-      l.hidden = l.hidden.slice(1, drop).contiguous();
-      if (l.kv.defined()) l.kv = l.kv.slice(1, drop);
+      if (l.hidden.defined()) l.hidden = l.hidden.slice(1, drop).contiguous();
+      l.kv = l.kv.newest(mem_len);
       drop_runs(&l.runs, drop);
     }
   }
@@ -82,7 +90,7 @@ void Memory::trim(int64_t mem_len) {
 void Memory::to(const torch::Device& device) {
   for (auto& l : layers) {
     if (l.hidden.defined()) l.hidden = l.hidden.to(device);
-    if (l.kv.defined()) l.kv = l.kv.to(device);
+    if (!l.kv.empty() && l.kv.rows().device() != device) l.kv = RowWindow::of(l.kv.rows().to(device));
   }
 }
 
@@ -97,7 +105,7 @@ Memory Memory::rows(int64_t begin, int64_t end) const {
   Memory m = *this;
   for (auto& l : m.layers) {
     if (l.hidden.defined()) l.hidden = l.hidden.slice(0, begin, end);
-    if (l.kv.defined()) l.kv = l.kv.slice(0, begin, end);
+    l.kv = l.kv.streams(begin, end);
   }
   return m;
 }
@@ -105,14 +113,15 @@ Memory Memory::rows(int64_t begin, int64_t end) const {
 Memory Memory::concat_rows(const std::vector<Memory>& parts) {
   Memory m = parts.at(0);
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    if (!m.layers[l].hidden.defined()) continue;
     std::vector<torch::Tensor> h, kv;
     for (const auto& p : parts) {
-      h.push_back(p.layers[l].hidden);
-      if (p.layers[l].kv.defined()) kv.push_back(p.layers[l].kv);
+      if (p.layers[l].hidden.defined()) h.push_back(p.layers[l].hidden);
+      if (!p.layers[l].kv.empty()) kv.push_back(p.layers[l].kv.rows());
     }
-    m.layers[l].hidden = torch::cat(h, 0);
-    m.layers[l].kv = kv.size() == parts.size() ? torch::cat(kv, 0) : torch::Tensor();
+    TORCH_CHECK((h.empty() || h.size() == parts.size()) && (kv.empty() || kv.size() == parts.size()),
+                "layer ", l, "'s memories differ in what they keep");
+    m.layers[l].hidden = h.empty() ? torch::Tensor() : torch::cat(h, 0);
+    m.layers[l].kv = kv.empty() ? RowWindow() : RowWindow::of(torch::cat(kv, 0));
   }
   return m;
 }
@@ -169,6 +178,7 @@ void Memory::to_tensors(checkpoint::TensorList* out) const {
   out->emplace_back("position", torch::tensor(position, torch::kLong));
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerMemory& lm = layers[l];
+    XL_CHECK(lm.hidden.defined() || lm.kv.empty(), kExitSoftware, "a memory that keeps only projections cannot be saved");
     if (!lm.hidden.defined()) continue;
     const std::string lp = "l" + std::to_string(l) + ".";
     auto runs = torch::empty({static_cast<int64_t>(lm.runs.size()), 2}, torch::kLong);

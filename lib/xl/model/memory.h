@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "xl/checkpoint/tensor_list.h"
+#include "xl/model/row_window.h"
 
 namespace xl::model {
 
@@ -20,13 +21,15 @@ struct MemoryRun {
 };
 
 struct LayerMemory {
-  torch::Tensor hidden;   // [B, M, d_model], detached; undefined when empty
+  // [B, M, d_model], detached; undefined when empty, and when kv is kept (evaluation never reads
+  // the memory's inputs then: they would only cost memory and a copy per segment).
+  torch::Tensor hidden;
   std::vector<MemoryRun> runs;  // oldest first; lengths add up to M
   // [B, M, 2, H, d_head] (MGK: [B, M, 1 + M_keys, H, d_head], its extra keys after the values): the
-  // attention's key and value projections of `hidden`, kept by
-  // evaluation (ForwardOptions::cache_kv) so that each segment projects only its own tokens;
-  // undefined when not kept. Derived data: never saved.
-  torch::Tensor kv;
+  // attention's key and value projections of the memory, kept by evaluation
+  // (ForwardOptions::cache_kv) so that each segment projects only its own tokens; empty when not
+  // kept. A memory that keeps them cannot be trained on or saved.
+  RowWindow kv;
 
   int64_t length() const;
   // Tokens between the newest slot and the current segment: 0 when written by the previous segment.
@@ -41,10 +44,10 @@ struct Memory {
   void reset();
   int64_t batch_size() const;
   // Appends a layer's input of the segment starting at `position` and keeps the newest `mem_len`.
-  // kv_all, when defined, is the key/value projection [B, M + T, 2, H, d_head] of the old memory
-  // and the input together (the attention's), kept beside the memory.
+  // kv_all, when not empty, holds the key/value projections [B, M + T, 2, H, d_head] of the old
+  // memory and the input together (the attention's): they are kept in place of the input.
   static void append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len,
-                     const torch::Tensor& kv_all = {});
+                     const RowWindow& kv_all = {});
   // Keeps each layer's newest `mem_len` slots.
   void trim(int64_t mem_len);
   // The same memory on `device`.

@@ -173,7 +173,7 @@ std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, i
 torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                                             const torch::Tensor& u, const torch::Tensor& v,
                                             const std::vector<int64_t>& perm, const torch::Tensor& head_mask,
-                                            torch::Tensor* kv_out) {
+                                            RowWindow* kv_out) {
   const int64_t b = w.size(0), t = w.size(1), m = mem.length(), h = n_head, dh = d_head;
   torch::Tensor attn_out;
   if (h == 0) {
@@ -185,18 +185,29 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     const torch::Tensor weight = mgk_k_net ? torch::cat({qkv_net->weight, mgk_k_net->weight}, 0) : qkv_net->weight;
     const torch::Tensor& w_r = r_net->weight;
     torch::Tensor x_q = pre_lnorm ? layer_norm(w) : w;
-    // The memory's keys and values: kept by evaluation when the memory was the last segment, or
-    // projected here.
-    torch::Tensor mem_x, mem_kv;
-    if (m > 0) {
-      if (kv_out && mem.kv.defined() && mem.kv.size(0) == b && mem.kv.size(1) == m && mem.kv.size(2) == parts)
-        mem_kv = mem.kv.reshape({b, m, -1});
-      else
-        mem_x = pre_lnorm ? layer_norm(mem.hidden) : mem.hidden;
+    torch::Tensor kv_proj;  // [B, M + T, parts, H, dh]
+    AttentionInputs inputs;
+    if (kv_out) {
+      // Evaluation keeps the memory's keys and values: only the segment's are projected, into the
+      // room behind them. A memory that kept none (one loaded from elsewhere) is projected once.
+      TORCH_CHECK(!torch::GradMode::is_enabled(), "kept projections are for evaluation, without autograd");
+      RowWindow kept = mem.kv;
+      if (kept.empty() && m > 0)
+        kept = RowWindow::of(xl::model::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden,
+                                               weight.narrow(0, h * dh, parts * h * dh))
+                                 .view({b, m, parts, h, dh}));
+      TORCH_CHECK(kept.length() == m && (kept.empty() || kept.rows().size(2) == parts),
+                  "the kept projections do not fit the memory");
+      *kv_out = kept.grown(t, row_window_capacity(std::max(pass.mem_len, m), t),
+                           torch::empty({b, 0, parts, h, dh}, w.options()));
+      kv_proj = kv_out->rows();
+      inputs = attention_inputs_into(x_q, weight, h * dh, kv_proj.view({b, m + t, parts * h * dh}));
+    } else {
+      torch::Tensor mem_x;
+      if (m > 0) mem_x = pre_lnorm ? layer_norm(mem.hidden) : mem.hidden;
+      inputs = attention_inputs(x_q, mem_x, weight, h * dh);
+      kv_proj = inputs.kv.view({b, m + t, parts, h, dh});
     }
-    const AttentionInputs inputs = attention_inputs(x_q, mem_x, mem_kv, weight, h * dh);
-    torch::Tensor kv_proj = inputs.kv.view({b, m + t, parts, h, dh});
-    if (kv_out) *kv_out = kv_proj;
     torch::Tensor q = inputs.q.view({b, t, h, dh});
     // Positional keys [P, H, dh] of one distance table.
     auto positional_keys = [&](const KeyBlock& blk) {

@@ -40,11 +40,12 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
 
   // w: [B, T, D]; returns the sublayer's output (residual and layer norm included).
   // u, v: [H, d_head] (the layer's own when it owns them). perm: SCH permutation (empty: none).
-  // head_mask: [H] or undefined. kv_out: when given, receives the key/value projections
-  // [B, M + T, 2, H, dh] of memory and segment, and the memory's own (mem.kv) are used when kept.
+  // head_mask: [H] or undefined. kv_out (evaluation, no autograd): when given, the memory's kept
+  // projections (mem.kv; projected from mem.hidden when it keeps none) grow by the segment's, and
+  // kv_out receives them all, [B, M + T, 2, H, dh].
   torch::Tensor forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                         const torch::Tensor& u, const torch::Tensor& v, const std::vector<int64_t>& perm,
-                        const torch::Tensor& head_mask, torch::Tensor* kv_out = nullptr);
+                        const torch::Tensor& head_mask, RowWindow* kv_out = nullptr);
 
   // Blocks of keys sharing one distance table, for a memory of `mem` at `position` and T queries.
   static std::vector<KeyBlock> key_blocks(const LayerMemory& mem, int64_t position, int64_t t);

@@ -119,8 +119,10 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     const auto& perm = opts.perms.empty() ? no_perm : opts.perms[li];
     torch::Tensor mask_row;
     if (opts.head_mask.defined()) mask_row = opts.head_mask[l].narrow(0, 0, config.heads_in_layer(l));
-    torch::Tensor kv;  // the attention's key/value projections, when kept
-    torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row, cache_kv ? &kv : nullptr);
+    // The attention's key/value projections, when kept (a memory that keeps them has nothing else).
+    RowWindow kv;
+    const bool keep_kv = cache_kv || !memory.layers[li].kv.empty();
+    torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row, keep_kv ? &kv : nullptr);
     Memory::append(&memory.layers[li], h, memory.position, kept[li], kv);
     h = out;
   }

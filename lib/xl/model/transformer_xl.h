@@ -21,8 +21,9 @@ struct ForwardOptions {
   std::vector<bool> skip;                     // per layer; empty: none skipped
   std::vector<std::vector<int64_t>> perms;    // per layer SCH permutation; empty: none
   torch::Tensor head_mask;                    // [n_layer, n_head] (1 keeps a head) or undefined
-  // Keep each layer's key/value projections of its memory beside it (LayerMemory::kv), so that a
-  // segment projects only its own tokens: without autograd only (evaluation, generation).
+  // Keep each layer's key/value projections of its memory in place of its inputs (LayerMemory::kv),
+  // so that a segment projects and copies only its own tokens: without autograd only (evaluation,
+  // generation).
   bool cache_kv = false;
 };
 

@@ -19,8 +19,8 @@ void add_eval_options(cli::Options& cli, const std::string& default_split) {
       ("warmup", po::bool_switch(), "score only segments whose memory is full (NVIDIA's convention)")
       ("max-tokens", po::value<std::string>()->default_value("0"), "stop after about this many scored tokens (0: all; K, M suffixes)")
       ("kv-cache-budget", po::value<std::string>()->default_value("4G"),
-       "bytes the memories may add to keep their key/value projections, which spares each segment\n"
-       "projecting its memory again (0: never; K, M, G)")
+       "bytes the memories may take to keep their key/value projections in place of their inputs,\n"
+       "which spares each segment projecting its memory again (0: never; K, M, G)")
       ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask");
 }
 

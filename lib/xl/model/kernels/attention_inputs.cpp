@@ -15,8 +15,8 @@ namespace {
 // A strided block of rows: `batch` groups of `rows` rows, `width` floats each, row r of group b
 // at (b * group + r) * ld.
 struct Rows {
-  float* at;
-  int64_t group, ld;
+  float* at = nullptr;
+  int64_t group = 0, ld = 0;
 };
 
 // dst = src, row by row, in one parallel pass.
@@ -32,9 +32,8 @@ void copy_rows(Rows src, Rows dst, int64_t batch, int64_t rows, int64_t width) {
 
 float* floats(const torch::Tensor& t) { return t.data_ptr<float>(); }
 
-// t [B, M, width] as Rows, when its rows are contiguous and evenly spaced within and across the
-// batch. Evaluation's cached projections are such a view (the memory's newest M slots of the last
-// step's keys and values), which .contiguous() would copy once more.
+// t [B, R, width] as Rows, when its rows are contiguous and evenly spaced within and across the
+// batch: evaluation's kept projections lie in a buffer with room behind each stream's rows.
 std::optional<Rows> rows_of(const torch::Tensor& t) {
   if (t.stride(2) != 1) return std::nullopt;
   // A size-1 dimension's stride says nothing (even a contiguous tensor's may be anything).
@@ -46,15 +45,14 @@ std::optional<Rows> rows_of(const torch::Tensor& t) {
 
 class Projections : public torch::autograd::Function<Projections> {
  public:
-  // x [B, T, d], memory [B, M, d] to project or [0], memory_kv [B, M, kv_width] or [0]; weight
-  // [q_width + kv_width, d]; all contiguous but memory_kv, whose rows may be strided (rows_of).
+  // x [B, T, d], memory [B, M, d] to project or [0]; weight [q_width + kv_width, d]; all contiguous.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                const torch::Tensor& memory, const torch::Tensor& memory_kv,
-                                                const torch::Tensor& weight, int64_t q_width) {
+                                                const torch::Tensor& memory, const torch::Tensor& weight,
+                                                int64_t q_width) {
     const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
     const int64_t kv_width = width - q_width, n = batch * t;
     const bool project = memory.numel() > 0;
-    const int64_t m = project ? memory.size(1) : memory_kv.numel() > 0 ? memory_kv.size(1) : 0;
+    const int64_t m = project ? memory.size(1) : 0;
     torch::Tensor seg = torch::empty({n, width}, x.options());
     sgemm_row_major(false, true, n, width, d, floats(x), d, floats(weight), d, 0, floats(seg), width);
     torch::Tensor q = torch::empty({batch, t, q_width}, x.options());
@@ -66,8 +64,6 @@ class Projections : public torch::autograd::Function<Projections> {
       sgemm_row_major(false, true, batch * m, kv_width, d, floats(memory), d, floats(weight) + q_width * d, d, 0,
                       floats(kv_mem), kv_width);
       copy_rows({floats(kv_mem), m, kv_width}, {floats(kv), m + t, kv_width}, batch, m, kv_width);
-    } else if (m > 0) {
-      copy_rows(*rows_of(memory_kv), {floats(kv), m + t, kv_width}, batch, m, kv_width);
     }
     ctx->save_for_backward({x, memory, weight});
     ctx->saved_data["q_width"] = q_width;
@@ -97,7 +93,7 @@ class Projections : public torch::autograd::Function<Projections> {
       dx = torch::empty_like(x);
       sgemm_row_major(false, false, n, d, width, floats(d_seg), width, floats(weight), d, 0, floats(dx), d);
     }
-    if (ctx->needs_input_grad(3)) {  // dW = d_seg^T x, then W_kv's rows += d_kv(memory)^T memory
+    if (ctx->needs_input_grad(2)) {  // dW = d_seg^T x, then W_kv's rows += d_kv(memory)^T memory
       dw = torch::empty_like(weight);
       sgemm_row_major(true, false, width, d, n, floats(d_seg), width, floats(x), d, 0, floats(dw), d);
       if (memory.numel() > 0 && m > 0) {
@@ -107,41 +103,58 @@ class Projections : public torch::autograd::Function<Projections> {
                         floats(dw) + q_width * d, d);
       }
     }
-    return {dx, torch::Tensor(), torch::Tensor(), dw, torch::Tensor()};
+    return {dx, torch::Tensor(), dw, torch::Tensor()};
   }
 };
 
-bool runs_here(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
-               const torch::Tensor& weight) {
-  auto is_float = [](const torch::Tensor& t) {
-    return !t.defined() || (t.scalar_type() == torch::kFloat && t.device().is_cpu());
-  };
-  return cpu_kernel_allowed(x) && blas().sgemm && !cpu_autocast_enabled() && is_float(x) && is_float(memory) &&
-         is_float(memory_kv) && is_float(weight) && x.dim() == 3 && weight.dim() == 2 && x.numel() > 0 &&
-         !(memory.defined() && memory.requires_grad()) && !(memory_kv.defined() && memory_kv.requires_grad());
+// Whether the kernels here run on x and the other tensors: float32 on the CPU (undefined ones
+// pass), with a BLAS, outside autocast.
+bool runs_here(const torch::Tensor& x, std::initializer_list<torch::Tensor> others) {
+  if (!cpu_kernel_allowed(x) || !blas().sgemm || cpu_autocast_enabled() || x.dim() != 3 || x.numel() == 0)
+    return false;
+  for (const torch::Tensor& t : others)
+    if (t.defined() && !(t.scalar_type() == torch::kFloat && t.device().is_cpu())) return false;
+  return x.scalar_type() == torch::kFloat;
 }
 
 }  // namespace
 
-AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
-                                 const torch::Tensor& weight, int64_t q_width) {
+AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& weight,
+                                 int64_t q_width) {
   const int64_t kv_width = weight.size(0) - q_width;
-  if (!runs_here(x, memory, memory_kv, weight)) {
+  const bool project = memory.defined() && memory.size(1) > 0;
+  if (!runs_here(x, {memory, weight}) || weight.dim() != 2 || (memory.defined() && memory.requires_grad())) {
     torch::Tensor w_kv = weight.narrow(0, q_width, kv_width);
     torch::Tensor kv = xl::model::linear(x, w_kv);
-    torch::Tensor kv_mem = memory_kv.defined() ? memory_kv.to(kv.scalar_type())
-                           : memory.defined()  ? xl::model::linear(memory, w_kv)
-                                               : torch::Tensor();
-    if (kv_mem.defined() && kv_mem.size(1) > 0) kv = torch::cat({kv_mem, kv}, 1);
+    if (project) kv = torch::cat({xl::model::linear(memory, w_kv), kv}, 1);
     return {xl::model::linear(x, weight.narrow(0, 0, q_width)), kv};
   }
-  const torch::Tensor none = torch::empty({0}, x.options());
-  const bool project = !memory_kv.defined() && memory.defined() && memory.size(1) > 0;
-  const bool cached = memory_kv.defined() && memory_kv.size(1) > 0;
-  auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : none,
-                                cached ? (rows_of(memory_kv) ? memory_kv : memory_kv.contiguous()) : none,
+  auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : torch::empty({0}, x.options()),
                                 weight.contiguous(), q_width);
   return {out[0], out[1]};
+}
+
+AttentionInputs attention_inputs_into(const torch::Tensor& x, const torch::Tensor& weight, int64_t q_width,
+                                      const torch::Tensor& kv) {
+  TORCH_CHECK(!torch::GradMode::is_enabled(), "attention_inputs_into: no autograd");
+  const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
+  const int64_t kv_width = width - q_width, m = kv.size(1) - t;
+  TORCH_CHECK(kv.dim() == 3 && kv.size(0) == batch && m >= 0 && kv.size(2) == kv_width,
+              "attention_inputs_into: kv must be [B, M + T, kv_width]");
+  const std::optional<Rows> into = kv.scalar_type() == torch::kFloat ? rows_of(kv) : std::nullopt;
+  if (!runs_here(x, {weight}) || !into) {
+    kv.narrow(1, m, t).copy_(xl::model::linear(x, weight.narrow(0, q_width, kv_width)));
+    return {xl::model::linear(x, weight.narrow(0, 0, q_width)), kv};
+  }
+  const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();
+  const int64_t n = batch * t;
+  torch::Tensor seg = torch::empty({n, width}, x.options());
+  sgemm_row_major(false, true, n, width, d, floats(xc), d, floats(wc), d, 0, floats(seg), width);
+  torch::Tensor q = torch::empty({batch, t, q_width}, x.options());
+  copy_rows({floats(seg), 0, width}, {floats(q), 0, q_width}, 1, n, q_width);
+  const Rows dst = into.value_or(Rows{});  // (has a value: value_or keeps -Wmaybe-uninitialized quiet)
+  copy_rows({floats(seg) + q_width, t, width}, {dst.at + m * dst.ld, dst.group, dst.ld}, batch, t, kv_width);
+  return {q, kv};
 }
 
 }  // namespace xl::model

@@ -15,10 +15,16 @@ struct AttentionInputs {
   torch::Tensor kv;  // [B, M + T, W's other rows]
 };
 
-// x [B, T, d]; weight [q_width + kv_width, d]. The memory's keys and values come from `memory`
-// [B, M, d] (projected here; no gradient taken: the memory is a constant of the step) or, when
-// `memory_kv` [B, M, kv_width] is given, are those (cached projections); neither: M = 0.
-AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& memory_kv,
-                                 const torch::Tensor& weight, int64_t q_width);
+// x [B, T, d]; weight [q_width + kv_width, d]. The memory's keys and values are projected here
+// from `memory` [B, M, d] (no gradient taken: the memory is a constant of the step); undefined or
+// empty: M = 0.
+AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& weight,
+                                 int64_t q_width);
+
+// Evaluation's form, without autograd: the memory's keys and values are already the first M rows
+// of `kv` [B, M + T, kv_width] (kept projections; rows contiguous, streams any distance apart), and
+// the segment's are written into its last T rows. Returns q [B, T, q_width] and kv itself.
+AttentionInputs attention_inputs_into(const torch::Tensor& x, const torch::Tensor& weight, int64_t q_width,
+                                      const torch::Tensor& kv);
 
 }  // namespace xl::model

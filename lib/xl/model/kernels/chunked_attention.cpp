@@ -18,6 +18,28 @@
 namespace xl::model {
 namespace {
 
+// Operands [B, K, ...] of rows (dims 2 on, in their standard layout), K rows per stream: the
+// floats in a row, from one row to the next, and from one stream to the next. Evaluation's kept
+// keys and values lie in a buffer with room behind each stream's rows (RowWindow), MGK's extra
+// keys beside the keys and values.
+int64_t row_floats(const torch::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+// (A size-1 dimension's stride says nothing.)
+int64_t row_stride(const torch::Tensor& t) { return t.size(1) == 1 ? row_floats(t) : t.stride(1); }
+int64_t stream_stride(const torch::Tensor& t) { return t.size(0) == 1 ? t.size(1) * row_stride(t) : t.stride(0); }
+bool rows_are_strided(const torch::Tensor& t) {
+  if (t.dim() < 3) return false;
+  int64_t expect = 1;
+  for (int64_t d = t.dim() - 1; d >= 2; expect *= t.size(d), --d)
+    if (t.size(d) != 1 && t.stride(d) != expect) return false;
+  return row_stride(t) >= expect && stream_stride(t) >= t.size(1) * row_stride(t);
+}
+// Keys and values [B, K, 2, H, dh] in packed rows, streams any distance apart.
+bool kv_rows_packed(const torch::Tensor& kv) { return rows_are_strided(kv) && row_stride(kv) == row_floats(kv); }
+
 // Query rows per block: small enough that a block's scores over a few thousand keys stay in L2,
 // large enough for efficient GEMMs.
 constexpr int64_t kBlockRows = 64;
@@ -38,6 +60,7 @@ struct RowBlock {
 
 struct Geometry {
   int64_t batch = 0, t = 0, heads = 0, dh = 0, k = 0;  // tasks n = b x heads + h
+  int64_t kv_batch = 0;  // floats from one stream's keys to the next's: K x ld_kv() unless kept in a RowWindow
   int64_t persistent = 0;                              // N persistent keys per head, before the context
   int64_t components = 0;                              // mixture content: M; 0: scale (q_u . k)
   std::vector<KeyBlock> keys;
@@ -66,11 +89,12 @@ struct Geometry {
   int64_t ld_table() const { return heads * dh; }   // tables: [P, H, dh]
   // Offsets of task n's first row.
   int64_t q_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * ld_q() + (n % heads) * dh; }
-  int64_t key_at(int64_t n) const { return (n / heads) * k * ld_kv() + source[n % heads] * dh; }
+  int64_t key_at(int64_t n) const { return (n / heads) * kv_batch + source[n % heads] * dh; }
   int64_t value_at(int64_t n) const { return key_at(n) + heads * dh; }
   int64_t table_at(int64_t n, int64_t row) const { return row * ld_table() + source[n % heads] * dh; }
-  // A mixture component's key rows ([B, K, H, dh] with row stride ld) and the per-head tensors.
-  int64_t component_key_at(int64_t n, int64_t ld) const { return (n / heads) * k * ld + source[n % heads] * dh; }
+  // A mixture component's key rows ([B, K, H, dh], rows ld and streams ld_batch apart) and the
+  // per-head tensors.
+  int64_t component_key_at(int64_t n, int64_t ld_batch) const { return (n / heads) * ld_batch + source[n % heads] * dh; }
   int64_t persistent_at(int64_t n) const { return source[n % heads] * persistent * dh; }
   // Row terms [B, T, H] by the query's head, column terms [B, H, K] by the key's.
   int64_t row_term_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * heads + n % heads; }
@@ -87,6 +111,8 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
                   kv.size(4) == g.dh,
               "keys and values must be [B, K, 2, H, dh]");
   g.k = kv.size(1);
+  TORCH_CHECK(kv_rows_packed(kv), "keys and values must lie in packed rows");
+  g.kv_batch = stream_stride(kv);
   g.source = source;
   if (g.source.empty())
     for (int64_t h = 0; h < g.heads; ++h) g.source.push_back(h);
@@ -169,7 +195,7 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
 
 struct Component {
   const float *query, *key, *row, *col;
-  int64_t ld_key;
+  int64_t ld_key, ld_key_batch;
   float coef;
 };
 
@@ -289,7 +315,7 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
         for (int64_t m = 0; m < g.components; ++m) {
           const Component& c = x.mixture[m];
           sgemm_row_major(false, true, rb.rows, rb.width, dh, c.query + g.q_at(n, rb.i0), g.ld_q(),
-                          c.key + g.component_key_at(n, c.ld_key), c.ld_key, 0, ac + m * rb.rows * rb.width,
+                          c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, ac + m * rb.rows * rb.width,
                           rb.width);
         }
         combine_mixture(g, x, n, rb, ac, resp);
@@ -366,7 +392,7 @@ void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
   // A mixture alone never writes q_u's gradient (its components' queries take it).
   if (g.components > 0 && g.persistent == 0) clear_rows(d.q_u + g.q_at(n, 0), g.ld_q(), g.t, dh);
   for (int64_t m = 0; m < g.components; ++m) {
-    clear_rows(d.key[m] + g.component_key_at(n, g.ld_q()), g.ld_q(), g.k, dh);
+    clear_rows(d.key[m] + g.component_key_at(n, g.k * g.ld_q()), g.ld_q(), g.k, dh);
     std::fill_n(d.col[m] + g.col_term_at(n, 0), g.k, 0.0f);
   }
   if (g.persistent > 0) {
@@ -407,8 +433,8 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
     }
     d.row[m][g.row_term_at(n, i)] = row_sum;
   }
-  const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key);
-  const int64_t grad_key_at = g.component_key_at(n, g.ld_q());
+  const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key_batch);
+  const int64_t grad_key_at = g.component_key_at(n, g.k * g.ld_q());
   sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, 0, d.query[m] + at,
                   g.ld_q());
   sgemm_row_major(true, false, rb.width, g.dh, rb.rows, ds, rb.width, c.query + at, g.ld_q(), 1, d.key[m] + grad_key_at,
@@ -555,11 +581,7 @@ AttentionExtras unpack(const std::vector<torch::Tensor>& t, const std::vector<in
 }
 
 // A component key [B, K, H, dh] whose rows the kernel can stride through (kv.select(2, 0) can).
-torch::Tensor strided_rows(const torch::Tensor& key) {
-  const bool ok = key.dim() == 4 && key.stride(3) == 1 && key.stride(2) == key.size(3) &&
-                  key.stride(0) == key.size(1) * key.stride(1);
-  return ok ? key : key.contiguous();
-}
+torch::Tensor strided_rows(const torch::Tensor& key) { return rows_are_strided(key) ? key : key.contiguous(); }
 
 AttentionExtras contiguous(const AttentionExtras& e) {
   AttentionExtras c;
@@ -582,7 +604,7 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
   for (const auto& t : tables) x.tables.push_back(t.data_ptr<float>());
   for (const auto& c : e.mixture)
     x.mixture.push_back({c.query.data_ptr<float>(), c.key.data_ptr<float>(), c.row.data_ptr<float>(),
-                         c.col.data_ptr<float>(), c.key.stride(1), static_cast<float>(c.coef)});
+                         c.col.data_ptr<float>(), row_stride(c.key), stream_stride(c.key), static_cast<float>(c.coef)});
   x.hard = e.hard;
   if (e.persistent_key.defined())
     x.persistent_key = e.persistent_key.data_ptr<float>(), x.persistent_value = e.persistent_value.data_ptr<float>();
@@ -695,7 +717,7 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
                                          const torch::Tensor& mask, double scale, const AttentionExtras& extras) {
   TORCH_CHECK(chunked_attention_usable(q_u, extras),
               "chunked_relative_attention: float32 CPU tensors and a BLAS needed");
-  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), kvc = kv.contiguous();
+  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), kvc = kv_rows_packed(kv) ? kv : kv.contiguous();
   torch::Tensor m = mask.to(torch::kBool).contiguous();
   const AttentionExtras ex = contiguous(extras);
   const PackedExtras packed = pack(ex);
@@ -706,8 +728,9 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
     grad = grad || t.requires_grad();
   }
   for (const auto& t : packed.tensors) grad = grad || t.requires_grad();
+  // Autograd's gradients take the operands' shapes, contiguous.
   if (grad && torch::GradMode::is_enabled())
-    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), torch::TensorList(packed.tensors),
+    return ChunkedRelativeAttention::apply(qu, qv, kvc.contiguous(), torch::TensorList(tc), torch::TensorList(packed.tensors),
                                            pack_key_blocks(blocks), heads, m, scale, packed.spec, packed.coefs);
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
   const Geometry g = geometry(qu, kvc, tc, blocks, heads, m, ex);
