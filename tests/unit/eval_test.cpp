@@ -8,6 +8,7 @@
 
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
+#include "xl/train/adam.h"
 #include "xl/util/error.h"
 #include "xl/util/rng.h"
 
@@ -248,6 +249,51 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
       for (const auto& [index, nll] : projected) EXPECT_NEAR(kept[index], nll, tolerance) << "index " << index;
     }
   }
+}
+
+// Each layer reuses its positional keys while r_net's weight is unchanged. After the weights move,
+// by Adam's fused update (written through the pointer) or an in-place op, evaluation must give
+// what a model that never evaluated gives with those weights.
+TEST(Eval, ReusedPositionalKeysFollowTheWeights) {
+  ModelConfig c = eval_config();
+  c.init_std = 0.5;  // scores of order 1: the positional keys show in the loss
+
+  const auto ids = random_ids(80, 13, 9);
+  EvalSettings s;
+  s.batch_size = 2;
+  s.tgt_len = 6;
+  s.mem_len = 9;
+  auto m = eval_model(c, torch::kFloat32);
+  auto same_weights = [&] {
+    auto fresh = eval_model(c, torch::kFloat32);
+    torch::NoGradGuard ng;
+    auto from = m->named_parameters();
+    for (auto& p : fresh->named_parameters()) p.value().copy_(from[p.key()]);
+    return fresh;
+  };
+  const double before = xl::eval::evaluate(m, ids, s).loss_sum;
+
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  torch::manual_seed(2);
+  for (auto& p : m->named_parameters()) {
+    params.emplace_back(p.key(), p.value());
+    p.value().mutable_grad() = torch::randn_like(p.value());
+  }
+  xl::train::Adam adam(params, {});
+  adam.step(1e-2);
+  auto stepped = same_weights();
+  const double after_step = xl::eval::evaluate(m, ids, s).loss_sum;
+  EXPECT_NE(after_step, before);
+  EXPECT_EQ(after_step, xl::eval::evaluate(stepped, ids, s).loss_sum);
+
+  {
+    torch::NoGradGuard ng;
+    for (auto& layer : m->layer_list) layer->dec_attn->r_net->weight.mul_(1.5);
+  }
+  auto scaled = same_weights();
+  const double after_scale = xl::eval::evaluate(m, ids, s).loss_sum;
+  EXPECT_NE(after_scale, after_step);
+  EXPECT_EQ(after_scale, xl::eval::evaluate(scaled, ids, s).loss_sum);
 }
 
 TEST(Eval, MaxTokensStopsAfterTheSegmentThatReachesIt) {

@@ -49,6 +49,12 @@ void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
 
 bool cpu_autocast_enabled() { return autocast_enabled(false); }
 
+at::ScalarType active_autocast_dtype(const torch::Device& device) {
+  const bool cuda = device.is_cuda();
+  if (!cuda && !device.is_cpu()) return at::ScalarType::Undefined;
+  return autocast_enabled(cuda) ? autocast_dtype(cuda) : at::ScalarType::Undefined;
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

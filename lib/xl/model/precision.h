@@ -22,6 +22,8 @@ Precision resolve_precision(const std::string& name, const torch::Device& device
 
 // Whether LibTorch's CPU autocast is on in this thread (an AutocastScope for a CPU device).
 bool cpu_autocast_enabled();
+// The dtype autocast computes in on `device` in this thread; Undefined when it is off.
+at::ScalarType active_autocast_dtype(const torch::Device& device);
 
 // Half and bfloat16 tensors as float; others as they are.
 torch::Tensor upcast(const torch::Tensor& x);

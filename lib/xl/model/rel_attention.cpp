@@ -11,6 +11,7 @@
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/rel_softmax.h"
+#include "xl/model/precision.h"
 
 namespace xl::model {
 namespace {
@@ -170,6 +171,33 @@ std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, i
   return blocks;
 }
 
+torch::Tensor RelMultiHeadAttnImpl::positional_keys(const KeyBlock& blk, int64_t t, AttentionPass& pass,
+                                                    const torch::TensorOptions& opts) {
+  const torch::Tensor& w_r = r_net->weight;
+  auto project = [&](int64_t d_max, int64_t count) {
+    return xl::model::linear(pass.positional(d_max, count, opts), w_r).view({count, n_head, d_head});
+  };
+  // Without dropout or autograd the keys depend on the distances and w_r alone: those of every
+  // distance a full memory reaches, mem_len + T - 1 down to 0, are made once and each table is a
+  // slice of them (its distances descend one by one). What they are made of depends only on the
+  // pass, so results do not depend on what ran before.
+  const int64_t top = pass.mem_len + t - 1;
+  const bool reusable = !(pass.training && pass.dropout > 0) && !torch::GradMode::is_enabled() &&
+                        blk.d_max <= top && blk.d_max - blk.table + 1 >= 0;
+  if (!reusable) return project(blk.d_max, blk.table);
+  const std::array<int64_t, 5> what = {top, pass.clamp_len, w_r._version(),
+                                       static_cast<int64_t>(opts.dtype().toScalarType()),
+                                       static_cast<int64_t>(active_autocast_dtype(w_r.device()))};
+  auto it = std::find_if(positional_keys_.begin(), positional_keys_.end(),
+                         [&](const PositionalKeys& k) { return k.what == what && k.weight.is_same(w_r); });
+  if (it == positional_keys_.end()) {
+    if (positional_keys_.size() >= 4) positional_keys_.clear();
+    positional_keys_.push_back({what, w_r, project(top, top + 1)});
+    it = positional_keys_.end() - 1;
+  }
+  return it->keys.narrow(0, top - blk.d_max, blk.table);
+}
+
 torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerMemory& mem, AttentionPass& pass,
                                             const torch::Tensor& u, const torch::Tensor& v,
                                             const std::vector<int64_t>& perm, const torch::Tensor& head_mask,
@@ -183,7 +211,6 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     // [B, K, 2 + M - 1, H, dh].
     const int64_t parts = mgk_k_net ? 1 + variants.mgk_keys : 2;
     const torch::Tensor weight = mgk_k_net ? torch::cat({qkv_net->weight, mgk_k_net->weight}, 0) : qkv_net->weight;
-    const torch::Tensor& w_r = r_net->weight;
     torch::Tensor x_q = pre_lnorm ? layer_norm(w) : w;
     torch::Tensor kv_proj;  // [B, M + T, parts, H, dh]
     AttentionInputs inputs;
@@ -209,16 +236,11 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       kv_proj = inputs.kv.view({b, m + t, parts, h, dh});
     }
     torch::Tensor q = inputs.q.view({b, t, h, dh});
-    // Positional keys [P, H, dh] of one distance table.
-    auto positional_keys = [&](const KeyBlock& blk) {
-      torch::Tensor pos = pass.positional(blk.d_max, blk.table, w.options());
-      return xl::model::linear(pos, w_r).view({blk.table, h, dh});
-    };
     const double scale = 1.0 / std::sqrt(double(dh));
     torch::Tensor mask = pass.mask(t, m, w.device());
     auto blocks = key_blocks(mem, pass.position, t);
     std::vector<torch::Tensor> tables;
-    for (const auto& blk : blocks) tables.push_back(positional_keys(blk));
+    for (const auto& blk : blocks) tables.push_back(positional_keys(blk, t, pass, w.options()));
 
     torch::Tensor vec;  // [B, T, H, dh]
     // (same_length without memory hides every key: left to the general path, as before.)

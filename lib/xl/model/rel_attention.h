@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <array>
 #include <map>
 #include <utility>
 #include <vector>
@@ -68,6 +69,19 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
   // Registered only for the variants that use them (shapes in VariantParams).
   torch::nn::Linear mgk_k_net{nullptr};  // mgk: keys 1..M-1, [(M-1) H dh, d_model]
   torch::Tensor mgk_mu, mgk_pi, pers_key, pers_val, span_z;
+
+ private:
+  // Positional keys [P, H, dh] of one distance table for T queries: r_net of the (dropped) sinusoids.
+  torch::Tensor positional_keys(const KeyBlock& blk, int64_t t, AttentionPass& pass, const torch::TensorOptions& opts);
+  // Those of every distance, kept without dropout or autograd while r_net's weight is the same
+  // tensor at the same version (held, so that its address is never another's): generation would
+  // project up to mem_len + 1 distances for every token, evaluation T + M every segment (~10% of
+  // base's at mem_len 3,800).
+  struct PositionalKeys {
+    std::array<int64_t, 5> what;  // top distance, clamp_len, weight version, dtype, autocast dtype
+    torch::Tensor weight, keys;   // keys [top + 1, H, dh]: distances top down to 0
+  };
+  std::vector<PositionalKeys> positional_keys_;
 };
 TORCH_MODULE(RelMultiHeadAttn);
 

@@ -87,6 +87,9 @@ int Adam::step(double lr, double grad_scale) {
         if (kHaveAvx2) adam_range_avx2(a, p + b, gp + b, m + b, v + b, e - b);
         else adam_range_scalar(a, p + b, gp + b, m + b, v + b, e - b);
       });
+      // Written through its pointer: the version tells what keeps results of the weights (the
+      // attention's positional keys) that they changed, as an in-place op would.
+      s.param.unsafeGetTensorImpl()->bump_version();
       continue;
     }
     // Other dtypes and layouts: the same arithmetic with tensor ops.
