@@ -42,7 +42,7 @@ struct EvalSettings {
   torch::Tensor head_mask;   // [n_layer, n_head] or undefined
   model::Precision precision = model::Precision::kFp32;  // of the matrix products
   // Each layer's memory keeps its key/value projections in place of its inputs (a segment then
-  // projects only its own tokens; 1.1-1.5x faster at mem_len 512-3800 on base, bench/eval.sh) when
+  // projects only its own tokens; 1.5-2.1x faster at mem_len 512-3800 on base, bench/eval.sh) when
   // they need at most this many bytes (kv_cache_bytes).
   int64_t kv_cache_bytes = 4000000000;
   // Data parallel: this process evaluates streams [b * shard / shards, b * (shard + 1) / shards)
