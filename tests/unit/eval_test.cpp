@@ -419,4 +419,29 @@ TEST(Eval, GenerationIsReproducibleAndCarriesMemory) {
     EXPECT_EQ(lp.argmax(-1).item<int64_t>(), id);
     ctx.push_back(id);
   }
+  // A memory shorter than the generation slides (its kept projections move to new buffers now and
+  // then): the same tokens as projecting the memory again for every token. Weights of scale 0.5
+  // make the tokens depend on the memory.
+  ModelConfig strong = eval_config();
+  strong.init_std = 0.5;
+  m = eval_model(strong, torch::kFloat32);
+  g.length = 40;
+  g.mem_len = 5;
+  xl::Rng r5(1);
+  auto slid = xl::eval::generate(m, prompt, g, r5, nullptr);
+  m->eval();
+  torch::NoGradGuard ng;
+  auto mem = m->new_memory();
+  xl::model::ForwardOptions o;
+  o.mem_len = g.mem_len;
+  torch::Tensor last;
+  for (size_t pos = 0; pos < prompt.size(); pos += static_cast<size_t>(g.tgt_len)) {
+    const size_t end = std::min(prompt.size(), pos + static_cast<size_t>(g.tgt_len));
+    auto in = torch::tensor(std::vector<int64_t>(prompt.begin() + pos, prompt.begin() + end), torch::kLong).view({1, -1});
+    last = m->hidden(in, mem, o).select(1, static_cast<int64_t>(end - pos) - 1);
+  }
+  for (int32_t id : slid) {
+    EXPECT_EQ(m->log_probs(last).argmax(-1).item<int64_t>(), id);
+    last = m->hidden(torch::tensor({{static_cast<int64_t>(id)}}, torch::kLong), mem, o).select(1, 0);
+  }
 }
