@@ -7,6 +7,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/row_layout.h"
 #include "xl/model/precision.h"
 
 namespace xl::model {
@@ -32,15 +33,11 @@ void copy_rows(Rows src, Rows dst, int64_t batch, int64_t rows, int64_t width) {
 
 float* floats(const torch::Tensor& t) { return t.data_ptr<float>(); }
 
-// t [B, R, width] as Rows, when its rows are contiguous and evenly spaced within and across the
-// batch: evaluation's kept projections lie in a buffer with room behind each stream's rows.
+// t [B, R, width] as Rows, when its streams lie a whole number of rows apart (row_layout.h):
+// evaluation's kept projections lie in a buffer with room behind each stream's rows.
 std::optional<Rows> rows_of(const torch::Tensor& t) {
-  if (t.stride(2) != 1) return std::nullopt;
-  // A size-1 dimension's stride says nothing (even a contiguous tensor's may be anything).
-  const int64_t ld = t.size(1) == 1 ? t.size(2) : t.stride(1);
-  const int64_t batch_stride = t.size(0) == 1 ? t.size(1) * ld : t.stride(0);
-  if (ld < t.size(2) || batch_stride % ld != 0 || batch_stride / ld < t.size(1)) return std::nullopt;
-  return Rows{floats(t), batch_stride / ld, ld};
+  if (!rows_are_strided(t) || stream_stride(t) % row_stride(t) != 0) return std::nullopt;
+  return Rows{floats(t), stream_stride(t) / row_stride(t), row_stride(t)};
 }
 
 class Projections : public torch::autograd::Function<Projections> {

@@ -14,29 +14,11 @@
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/row_kernels.h"
+#include "xl/model/kernels/row_layout.h"
 
 namespace xl::model {
 namespace {
 
-// Operands [B, K, ...] of rows (dims 2 on, in their standard layout), K rows per stream: the
-// floats in a row, from one row to the next, and from one stream to the next. Evaluation's kept
-// keys and values lie in a buffer with room behind each stream's rows (RowWindow), MGK's extra
-// keys beside the keys and values.
-int64_t row_floats(const torch::Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d = 2; d < t.dim(); ++d) n *= t.size(d);
-  return n;
-}
-// (A size-1 dimension's stride says nothing.)
-int64_t row_stride(const torch::Tensor& t) { return t.size(1) == 1 ? row_floats(t) : t.stride(1); }
-int64_t stream_stride(const torch::Tensor& t) { return t.size(0) == 1 ? t.size(1) * row_stride(t) : t.stride(0); }
-bool rows_are_strided(const torch::Tensor& t) {
-  if (t.dim() < 3) return false;
-  int64_t expect = 1;
-  for (int64_t d = t.dim() - 1; d >= 2; expect *= t.size(d), --d)
-    if (t.size(d) != 1 && t.stride(d) != expect) return false;
-  return row_stride(t) >= expect && stream_stride(t) >= t.size(1) * row_stride(t);
-}
 // Keys and values [B, K, 2, H, dh] in packed rows, streams any distance apart.
 bool kv_rows_packed(const torch::Tensor& kv) { return rows_are_strided(kv) && row_stride(kv) == row_floats(kv); }
 
