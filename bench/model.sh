@@ -26,11 +26,12 @@ CONFIGS=${CONFIGS:-tiny small base wt103}
 export XL_BENCH_BATCH=${XL_BENCH_BATCH:-}
 batch_for() { if [ "$1" = wt103 ] && [ -z "$XL_BENCH_BATCH" ]; then echo 1; else echo "$XL_BENCH_BATCH"; fi; }
 MODES=${MODES:-train eval}
-steps() {  # timed steps per process (after 2 warm-up steps): a few seconds each
+steps() {  # timed steps per process (after 2 warm-up steps): about 3 s of xl's (the reference's take
+  # 3-8x as long), so that a few noisy moments on a shared machine do not decide a process's figure
   case "$1/$2" in
-    tiny/train) echo 8 ;; small/train) echo 3 ;; base/train) echo 2 ;;
-    tiny/eval) echo 12 ;; small/eval) echo 4 ;; base/eval) echo 3 ;;
-    wt103/train) echo 1 ;; wt103/eval) echo 2 ;;
+    tiny/train) echo 24 ;; small/train) echo 4 ;; base/train) echo 2 ;;
+    tiny/eval) echo 60 ;; small/eval) echo 10 ;; base/eval) echo 4 ;;
+    wt103/train) echo 2 ;; wt103/eval) echo 4 ;;
   esac
 }
 out=$(mktemp); trap 'rm -f "$out"' EXIT
