@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();
     j["gemm_choice"] = gemm_choice_description();
+    j["vector_kernels"] = kernel_vector_units_name();
     if (device.is_cuda()) {
       j["gpu"] = cuda_device_name(device.index());
       j["peak_device_mb"] = device_mb;

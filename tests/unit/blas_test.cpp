@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 
@@ -64,6 +66,18 @@ TEST(BlasCore, TheCpuUnitsAreConsistent) {
   EXPECT_TRUE(!u.avx512 || u.avx2_fma);
   EXPECT_TRUE(!u.avx2_fma || u.avx);
   EXPECT_NE(xl::model::cpu_model_name(), "");
+}
+
+// What xl's own vector kernels use: never more than the CPU has, and no more than XL_VECTOR_UNITS
+// allows (ctest runs the kernels' tests again with it at avx2 and none).
+TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
+  const CpuVectorUnits cpu = xl::model::this_cpu_vector_units(), used = xl::model::kernel_vector_units();
+  const char* cap_env = std::getenv("XL_VECTOR_UNITS");
+  const std::string cap = cap_env ? cap_env : "";
+  const int allowed = cap == "none" ? 0 : cap == "avx2" ? 2 : 3;
+  EXPECT_EQ(used.avx512, cpu.avx512 && allowed >= 3) << cap;
+  EXPECT_EQ(used.avx2_fma, cpu.avx2_fma && allowed >= 2) << cap;
+  EXPECT_EQ(used.avx, cpu.avx && allowed >= 2) << cap;
 }
 
 // Every transpose combination and beta, a small output (cleared by the wrapper for beta 0) and

@@ -49,7 +49,7 @@ __attribute__((target("avx2,fma"))) void adam_range_avx2(const AdamScalars& a, f
   adam_range_scalar(a, p + i, g + i, m + i, v + i, n - i);
 }
 
-const bool kHaveAvx2 = model::this_cpu_vector_units().avx2_fma;
+const bool kHaveAvx2 = model::kernel_vector_units().avx2_fma;
 
 bool fusable(const torch::Tensor& p, const torch::Tensor& g) {
   return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(p) &&

@@ -12,7 +12,7 @@
 namespace xl::model {
 namespace {
 
-const bool kHaveAvx2 = this_cpu_vector_units().avx2_fma;
+const bool kHaveAvx2 = kernel_vector_units().avx2_fma;
 
 // One row of backward_columns, 8 columns at a time from c0; returns the first column not done.
 __attribute__((target("avx2"))) int64_t backward_row_avx2(const float* a, const float* b, float* out, int64_t c0,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -81,6 +82,26 @@ CpuVectorUnits this_cpu_vector_units() {
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #endif
   return u;
+}
+
+CpuVectorUnits kernel_vector_units() {
+  static const CpuVectorUnits units = [] {
+    CpuVectorUnits u = this_cpu_vector_units();
+    const std::string cap = lower(env("XL_VECTOR_UNITS"));
+    if (cap == "avx2" || cap == "none") u.avx512 = false;
+    if (cap == "none") u.avx = u.avx2_fma = false;
+    // Said once, by the process that runs the tool (run_torch_tool re-executes the first).
+    if (!cap.empty() && cap != "avx512" && cap != "avx2" && cap != "none" && std::getenv("XL_RUNTIME_READY"))
+      std::fprintf(stderr, "xl: XL_VECTOR_UNITS=%s is not avx512, avx2 or none; using all this CPU has\n",
+                   cap.c_str());
+    return u;
+  }();
+  return units;
+}
+
+std::string kernel_vector_units_name() {
+  const CpuVectorUnits u = kernel_vector_units();
+  return u.avx512 ? "avx512" : u.avx2_fma ? "avx2" : "none";
 }
 
 std::string better_openblas_core(const std::string& chosen, const CpuVectorUnits& cpu) {

@@ -42,8 +42,13 @@ struct CpuVectorUnits {
   bool avx2_fma = false;
   bool avx512 = false;  // F, BW, DQ and VL: what OpenBLAS's SkylakeX kernels use
 };
-// (also what the hand-written AVX2 kernels check before they run)
 CpuVectorUnits this_cpu_vector_units();
+// The units xl's own vector kernels (rows, dropout masks, Adam) may use: this CPU's, capped by
+// XL_VECTOR_UNITS (avx2: AVX2 and narrower; none: plain loops; avx512 or unset: all the CPU has) so
+// that one machine can check every path. The BLAS's choice is not capped.
+CpuVectorUnits kernel_vector_units();
+// Their name for -v and the benchmarks' JSON: avx512, avx2 or none.
+std::string kernel_vector_units_name();
 
 // The core to ask OpenBLAS for, given the one it chose (any spelling) and what the CPU can run;
 // empty when its own choice is as good (or it is another BLAS, or unknown). Never a core whose

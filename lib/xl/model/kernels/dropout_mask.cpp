@@ -1,5 +1,7 @@
 #include "xl/model/kernels/dropout_mask.h"
 
+#include "xl/model/kernels/blas.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <immintrin.h>
 
@@ -70,11 +72,52 @@ __attribute__((target("avx2"))) void mask_avx2(const float* x, const float* r, f
   mask_scalar<float>(x, r, y, i, n, first, k, scale, op);
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+// The same hash on 16 lanes: 1.4x the AVX2 loop on a Zen 4, whose AVX-512 units are 256 bits wide
+// (2026-11-25); the same bits, down to the sign of a dropped negative (x times a zero).
+// GCC 12 takes the AVX-512 headers' deliberately undefined vectors for uninitialised ones (its bug
+// 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+__attribute__((target("avx512f"))) inline __m512i mix32x16(__m512i x) {
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846ca68bU)));
+  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+__attribute__((target("avx512f"))) void mask_avx512(const float* x, const float* r, float* y, uint32_t n,
+                                                    uint32_t first, const BlockKey& k, float scale, Op op) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i lo = _mm512_set1_epi32(static_cast<int>(k.lo)), hi = _mm512_set1_epi32(static_cast<int>(k.hi));
+  const __m512i th = _mm512_set1_epi32(static_cast<int>(k.th));
+  const __m512 sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first + i)), lane);
+    __m512i h = mix32x16(_mm512_xor_si512(mix32x16(_mm512_xor_si512(lo, idx)), hi));
+    __m512 m = _mm512_maskz_mov_ps(_mm512_cmp_epu32_mask(h, th, _MM_CMPINT_NLT), sc);  // h >= th
+    __m512 v = _mm512_loadu_ps(x + i);
+    if (op == Op::scale) _mm512_storeu_ps(y + i, _mm512_mul_ps(v, m));
+    else if (op == Op::relu_scale) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_max_ps(v, zero), m));
+    else _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(r + i), _mm512_mul_ps(v, m)));
+  }
+  mask_scalar<float>(x, r, y, i, n, first, k, scale, op);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+const CpuVectorUnits kUnits = kernel_vector_units();
 
 void block_run(const float* x, const float* r, float* y, uint32_t n, uint32_t first, const BlockKey& k, float scale,
                Op op) {
-  if (kHaveAvx2) mask_avx2(x, r, y, n, first, k, scale, op);
+  if (kUnits.avx512) mask_avx512(x, r, y, n, first, k, scale, op);
+  else if (kUnits.avx2_fma) mask_avx2(x, r, y, n, first, k, scale, op);
   else mask_scalar<float>(x, r, y, 0, n, first, k, scale, op);
 }
 void block_run(const double* x, const double* r, double* y, uint32_t n, uint32_t first, const BlockKey& k,

@@ -1,5 +1,6 @@
 #include "xl/model/kernels/fused_dropout.h"
 
+#include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/dropout_mask.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
@@ -14,7 +15,7 @@ namespace {
 using dropout_mask::Key;
 using dropout_mask::Op;
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+const bool kHaveAvx2 = kernel_vector_units().avx2_fma;
 
 template <typename T>
 void relu_grad(const T* g, const T* out, T* gi, int64_t n, T scale) {

@@ -75,7 +75,8 @@ void set_threads(int n) {
   if (!described) {
     described = true;
     XL_DEBUG(n << " threads on " << cpu_model_name() << "; BLAS: " << blas_description()
-               << "; products: " << gemm_choice_description() << "; " << openmp_waiting());
+               << "; products: " << gemm_choice_description() << "; xl's vector kernels: "
+               << kernel_vector_units_name() << "; " << openmp_waiting());
   }
 }
 
