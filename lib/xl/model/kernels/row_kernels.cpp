@@ -343,6 +343,10 @@ __attribute__((target_clones("avx2", "default"))) void softmax_grad_f(const floa
   softmax_grad_plain(p, g, gs, n, d, scale);
 }
 
+__attribute__((target_clones("avx2", "default"))) void bias_relu_f(float* x, const float* b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) x[j] = std::max(x[j] + b[j], 0.0f);
+}
+
 __attribute__((target_clones("avx2", "default"))) void scale_f(float* x, int64_t n, float f) {
   for (int64_t j = 0; j < n; ++j) x[j] *= f;
 }
@@ -482,6 +486,8 @@ void add_scale(const float* a, const float* b, float* s, int64_t n, float scale)
 void add_scale(const double* a, const double* b, double* s, int64_t n, double scale) {
   add_scale_plain(a, b, s, n, scale);
 }
+
+void bias_relu(float* x, const float* b, int64_t n) { bias_relu_f(x, b, n); }
 
 void softmax_grad(const float* p, const float* g, float* gs, int64_t n, float d, float scale) {
   softmax_grad_f(p, g, gs, n, d, scale);

@@ -1,6 +1,7 @@
 // Vectorized loops over one row: of attention scores, shared by the full-matrix softmax
 // (rel_softmax) and the blocked attention core (chunked_attention); of the loss's logits
-// (target_log_softmax); of a layer norm (dropout_add_layer_norm). float rows use AVX2 when the
+// (target_log_softmax); of a layer norm (dropout_add_layer_norm); of the feed-forward's inner
+// activations (decoder_layer). float rows use AVX2 when the
 // CPU has it; double rows (the tests' precision) run plain loops.
 #pragma once
 #include <cstdint>
@@ -13,6 +14,9 @@ double dot(const double* a, const double* b, int64_t n);
 // s[j] = (a[j] + b[j]) * scale
 void add_scale(const float* a, const float* b, float* s, int64_t n, float scale);
 void add_scale(const double* a, const double* b, double* s, int64_t n, double scale);
+
+// x[j] = max(x[j] + b[j], 0): a bias and the ReLU in one pass.
+void bias_relu(float* x, const float* b, int64_t n);
 
 // gs[j] = p[j] * (g[j] - d) * scale: softmax's backward with d = dot(p, g), then the scale.
 // gs may be g.
