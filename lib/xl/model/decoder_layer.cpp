@@ -54,7 +54,8 @@ torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
     h = fused_relu_dropout(xl::model::linear(x_in, in->weight, in->bias), dropout, train);
   } else {
     // The product is this call's alone: bias and ReLU in place, in one pass, and no second buffer
-    // (the tiny model's feed-forward in evaluation: 3.2 -> 3.0 ms for the ReLU in place).
+    // (the tiny model's feed-forward: 3.2 -> 3.0 ms for the ReLU in place; its first product
+    // 1.63 -> 1.49 ms for the bias in the ReLU's pass).
     h = xl::model::linear(x_in, in->weight);
     add_bias_relu_(h, in->bias);
   }
