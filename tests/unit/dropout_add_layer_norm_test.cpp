@@ -1,5 +1,6 @@
 // The post-LN sublayers' end, layer_norm(residual + dropout(x)) (kernels/dropout_add_layer_norm.h),
-// and the counter-based mask beneath it (kernels/dropout_mask.h), against explicit computations:
+// the feed-forward's dropout(relu(x)) (kernels/fused_dropout.h) and the counter-based mask
+// beneath them (kernels/dropout_mask.h), against explicit computations:
 // the mask element by element from the hash that defines it and the key drawn from the seeded
 // generator, LibTorch's own layer_norm and autograd on that independently masked sum, for rows that
 // straddle the mask's 4,096-element blocks, widths on either side of the vector width, float and
@@ -15,6 +16,7 @@
 
 #include "xl/model/kernels/dropout_add_layer_norm.h"
 #include "xl/model/kernels/dropout_mask.h"
+#include "xl/model/kernels/fused_dropout.h"
 
 namespace {
 
@@ -89,6 +91,31 @@ TEST(DropoutMask, AnySpanOfACallMatchesTheHashElementByElement) {
     EXPECT_TRUE(torch::allclose(added.to(torch::kDouble), rd + xd * want, tol, tol)) << dtype;
     const double kept_share = (want > 0).to(torch::kDouble).mean().item<double>();
     EXPECT_NEAR(kept_share, 1 - p, 0.02);
+  }
+}
+
+// Against relu(x) times the mask from the hash, and LibTorch's autograd of that in double.
+TEST(ReluDropout, MatchesTheMaskedReluAndItsGradient) {
+  const double p = 0.25;
+  const int64_t rows = 45, d = 300;  // 13,500 elements: four mask blocks; rows end off the vector width
+  const uint64_t seed = 9;
+  const torch::Tensor mask = next_mask(seed, rows * d, p).view({rows, d});
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    SCOPED_TRACE(::testing::Message() << dtype);
+    torch::manual_seed(3);
+    const torch::Tensor x = torch::randn({rows, d}).to(torch::kDouble), g = torch::randn({rows, d}).to(torch::kDouble);
+    torch::Tensor xr = x.clone().requires_grad_();
+    const torch::Tensor want = torch::relu(xr) * mask;
+    want.backward(g);
+    torch::Tensor xf = x.to(dtype).requires_grad_();
+    torch::manual_seed(seed);
+    const torch::Tensor got = xl::model::fused_relu_dropout(xf, p, true);
+    got.backward(g.to(dtype));
+    const double tol = dtype == torch::kFloat ? 1e-6 : 1e-15;
+    ASSERT_EQ(got.scalar_type(), dtype);
+    EXPECT_LE((got.to(torch::kDouble) - want.detach()).abs().max().item<double>(), tol * 4);
+    EXPECT_LE((xf.grad().to(torch::kDouble) - xr.grad()).abs().max().item<double>(), tol * 8);
+    EXPECT_GT((got == 0).to(torch::kDouble).mean().item<double>(), p);  // dropped and cut by the ReLU
   }
 }
 
