@@ -59,8 +59,7 @@ int run_make(const std::string& makefile, int jobs) {
   pid_t pid = fork();
   XL_CHECK(pid >= 0, kExitSoftware, "cannot start make: " << std::strerror(errno));
   if (pid == 0) {
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
+    signals::default_in_child();
     dup2(2, 1);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

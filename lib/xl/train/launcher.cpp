@@ -66,8 +66,7 @@ int launch_local_ranks(char** argv, int nproc) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
       setenv(kLauncherVariable, launcher.c_str(), 1);
-      std::signal(SIGINT, SIG_DFL);
-      std::signal(SIGTERM, SIG_DFL);
+      signals::default_in_child();
       execv("/proc/self/exe", argv);
       std::fprintf(stderr, "%s: cannot start rank %d: %s\n", log::tool_name().c_str(), r, std::strerror(errno));
       _exit(kExitUnavailable);

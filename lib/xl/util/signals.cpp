@@ -1,7 +1,12 @@
 #include "xl/util/signals.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
+#include <mutex>
+#include <thread>
 
 #include "xl/util/io.h"
 
@@ -9,30 +14,74 @@ namespace xl::signals {
 namespace {
 
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM set the flag
 
-void die(int sig) {
-  io::remove_registered_temps();
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  return set;
 }
 
-void flag(int sig) {
-  if (g_signal.exchange(sig) != 0) die(sig);  // a second signal stops at once
+// Removes the registered temp files, then lets the signal kill the process as it would have.
+[[noreturn]] void die(int sig) {
+  io::remove_registered_temps();
+  std::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  _exit(128 + sig);
+}
+
+void on_signal(int sig) {
+  if (g_catch.load() && sig != SIGHUP && g_signal.exchange(sig) == 0) return;  // a second one stops at once
+  die(sig);
+}
+
+// The stop signals are blocked in every thread and taken here, by sigwait: a handler would run on
+// whichever thread the signal found, and oneDNN 2.x's JIT GEMM kernels point the stack pointer into
+// the heap while they run, so the kernel's signal frame landed on the heap (oneDNN issue 4845):
+// "corrupted size vs. prev_size" or a segfault in a few percent of SIGTERMs during training.
+void wait_for_stop_signals() {
+  const sigset_t set = stop_signals();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0) on_signal(sig);
+  }
+}
+
+void start_waiting() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const sigset_t set = stop_signals();
+    // Threads inherit the mask: this runs at a tool's start, before OpenMP and oneDNN start theirs.
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread(wait_for_stop_signals).detach();
+  });
+  // A thread started before this one (none in xl's tools) still gets a handler that does the same.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
 }
 
 }  // namespace
 
 void remove_temps_and_die_on_stop() {
-  std::signal(SIGINT, die);
-  std::signal(SIGTERM, die);
-  std::signal(SIGHUP, die);
+  g_catch = false;
+  start_waiting();
 }
 
 void catch_stop() {
-  std::signal(SIGINT, flag);
-  std::signal(SIGTERM, flag);
+  g_catch = true;
+  start_waiting();
 }
 
 int pending() { return g_signal.load(); }
+
+void default_in_child() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
+  const sigset_t set = stop_signals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
 
 }  // namespace xl::signals

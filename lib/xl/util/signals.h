@@ -10,5 +10,8 @@ void remove_temps_and_die_on_stop();
 void catch_stop();
 // The signal caught since catch_stop(), or 0.
 int pending();
+// In a child after fork, before exec: the stop signals as a new process has them (default action,
+// not blocked; the parent blocks them in all its threads and takes them on a thread of its own).
+void default_in_child();
 
 }  // namespace xl::signals
