@@ -15,11 +15,12 @@ namespace {
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM set the flag
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
   return set;
 }
 
@@ -61,7 +62,7 @@ void start_waiting() {
     std::thread(wait_for_stop_signals).detach();
   });
   // A thread started before this one (none in xl's tools) still gets a handler that does the same.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
+  for (int sig : kStopSignals) std::signal(sig, on_signal);
 }
 
 }  // namespace
@@ -79,7 +80,7 @@ void catch_stop() {
 int pending() { return g_signal.load(); }
 
 void default_in_child() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
+  for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }

@@ -12,11 +12,14 @@
 namespace xl::model::dropout_mask {
 namespace {
 
+// "lowbias32"'s multipliers, for every vector width.
+constexpr uint32_t kMix1 = 0x7feb352dU, kMix2 = 0x846ca68bU;
+
 __attribute__((always_inline)) inline uint32_t mix32(uint32_t x) {  // "lowbias32" (C. Wellons): a strong 32-bit integer hash
   x ^= x >> 16;
-  x *= 0x7feb352dU;
+  x *= kMix1;
   x ^= x >> 15;
-  x *= 0x846ca68bU;
+  x *= kMix2;
   x ^= x >> 16;
   return x;
 }
@@ -46,9 +49,9 @@ void mask_scalar(const T* x, const T* r, T* y, uint32_t from, uint32_t n, uint32
 
 __attribute__((target("avx2"))) inline __m256i mix32x8(__m256i x) {
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(kMix1)));
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x846ca68bU)));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(kMix2)));
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
@@ -83,9 +86,9 @@ __attribute__((target("avx2"))) void mask_avx2(const float* x, const float* r, f
 #endif
 __attribute__((target("avx512f"))) inline __m512i mix32x16(__m512i x) {
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(kMix1)));
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846ca68bU)));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(kMix2)));
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 

@@ -76,26 +76,24 @@ __attribute__((target("avx2,fma"))) float masked_scores_avx2(const float* a, con
   return m;
 }
 
+// exp's range reduction and its Cephes polynomial, for every vector width.
+constexpr float kExpLow = -87.3f, kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 = kLn2Hi + kLn2Lo
+constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
 // exp(v) by range reduction to r = v - k ln2, |r| <= ln2/2, and the Cephes polynomial for exp(r)
 // (relative error ~1e-7, as LibTorch's vectorized exp); below -87.3 (float's smallest normal) the
 // result is 0, which makes masked -inf entries exact zeros.
 __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 v) {
-  const __m256 lo = _mm256_set1_ps(-87.3f);
-  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
-  const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
-               p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
-               p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f);
-  const __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ);
-  v = _mm256_max_ps(v, lo);
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm256_fnmadd_ps(k, ln2_hi, v);
-  v = _mm256_fnmadd_ps(k, ln2_lo, v);
-  __m256 y = _mm256_fmadd_ps(p0, v, p1);
-  y = _mm256_fmadd_ps(y, v, p2);
-  y = _mm256_fmadd_ps(y, v, p3);
-  y = _mm256_fmadd_ps(y, v, p4);
-  y = _mm256_fmadd_ps(y, v, p5);
+  const __m256 keep = _mm256_cmp_ps(v, _mm256_set1_ps(kExpLow), _CMP_GE_OQ);
+  v = _mm256_max_ps(v, _mm256_set1_ps(kExpLow));
+  const __m256 k =
+      _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Hi), v);
+  v = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Lo), v);
+  __m256 y = _mm256_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(kExpPoly[i]));
   y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(v, v), v), _mm256_set1_ps(1.0f));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
@@ -118,9 +116,9 @@ __attribute__((target("avx2,fma"))) inline __m256 log256(__m256 v) {
                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f})
     y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(c));
   y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
-  y = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), y);
+  y = _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Lo), y);
   y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
-  return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), _mm256_add_ps(m, y));
+  return _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Hi), _mm256_add_ps(m, y));
 }
 
 // exp(x - max) in place, returns the sum.
@@ -176,22 +174,14 @@ __attribute__((target("avx2,fma"))) void exp_shifted_avx2(const float* x, float*
 #define XL_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 
 XL_AVX512 inline __m512 exp512(__m512 v) {
-  const __m512 lo = _mm512_set1_ps(-87.3f);
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
-  const __m512 p0 = _mm512_set1_ps(1.9875691500e-4f), p1 = _mm512_set1_ps(1.3981999507e-3f),
-               p2 = _mm512_set1_ps(8.3334519073e-3f), p3 = _mm512_set1_ps(4.1665795894e-2f),
-               p4 = _mm512_set1_ps(1.6666665459e-1f), p5 = _mm512_set1_ps(5.0000001201e-1f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
-  v = _mm512_max_ps(v, lo);
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm512_fnmadd_ps(k, ln2_hi, v);
-  v = _mm512_fnmadd_ps(k, ln2_lo, v);
-  __m512 y = _mm512_fmadd_ps(p0, v, p1);
-  y = _mm512_fmadd_ps(y, v, p2);
-  y = _mm512_fmadd_ps(y, v, p3);
-  y = _mm512_fmadd_ps(y, v, p4);
-  y = _mm512_fmadd_ps(y, v, p5);
+  const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(kExpLow), _CMP_GE_OQ);
+  v = _mm512_max_ps(v, _mm512_set1_ps(kExpLow));
+  const __m512 k =
+      _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), v);
+  v = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), v);
+  __m512 y = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(kExpPoly[i]));
   y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(v, v), v), _mm512_set1_ps(1.0f));
   return _mm512_maskz_scalef_ps(keep, y, k);
 }
@@ -258,6 +248,7 @@ XL_AVX512 void exp_shifted_avx512(const float* x, float* y, int64_t n, float shi
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#undef XL_AVX512
 
 template <typename T>
 T log_sum_exp_plain(const T* x, int64_t n) {
