@@ -11,7 +11,8 @@
 # Environment: REFERENCE (a kimiyoung/transformer-xl checkout's pytorch/ folder; not part of xl),
 # CONFIGS (default "enwik8 wt103"), PRECISIONS (default "bf16 fp32"), MODES (default "train eval"),
 # STEPS (timed steps after 2 warm-up steps; default 10), DEVICE (default cuda), PYTHON (the
-# Python with PyTorch that runs the reference; default python3).
+# Python with PyTorch that runs the reference; default python3), XL_BENCH_ROWS (a file that keeps
+# each run's row as it ends, for runs cut short).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build-gpu}}" && pwd)
@@ -22,7 +23,11 @@ PRECISIONS=${PRECISIONS:-bf16 fp32}
 MODES=${MODES:-train eval}
 STEPS=${STEPS:-10}
 DEVICE=${DEVICE:-cuda}
-out=$(mktemp); trap 'rm -f "$out"' EXIT
+if [ -n "${XL_BENCH_ROWS:-}" ]; then
+  out=$XL_BENCH_ROWS; : >"$out"
+else
+  out=$(mktemp); trap 'rm -f "$out"' EXIT
+fi
 for c in $CONFIGS; do
   for m in $MODES; do
     for p in $PRECISIONS; do

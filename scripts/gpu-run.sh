@@ -1,45 +1,89 @@
 #!/usr/bin/env bash
 # Run on the GPU machine from the repository root (device tool, carry .gpu-debs made by
-# scripts/gpu-debs.sh): builds xl against the LibTorch inside the machine's pip PyTorch, with
-# CUDA, then runs what is asked:
-#   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda) and the CPU suite's model tests
+# scripts/gpu-debs.sh, and .gpu-ref for the reference): builds xl against the LibTorch inside the
+# machine's pip PyTorch, with CUDA, then runs what is asked:
+#   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain)
 #   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON);
-#                                    with REFERENCE=DIR (a carried transformer-xl checkout's pytorch/
-#                                    folder), the standard PyTorch Transformer-XL beside it
+#                                    with REFERENCE=DIR (a transformer-xl checkout's pytorch/ folder,
+#                                    carried), the standard PyTorch Transformer-XL beside it
 #   bash scripts/gpu-run.sh all      both
-# The machine has no Boost, HDF5 or network: their Debian packages are unpacked under
-# /tmp/xl-deps and found through CMAKE_PREFIX_PATH and LD_LIBRARY_PATH. Logs go to $OUT when set.
-set -euo pipefail
+# The machine has no Boost, HDF5 or network: their Debian packages are unpacked under /tmp/xl-deps;
+# of their libraries, only those the machine lacks are put on LD_LIBRARY_PATH, so nothing of the
+# machine's own (its Python's OpenSSL, say) is shadowed. Everything stops by XL_GPU_SECONDS
+# (default 540) after the start, so that a lease's call always returns its logs: they go to $OUT.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 out=${OUT:-/tmp/xl-gpu-out}
 mkdir -p "$out"
+deadline=$((SECONDS + ${XL_GPU_SECONDS:-540}))
+left() { echo $((deadline - SECONDS)); }
+stage() { echo "== $1 ($SECONDS s in, $(left) s left)"; }
 deps=/tmp/xl-deps
+
+stage "dependencies"
 ls .gpu-debs/*.deb >/dev/null 2>&1 || { echo "gpu-run: no .gpu-debs/*.deb (run scripts/gpu-debs.sh here and carry .gpu-debs)" >&2; exit 66; }
 for f in .gpu-debs/*.deb; do dpkg -x "$f" "$deps"; done
 lib=$deps/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$lib:$lib/hdf5/serial${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi -L | tee "$out/gpu.txt"
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$out/gpu.txt"
+mkdir -p "$deps/missing"
+for so in "$lib"/lib*.so.* "$deps"/lib/x86_64-linux-gnu/lib*.so.*; do
+  [ -e "$so" ] || continue
+  name=$(basename "$so")
+  ldconfig -p | grep -q "^[[:space:]]$name " || ln -sf "$so" "$deps/missing/$name"
+done
+export LD_LIBRARY_PATH=$deps/missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$PATH:$deps/usr/bin
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  nvcc --version | tail -2; g++ --version | head -1; cmake --version | head -1
+  echo "from .gpu-debs: $(ls "$deps/missing" | tr '\n' ' ')"
+} 2>&1 | tee "$out/gpu.txt"
 # Debian's Boost is built with the C++11 string ABI; wheels before PyTorch 2.7 use the old one.
 python3 -c 'import sys, torch; sys.exit(0 if torch._C._GLIBCXX_USE_CXX11_ABI else 1)' ||
   { echo "gpu-run: this PyTorch's LibTorch uses the pre-C++11 ABI; Debian's Boost cannot link with it (use PyTorch 2.7 or later)" >&2; exit 69; }
+
+stage "configure"
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 torch_include=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
 extra_include=$deps/usr/include
 # Gloo's headers: the wheel's own when it has them, else Debian's.
 [ -d "$torch_include/gloo" ] && extra_include=$torch_include:$extra_include
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr;$lib/cmake" \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr;$lib/cmake" -DOPENSSL_ROOT_DIR="$deps/usr" \
   -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$deps/usr/include/hdf5/serial" \
-  -DCMAKE_CXX_FLAGS="-I${extra_include//:/ -I}" -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | tee "$out/cmake.log" | tail -5
-cmake --build build-gpu -j "$(nproc)" 2>&1 | tee "$out/build.log" | grep -E "error|warning: |Linking CXX executable bin" | tail -20
+  -DCMAKE_CXX_FLAGS="-I${extra_include//:/ -I}" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/cmake.log" 2>&1 ||
+  { tail -30 "$out/cmake.log"; exit 1; }
+grep -E "xl: CUDA|HDF5|Boost|OpenSSL" "$out/cmake.log" | head -8
+
+stage "build"
+tools=$(ls tools/xl-*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
+targets="$tools xl_cuda_tests xl_bench_model"
+[ "$what" = bench ] && targets="xl_bench_model"
+if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; then
+  grep -E "error|Error|undefined reference" "$out/build.log" | sort | uniq | head -40
+  exit 1
+fi
 missing=$(ldd build-gpu/bin/xl-train-phase1 | grep "not found" || true)
 [ -z "$missing" ] || { echo "gpu-run: libraries not found: $missing" >&2; exit 69; }
+build-gpu/bin/xl-train-phase1 --version
+
 if [ "$what" = test ] || [ "$what" = all ]; then
-  (cd build-gpu && ctest -L cuda --output-on-failure 2>&1 | tee "$out/cuda-tests.log" | tail -15)
-  (cd build-gpu && ctest -R 'RelAttention|Model\.|ChunkedAttention|Adam|cli.train$' 2>&1 | tee "$out/cpu-tests.log" | tail -5)
+  stage "CUDA tests"
+  (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
+  grep -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$out/cuda-tests.log" | tail -12
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  XL_BUILD=build-gpu bash bench/gpu.sh | tee "$out/bench.json"
+  stage "benchmark"
+  [ -z "${REFERENCE:-}" ] && [ -f .gpu-ref/pytorch/mem_transformer.py ] && export REFERENCE=$PWD/.gpu-ref/pytorch
+  XL_BENCH_ROWS=$out/bench-rows.jsonl timeout "$(($(left) - 5))" bash bench/gpu.sh build-gpu >"$out/bench.json" 2>"$out/bench.log"
+  python3 - "$out/bench-rows.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print("%-9s %-6s %-5s %-4s %10s tok/s  mfu %5s  peak %6s MB" % (r.get("implementation"), r.get("config"), r.get("mode"),
+          r.get("precision"), "%.0f" % r["tokens_per_s"] if "tokens_per_s" in r else "failed",
+          "%.3f" % r["mfu"] if "mfu" in r else "-", "%.0f" % r["peak_device_mb"] if "peak_device_mb" in r else "-"))
+PY
 fi
+stage "done"
