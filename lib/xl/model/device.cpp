@@ -5,8 +5,19 @@
 
 namespace xl::model {
 
-torch::Device parse_device(const std::string& name) {
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+namespace {
+
+// One GPU per local rank; each rank's only GPU when the launcher gave each its own through
+// CUDA_VISIBLE_DEVICES.
+torch::Device rank_gpu(int local_rank) {
+  const int64_t n = std::max<int64_t>(1, torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % n));
+}
+
+}  // namespace
+
+torch::Device parse_device(const std::string& name, int local_rank) {
+  if (name == "auto") return torch::cuda::is_available() ? rank_gpu(local_rank) : torch::Device(torch::kCPU);
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
     XL_CHECK(torch::cuda::is_available(), kExitNoInput,
@@ -17,7 +28,7 @@ torch::Device parse_device(const std::string& name) {
       torch::Device d(name);
       XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
                "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
-      return d;
+      return d.has_index() ? d : rank_gpu(local_rank);
     } catch (const c10::Error&) {
       XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
     }

@@ -423,12 +423,8 @@ int Trainer::run() {
            "the tokens and --init cannot both come from stdin");
   XL_CHECK(dist_.single() || (!io::is_stdio(req_.tokens) && !io::is_stdio(req_.init) && !io::is_stdio(req_.output)),
            kExitUsage, "data-parallel ranks read and write files, not pipes (give TOKENS, --init and -o as files)");
-  // One GPU per local rank (each one's only GPU when the launcher gave each rank its own through
-  // CUDA_VISIBLE_DEVICES); every rank meets the others before anything can fail alone.
-  device_ = model::parse_device(req_.device);
-  if (device_.is_cuda() && !dist_.single() && !device_.has_index())
-    device_ = torch::Device(torch::kCUDA,
-                            static_cast<c10::DeviceIndex>(dist_.local_rank % std::max<int64_t>(1, torch::cuda::device_count())));
+  // One GPU per local rank; every rank meets the others before anything can fail alone.
+  device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did: deterministic kernels
   // (and cuBLAS's fixed workspace, set at start-up). Runs on other GPU models differ in the last bits.
   if (device_.is_cuda()) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
