@@ -35,12 +35,16 @@ def main():
     if torch.version.cuda is None:  # its adaptive softmax parses the CUDA version at import (unused)
         torch.version.cuda = "0.0"
     # Its attention masks are uint8, which PyTorch 2 no longer accepts in masked_fill: load the
-    # module with .byte() read as .bool() (the same masks; nothing else changes).
+    # module with .byte() read as .bool() (the same masks). Its adaptive embedding copies each
+    # cluster's projection into a float32 buffer, which autocast's bf16 output may not enter: the
+    # copy converts (the same values in fp32).
     import importlib.util
     path = os.path.join(ref, "mem_transformer.py")
     spec = importlib.util.spec_from_loader("mem_transformer", loader=None, origin=path)
     module = importlib.util.module_from_spec(spec)
-    exec(compile(open(path).read().replace(".byte()", ".bool()"), path, "exec"), module.__dict__)
+    source = open(path).read().replace(".byte()", ".bool()")
+    source = source.replace("emb_flat.index_copy_(0, indices_i, emb_i)", "emb_flat.index_copy_(0, indices_i, emb_i.to(emb_flat.dtype))")
+    exec(compile(source, path, "exec"), module.__dict__)
     MemTransformerLM = module.MemTransformerLM
 
     L, d, H, dh, di, tgt, mem, batch, vocab, cutoffs, div_val = CONFIGS[config]

@@ -80,27 +80,33 @@ TEST(Cuda, TrainingStepsWithSkipsSchAndMasksMatchTheCpu) {
 
 TEST(Cuda, Float32AndBf16OnTheGpuTrackTheCpu) {
   REQUIRE_GPU();
-  const ModelConfig c = tiny();
-  auto cpu = model_on(c, torch::kCPU, torch::kFloat32), gpu = model_on(c, torch::kCUDA, torch::kFloat32);
-  cpu->eval();
-  gpu->eval();
-  ForwardOptions o;
-  o.mem_len = 8;
-  Memory mc = cpu->new_memory(), mg = gpu->new_memory(), mb = gpu->new_memory();
-  for (int step = 0; step < 3; ++step) {
-    torch::manual_seed(step);
-    auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong), tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
-    auto lc = cpu->forward(in, tg, mc, o);
-    auto lg = gpu->forward(in.cuda(), tg.cuda(), mg, o);
-    EXPECT_LT(max_diff(lc, lg), 1e-4) << "fp32 step " << step;
-    Tensor lb;
-    {
-      AutocastScope autocast(Precision::kBf16, torch::kCUDA);
-      lb = gpu->forward(in.cuda(), tg.cuda(), mb, o);
+  // Characters, and words (adaptive input and softmax, whose projections autocast runs in bf16).
+  ModelConfig words = tiny();
+  words.cutoffs = {10, 20};
+  words.div_val = 2;
+  for (const ModelConfig& c : {tiny(), words}) {
+    SCOPED_TRACE(c.cutoffs.empty() ? "characters" : "words");
+    auto cpu = model_on(c, torch::kCPU, torch::kFloat32), gpu = model_on(c, torch::kCUDA, torch::kFloat32);
+    cpu->eval();
+    gpu->eval();
+    ForwardOptions o;
+    o.mem_len = 8;
+    Memory mc = cpu->new_memory(), mg = gpu->new_memory(), mb = gpu->new_memory();
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(step);
+      auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong), tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+      auto lc = cpu->forward(in, tg, mc, o);
+      auto lg = gpu->forward(in.cuda(), tg.cuda(), mg, o);
+      EXPECT_LT(max_diff(lc, lg), 1e-4) << "fp32 step " << step;
+      Tensor lb;
+      {
+        AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+        lb = gpu->forward(in.cuda(), tg.cuda(), mb, o);
+      }
+      EXPECT_EQ(lb.scalar_type(), torch::kFloat);
+      EXPECT_LT(((lb.cpu() - lc).abs() / lc.abs()).max().item<double>(), 0.05) << "bf16 step " << step;
+      for (const auto& layer : mb.layers) EXPECT_EQ(layer.hidden.scalar_type(), torch::kFloat);
     }
-    EXPECT_EQ(lb.scalar_type(), torch::kFloat);
-    EXPECT_LT(((lb.cpu() - lc).abs() / lc.abs()).max().item<double>(), 0.05) << "bf16 step " << step;
-    for (const auto& layer : mb.layers) EXPECT_EQ(layer.hidden.scalar_type(), torch::kFloat);
   }
 }
 

@@ -388,33 +388,46 @@ TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {
 
 TEST(Model, GenericPathAndBf16TrackTheFusedFloat32Path) {
   // What a GPU computes (the tensor-op path) and what mixed precision gives, against the CPU's
-  // fused float32 kernels: the whole model over segments whose memory fills and slides.
-  ModelConfig c = tiny_config();
-  c.d_model = 16;
-  c.d_head = 8;
-  auto m = make_model(c, torch::kFloat32);
-  ForwardOptions opts;
-  opts.mem_len = 6;
-  auto run = [&](bool generic, Precision p) {
-    GenericKernels forced;
-    if (!generic) force_generic_kernels(false);
-    Memory mem = m->new_memory();
-    std::vector<Tensor> out;
-    for (int step = 0; step < 3; ++step) {
-      AutocastScope autocast(p, torch::kCPU);
-      out.push_back(m->forward(tokens(2, 5, c.n_token, step), tokens(2, 5, c.n_token, step + 10), mem, opts));
+  // fused float32 kernels: the whole model over segments whose memory fills and slides, with
+  // characters and with words (adaptive input and softmax: narrower clusters, projected).
+  ModelConfig chars = tiny_config();
+  chars.d_model = 16;
+  chars.d_head = 8;
+  ModelConfig words = chars;
+  words.n_token = 30;
+  words.cutoffs = {10, 20};
+  words.div_val = 2;
+  for (const ModelConfig& c : {chars, words}) {
+    SCOPED_TRACE(c.cutoffs.empty() ? "characters" : "words");
+    auto m = make_model(c, torch::kFloat32);
+    ForwardOptions opts;
+    opts.mem_len = 6;
+    auto run = [&](bool generic, Precision p) {
+      GenericKernels forced;
+      if (!generic) force_generic_kernels(false);
+      Memory mem = m->new_memory();
+      std::vector<Tensor> out;
+      for (int step = 0; step < 3; ++step) {
+        AutocastScope autocast(p, torch::kCPU);
+        out.push_back(m->forward(tokens(2, 5, c.n_token, step), tokens(2, 5, c.n_token, step + 10), mem, opts));
+      }
+      for (const auto& layer : mem.layers) EXPECT_EQ(layer.hidden.scalar_type(), torch::kFloat) << "memories stay fp32";
+      return torch::stack(out);
+    };
+    const Tensor fused = run(false, Precision::kFp32), generic = run(true, Precision::kFp32);
+    EXPECT_EQ(generic.scalar_type(), torch::kFloat);
+    EXPECT_LT((fused - generic).abs().max().item<double>(), 1e-5);
+    // bf16 on the CPU's kernels and on the GPU's tensor-op path (where autocast reaches every
+    // product): 8 bits of mantissa, so per-token losses within a few percent, their mean closer.
+    for (bool generic_bf16 : {false, true}) {
+      SCOPED_TRACE(generic_bf16 ? "bf16, tensor ops" : "bf16, CPU kernels");
+      const Tensor bf16 = run(generic_bf16, Precision::kBf16);
+      EXPECT_EQ(bf16.scalar_type(), torch::kFloat) << "the loss is fp32";
+      EXPECT_LT(((bf16 - fused).abs() / fused.abs()).max().item<double>(), 0.05);
+      EXPECT_LT(std::abs(bf16.mean().item<double>() - fused.mean().item<double>()) / fused.mean().item<double>(), 0.01);
+      EXPECT_GT((bf16 - fused).abs().max().item<double>(), 0.0) << "bf16 did not change anything: autocast is off";
     }
-    for (const auto& layer : mem.layers) EXPECT_EQ(layer.hidden.scalar_type(), torch::kFloat) << "memories stay fp32";
-    return torch::stack(out);
-  };
-  const Tensor fused = run(false, Precision::kFp32), generic = run(true, Precision::kFp32), bf16 = run(false, Precision::kBf16);
-  EXPECT_EQ(generic.scalar_type(), torch::kFloat);
-  EXPECT_EQ(bf16.scalar_type(), torch::kFloat) << "the loss is fp32";
-  EXPECT_LT((fused - generic).abs().max().item<double>(), 1e-5);
-  // bf16 keeps 8 bits of mantissa: per-token losses within a few percent, their mean closer.
-  EXPECT_LT(((bf16 - fused).abs() / fused.abs()).max().item<double>(), 0.05);
-  EXPECT_LT(std::abs(bf16.mean().item<double>() - fused.mean().item<double>()) / fused.mean().item<double>(), 0.01);
-  EXPECT_GT((bf16 - fused).abs().max().item<double>(), 0.0) << "bf16 did not change anything: autocast is off";
+  }
   // The precision a run resolves to: fp32 on a CPU; fp16 needs a GPU.
   EXPECT_EQ(resolve_precision("auto", torch::kCPU), Precision::kFp32);
   EXPECT_EQ(resolve_precision("bf16", torch::kCPU), Precision::kBf16);

@@ -59,7 +59,8 @@ torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
     auto idx = in_cluster.nonzero().squeeze(1);
     if (idx.numel() == 0) continue;
     auto e = xl::model::linear(embeddings[i](flat.index_select(0, idx) - cutoff_ends[i]), projections[i]);
-    out = out.index_copy(0, idx, e);
+    // Under autocast the projection comes back in bf16/fp16; the residual stream it starts is fp32.
+    out = out.index_copy(0, idx, e.to(out.scalar_type()));
   }
   auto sizes = input.sizes().vec();
   sizes.push_back(d_proj);
