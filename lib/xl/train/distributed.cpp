@@ -3,6 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+// Every LibTorch xl builds against has Gloo; not every packaging exports the define its header wants.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 

@@ -1,4 +1,8 @@
 // ProcessGroupNCCL in a build with CUDA (see group_communicator.h).
+// A CUDA LibTorch has NCCL; not every packaging exports the define its header wants.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "xl/train/group_communicator.h"
