@@ -171,23 +171,34 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
   }
 };
 
-// Any device, any dtype, differentiable by autograd: block b's scores read its table at row
-// j + T - 1 - i (a gather); masked scores are -inf; the softmax runs in float32 at least.
+// Block b's positional scores [N, T, P] as the block's [N, T, len] scores: query i reads its
+// table at j + T - 1 - i. With a zero column after each row that is a strided view (row stride P:
+// Transformer-XL's relative shift), so autograd keeps nothing of the table for the backward; a
+// gather would keep all of it, one more score-sized tensor per layer. Entries past the table (a
+// query's future) read the pad or the next row, and the mask covers them. Needs len <= P.
+torch::Tensor shifted_positional_scores(const torch::Tensor& bd, const KeyBlock& blk) {
+  const int64_t n = bd.size(0), t = bd.size(1), p = blk.table;
+  TORCH_CHECK(bd.size(2) == p && blk.len <= p, "a key block's table must cover its keys");
+  const torch::Tensor padded = torch::constant_pad_nd(bd, {0, 1});
+  return padded.as_strided({n, t, blk.len}, {t * (p + 1), p, 1}, padded.storage_offset() + t - 1);
+}
+
+// Any device, any dtype, differentiable by autograd: the relative shift as a view; masked scores
+// are -inf; the softmax runs in float32 at least.
 torch::Tensor generic_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
                             const std::vector<KeyBlock>& blocks, const torch::Tensor& mask, double scale) {
-  const int64_t n = ac.size(0), t = ac.size(1);
   const auto compute = ac.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   std::vector<torch::Tensor> parts;
   for (size_t b = 0; b < blocks.size(); ++b) {
     const KeyBlock& blk = blocks[b];
-    const auto opts = torch::TensorOptions().dtype(torch::kLong).device(ac.device());
-    const torch::Tensor rows = torch::arange(t, opts).unsqueeze(1), cols = torch::arange(blk.len, opts).unsqueeze(0);
-    // Rows past the table (a query's future) are clamped here and masked below.
-    const torch::Tensor index = (cols + (t - 1) - rows).clamp(0, blk.table - 1).expand({n, t, blk.len});
-    parts.push_back(ac.narrow(2, blk.col, blk.len).to(compute) + bds[b].to(compute).gather(2, index));
+    parts.push_back(ac.narrow(2, blk.col, blk.len).to(compute) + shifted_positional_scores(bds[b], blk).to(compute));
   }
-  torch::Tensor scores = (parts.size() == 1 ? parts[0] : torch::cat(parts, 2)) * scale;
-  if (mask.defined()) scores = scores.masked_fill(mask.to(torch::kBool).to(ac.device()).unsqueeze(0), -INFINITY);
+  // Scaled and masked in place: nothing keeps the sum for the backward, and score-sized
+  // temporaries are what a GPU runs out of first.
+  torch::Tensor scores = parts.size() == 1 ? std::move(parts[0]) : torch::cat(parts, 2);
+  parts.clear();
+  scores.mul_(scale);
+  if (mask.defined()) scores.masked_fill_(mask.to(torch::kBool).to(ac.device()).unsqueeze(0), -INFINITY);
   return torch::softmax(scores, -1).to(ac.scalar_type());
 }
 
