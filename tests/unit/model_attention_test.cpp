@@ -281,8 +281,40 @@ TEST(RelAttention, GradientsOfTheFusedSoftmaxMatchAutogradOfTheNaiveShift) {
   for (int i = 0; i < 3; ++i) EXPECT_LT((grads[i] - grads2[i]).abs().max().item<double>(), 1e-12) << i;
 }
 
+// The tensor-op path in bf16, as autocast feeds it on a GPU: scores added into float32 copies, the
+// shift a view of the padded table, the softmax in float32; probabilities and gradients against
+// float64 through plain indexing on the same (bf16-rounded) values.
+TEST(RelAttention, GenericPathInBf16TracksFloat64WithGradients) {
+  GenericKernels generic;
+  torch::manual_seed(4);
+  const int64_t n = 3, t = 5, len = 4, table = t + len - 1;
+  auto leaf = [](std::vector<int64_t> sizes) {
+    return torch::randn(sizes, torch::kFloat64).mul(3).to(torch::kBFloat16).requires_grad_();
+  };
+  auto ac = leaf({n, t, len + t}), bd_mem = leaf({n, t, table}), bd_cur = leaf({n, t, t});
+  auto mask = torch::cat({torch::zeros({t, len}, torch::kBool), torch::arange(t).unsqueeze(0) > torch::arange(t).unsqueeze(1)}, 1);
+  auto p = relative_attention_probs(ac, {bd_mem, bd_cur}, {{0, len, table - 1, table}, {len, t, t - 1, t}}, mask, 0.5);
+  EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+  auto g = torch::randn(p.sizes(), torch::kFloat64);
+  auto grads = torch::autograd::grad({(p.to(torch::kFloat64) * g).sum()}, {ac, bd_mem, bd_cur});
+  std::vector<Tensor> x64;
+  for (const auto& x : {ac, bd_mem, bd_cur}) x64.push_back(x.detach().to(torch::kFloat64).requires_grad_());
+  auto idx_m = torch::arange(len).unsqueeze(0) + (t - 1) - torch::arange(t).unsqueeze(1);
+  auto idx_c = (torch::arange(t).unsqueeze(0) + (t - 1) - torch::arange(t).unsqueeze(1)).clamp(0, t - 1);
+  auto shifted = torch::cat({x64[1].gather(2, idx_m.unsqueeze(0).expand({n, t, len})),
+                             x64[2].gather(2, idx_c.unsqueeze(0).expand({n, t, t}))}, 2);
+  auto p64 = torch::softmax(((x64[0] + shifted) * 0.5).masked_fill(mask, -INFINITY), -1);
+  auto grads64 = torch::autograd::grad({(p64 * g).sum()}, x64);
+  EXPECT_LT((p.to(torch::kFloat64) - p64).abs().max().item<double>(), 8e-3);  // bf16 keeps 8 bits
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(grads[i].scalar_type(), torch::kBFloat16) << i;
+    const double scale = grads64[i].abs().max().item<double>();
+    EXPECT_LT((grads[i].to(torch::kFloat64) - grads64[i]).abs().max().item<double>(), 0.02 * scale) << i;
+  }
+}
+
 // What a GPU runs where no fused kernel applies: the same attention with tensor ops only (the
-// relative shift as a gather, the softmax in float32 or float64), forced on the CPU.
+// relative shift as a view, the softmax in float32 or float64), forced on the CPU.
 TEST(RelAttention, GenericPathMatchesNaiveLoopWithGradients) {
   GenericKernels generic;
   // Fresh, aged and several-run memories; SCH; same_length; clamp; a head mask; float64.

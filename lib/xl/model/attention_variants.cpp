@@ -165,7 +165,8 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
       torch::Tensor r = by_head(tables_st[i].permute({1, 0, 2}), perm_idx);  // [H, P, dh]
       bds.push_back(torch::matmul(q_v, r.transpose(1, 2).unsqueeze(0)).view({b * h, t, blocks[i].table}));
     }
-    probs = relative_attention_probs((content / scale).view({b * h, t, k}), bds, blocks, mask, scale).view({b, h, t, k});
+    probs = relative_attention_probs((content / scale).view({b * h, t, k}), std::move(bds), blocks, mask, scale)
+                .view({b, h, t, k});
   } else {
     torch::Tensor logits = content + positional_scores(q_v, tables_st, blocks, perm_idx, k) * scale;
     if (cfg.adaptive_span)

@@ -68,7 +68,7 @@ torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor&
                             : tables[i].permute({1, 0, 2});
     bds.push_back(batched_matmul(q_v, r_k.transpose(1, 2)).view({h * b, t, p}));
   }
-  torch::Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
+  torch::Tensor probs = relative_attention_probs(std::move(ac), std::move(bds), blocks, mask, scale);
   if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
   return batched_matmul(probs, value);
 }

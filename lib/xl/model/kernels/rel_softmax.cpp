@@ -185,31 +185,38 @@ torch::Tensor shifted_positional_scores(const torch::Tensor& bd, const KeyBlock&
 
 // Any device, any dtype, differentiable by autograd: the relative shift as a view; masked scores
 // are -inf; the softmax runs in float32 at least.
-torch::Tensor generic_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
-                            const std::vector<KeyBlock>& blocks, const torch::Tensor& mask, double scale) {
-  const auto compute = ac.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, const std::vector<KeyBlock>& blocks,
+                            const torch::Tensor& mask, double scale) {
+  const auto dtype = ac.scalar_type();
+  const auto compute = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
   std::vector<torch::Tensor> parts;
   for (size_t b = 0; b < blocks.size(); ++b) {
     const KeyBlock& blk = blocks[b];
-    parts.push_back(ac.narrow(2, blk.col, blk.len).to(compute) + shifted_positional_scores(bds[b], blk).to(compute));
+    torch::Tensor content = ac.narrow(2, blk.col, blk.len).to(compute);
+    const torch::Tensor positional = shifted_positional_scores(bds[b], blk);
+    // In bf16/fp16 `content` is a float32 copy of its own, to add into.
+    parts.push_back(dtype == compute ? content + positional : content.add_(positional));
   }
+  const torch::Device device = ac.device();
+  ac.reset();  // the sums hold all that is left of them
+  bds.clear();
   // Scaled and masked in place: nothing keeps the sum for the backward, and score-sized
   // temporaries are what a GPU runs out of first.
   torch::Tensor scores = parts.size() == 1 ? std::move(parts[0]) : torch::cat(parts, 2);
   parts.clear();
   scores.mul_(scale);
-  if (mask.defined()) scores.masked_fill_(mask.to(torch::kBool).to(ac.device()).unsqueeze(0), -INFINITY);
-  return torch::softmax(scores, -1).to(ac.scalar_type());
+  if (mask.defined()) scores.masked_fill_(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
+  return torch::softmax(scores, -1).to(dtype);
 }
 
 }  // namespace
 
-torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
+torch::Tensor relative_attention_probs(torch::Tensor ac, std::vector<torch::Tensor> bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale) {
   TORCH_CHECK(bds.size() == blocks.size(), "one positional score tensor per key block");
   const bool fused = cpu_kernel_allowed(ac) && (ac.scalar_type() == torch::kFloat || ac.scalar_type() == torch::kDouble);
-  if (!fused) return generic_probs(ac, bds, blocks, mask, scale);
+  if (!fused) return generic_probs(std::move(ac), std::move(bds), blocks, mask, scale);
   return RelativeAttentionProbs::apply(ac, torch::TensorList(bds), blocks, mask, scale);
 }
 

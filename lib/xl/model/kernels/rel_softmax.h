@@ -28,8 +28,9 @@ std::vector<KeyBlock> unpack_key_blocks(const std::vector<int64_t>& packed);
 // ac: [N, T, K]; bds[b]: [N, T, blocks[b].table]; mask: [T, K] bool (true = masked) or undefined.
 // Returns the probabilities in ac's dtype, computed in float32 or float64. A fused CPU kernel
 // runs on CPU tensors; elsewhere (or with the generic path forced) tensor ops do the same: the
-// relative shift is a gather of each block's table, and the softmax runs in float32 at least.
-torch::Tensor relative_attention_probs(const torch::Tensor& ac, const std::vector<torch::Tensor>& bds,
+// relative shift is a strided view of each block's table, and the softmax runs in float32 at
+// least. Taken by value: a caller that moves its scores in lets them go before the softmax.
+torch::Tensor relative_attention_probs(torch::Tensor ac, std::vector<torch::Tensor> bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale);
 
