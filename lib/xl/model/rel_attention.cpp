@@ -56,9 +56,11 @@ torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor&
   auto key_value = kv.unbind(0);
   torch::Tensor key = key_value[0].view({h * b, k, dh});
   torch::Tensor value = key_value[1].view({h * b, k, dh});
+  // The scale goes into the queries, a small tensor, instead of a pass over the scores (a GPU's
+  // step here is bound by passes over score-sized tensors).
   torch::Tensor q_heads = q.permute({2, 0, 1, 3});
-  torch::Tensor q_u = (q_heads + u.view({h, 1, 1, dh})).reshape({h * b, t, dh});
-  torch::Tensor q_v = (q_heads + v.view({h, 1, 1, dh})).reshape({h, b * t, dh});
+  torch::Tensor q_u = (q_heads + u.view({h, 1, 1, dh})).mul_(scale).reshape({h * b, t, dh});
+  torch::Tensor q_v = (q_heads + v.view({h, 1, 1, dh})).mul_(scale).reshape({h, b * t, dh});
   torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
   std::vector<torch::Tensor> bds;
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -68,7 +70,7 @@ torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor&
                             : tables[i].permute({1, 0, 2});
     bds.push_back(batched_matmul(q_v, r_k.transpose(1, 2)).view({h * b, t, p}));
   }
-  torch::Tensor probs = relative_attention_probs(std::move(ac), std::move(bds), blocks, mask, scale);
+  torch::Tensor probs = relative_attention_probs(std::move(ac), std::move(bds), blocks, mask, 1.0);
   if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
   return batched_matmul(probs, value);
 }

@@ -204,7 +204,7 @@ torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, co
   // temporaries are what a GPU runs out of first.
   torch::Tensor scores = parts.size() == 1 ? std::move(parts[0]) : torch::cat(parts, 2);
   parts.clear();
-  scores.mul_(scale);
+  if (scale != 1.0) scores.mul_(scale);
   if (mask.defined()) scores.masked_fill_(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
   return torch::softmax(scores, -1).to(dtype);
 }
