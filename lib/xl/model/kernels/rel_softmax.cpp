@@ -171,6 +171,25 @@ class RelativeAttentionProbs : public torch::autograd::Function<RelativeAttentio
   }
 };
 
+// Softmax in float32 whose probabilities come back in the products' dtype (bf16/fp16); the
+// backward reads those same probabilities, in float32 arithmetic, as Megatron's fused softmax
+// does. A layer then keeps one low-precision copy of its probabilities for the backward, where
+// autocast's softmax and the product after it kept a float32 one and a low-precision one.
+class LowPrecisionSoftmax : public torch::autograd::Function<LowPrecisionSoftmax> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& scores,
+                               c10::ScalarType dtype) {
+    torch::Tensor p = torch::softmax(scores, -1).to(dtype);
+    ctx->save_for_backward({p});
+    return p;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const torch::Tensor p = ctx->get_saved_variables()[0].to(torch::kFloat);
+    return {torch::_softmax_backward_data(grad_out[0].to(torch::kFloat), p, -1, torch::kFloat), torch::Tensor()};
+  }
+};
+
 // Block b's positional scores [N, T, P] as the block's [N, T, len] scores: query i reads its
 // table at j + T - 1 - i. With a zero column after each row that is a strided view (row stride P:
 // Transformer-XL's relative shift), so autograd keeps nothing of the table for the backward; a
@@ -184,7 +203,7 @@ torch::Tensor shifted_positional_scores(const torch::Tensor& bd, const KeyBlock&
 }
 
 // Any device, any dtype, differentiable by autograd: the relative shift as a view; masked scores
-// are -inf; the softmax runs in float32 at least.
+// are -inf; the softmax runs in float32 at least (its backward too).
 torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, const std::vector<KeyBlock>& blocks,
                             const torch::Tensor& mask, double scale) {
   const auto dtype = ac.scalar_type();
@@ -206,7 +225,7 @@ torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, co
   parts.clear();
   if (scale != 1.0) scores.mul_(scale);
   if (mask.defined()) scores.masked_fill_(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
-  return torch::softmax(scores, -1).to(dtype);
+  return dtype == compute ? torch::softmax(scores, -1) : LowPrecisionSoftmax::apply(scores, dtype);
 }
 
 }  // namespace
