@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run here (Debian 12): downloads into .gpu-debs/ (git-ignored) the Debian packages that the GPU
 # machine lacks and scripts/gpu-run.sh unpacks there: Boost's program_options and iostreams, HDF5
-# with its runtime libraries (and theirs: libcurl's) and h5diff (the CUDA CLI test compares checkpoints), OpenSSL's headers,
-# nlohmann-json, GoogleTest, Gloo's headers. Carry .gpu-debs with the call.
+# with its runtime libraries (and theirs: libcurl's) and h5diff (the CUDA CLI test compares
+# checkpoints), OpenSSL's headers, nlohmann-json, GoogleTest, Gloo's headers. Carry .gpu-debs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(

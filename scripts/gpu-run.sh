@@ -71,6 +71,7 @@ build-gpu/bin/xl-train-phase1 --version
 if [ "$what" = test ] || [ "$what" = all ]; then
   stage "CUDA tests"
   (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
+  status=$?
   grep -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$out/cuda-tests.log" | tail -12
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -87,3 +88,4 @@ for l in open(sys.argv[1]):
 PY
 fi
 stage "done"
+exit "${status:-0}"
