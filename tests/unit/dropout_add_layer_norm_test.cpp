@@ -1,5 +1,5 @@
 // The post-LN sublayers' end, layer_norm(residual + dropout(x)) (kernels/dropout_add_layer_norm.h),
-// the feed-forward's dropout(relu(x)) (kernels/fused_dropout.h) and the counter-based mask
+// the feed-forward's dropout(relu(x W^T + b)) (kernels/fused_dropout.h) and the counter-based mask
 // beneath them (kernels/dropout_mask.h), against explicit computations:
 // the mask element by element from the hash that defines it and the key drawn from the seeded
 // generator, LibTorch's own layer_norm and autograd on that independently masked sum, for rows that
@@ -65,6 +65,7 @@ TEST(DropoutMask, AnySpanOfACallMatchesTheHashElementByElement) {
     const auto key = xl::model::dropout_mask::draw(p);
     torch::Tensor x = torch::randn({n}, torch::kDouble).to(dtype), r = torch::randn({n}, torch::kDouble).to(dtype);
     torch::Tensor scaled = torch::empty_like(x), relu = torch::empty_like(x), added = torch::empty_like(x);
+    torch::Tensor biased = torch::empty_like(x);
     // Spans that start and end anywhere: inside blocks, on their edges, one element long.
     const std::vector<int64_t> cuts{0, 1, 100, 4095, 4096, 4097, 5000, 8191, 8200, 12000, 12287, n};
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
@@ -76,12 +77,14 @@ TEST(DropoutMask, AnySpanOfACallMatchesTheHashElementByElement) {
         xl::model::dropout_mask::apply(xp, nullptr, scaled.data_ptr<float>() + e0, len, e0, key, s, Op::scale);
         xl::model::dropout_mask::apply(xp, nullptr, relu.data_ptr<float>() + e0, len, e0, key, s, Op::relu_scale);
         xl::model::dropout_mask::apply(xp, rp, added.data_ptr<float>() + e0, len, e0, key, s, Op::add);
+        xl::model::dropout_mask::apply(xp, rp, biased.data_ptr<float>() + e0, len, e0, key, s, Op::bias_relu_scale);
       } else {
         const double *xp = x.data_ptr<double>() + e0, *rp = r.data_ptr<double>() + e0;
         const double s = 1.0 / (1.0 - p);
         xl::model::dropout_mask::apply(xp, nullptr, scaled.data_ptr<double>() + e0, len, e0, key, s, Op::scale);
         xl::model::dropout_mask::apply(xp, nullptr, relu.data_ptr<double>() + e0, len, e0, key, s, Op::relu_scale);
         xl::model::dropout_mask::apply(xp, rp, added.data_ptr<double>() + e0, len, e0, key, s, Op::add);
+        xl::model::dropout_mask::apply(xp, rp, biased.data_ptr<double>() + e0, len, e0, key, s, Op::bias_relu_scale);
       }
     }
     const torch::Tensor xd = x.to(torch::kDouble), rd = r.to(torch::kDouble);
@@ -89,33 +92,46 @@ TEST(DropoutMask, AnySpanOfACallMatchesTheHashElementByElement) {
     EXPECT_TRUE(torch::allclose(scaled.to(torch::kDouble), xd * want, tol, tol)) << dtype;
     EXPECT_TRUE(torch::allclose(relu.to(torch::kDouble), xd.relu() * want, tol, tol)) << dtype;
     EXPECT_TRUE(torch::allclose(added.to(torch::kDouble), rd + xd * want, tol, tol)) << dtype;
+    EXPECT_TRUE(torch::allclose(biased.to(torch::kDouble), (xd + rd).relu() * want, tol, tol)) << dtype;
     const double kept_share = (want > 0).to(torch::kDouble).mean().item<double>();
     EXPECT_NEAR(kept_share, 1 - p, 0.02);
   }
 }
 
-// Against relu(x) times the mask from the hash, and LibTorch's autograd of that in double.
-TEST(ReluDropout, MatchesTheMaskedReluAndItsGradient) {
+// Against relu(x W^T + b) times the mask from the hash, and LibTorch's autograd of that in double,
+// with the bias (the CPU kernel adds it in the mask's pass and sums its gradient there) and
+// without.
+TEST(LinearReluDropout, MatchesTheMaskedReluAndItsGradients) {
   const double p = 0.25;
-  const int64_t rows = 45, d = 300;  // 13,500 elements: four mask blocks; rows end off the vector width
+  const int64_t rows = 45, in = 7, d = 300;  // 13,500 outputs: four mask blocks; rows end off the vector width
   const uint64_t seed = 9;
   const torch::Tensor mask = next_mask(seed, rows * d, p).view({rows, d});
-  for (auto dtype : {torch::kFloat, torch::kDouble}) {
-    SCOPED_TRACE(::testing::Message() << dtype);
-    torch::manual_seed(3);
-    const torch::Tensor x = torch::randn({rows, d}).to(torch::kDouble), g = torch::randn({rows, d}).to(torch::kDouble);
-    torch::Tensor xr = x.clone().requires_grad_();
-    const torch::Tensor want = torch::relu(xr) * mask;
-    want.backward(g);
-    torch::Tensor xf = x.to(dtype).requires_grad_();
-    torch::manual_seed(seed);
-    const torch::Tensor got = xl::model::fused_relu_dropout(xf, p, true);
-    got.backward(g.to(dtype));
-    const double tol = dtype == torch::kFloat ? 1e-6 : 1e-15;
-    ASSERT_EQ(got.scalar_type(), dtype);
-    EXPECT_LE((got.to(torch::kDouble) - want.detach()).abs().max().item<double>(), tol * 4);
-    EXPECT_LE((xf.grad().to(torch::kDouble) - xr.grad()).abs().max().item<double>(), tol * 8);
-    EXPECT_GT((got == 0).to(torch::kDouble).mean().item<double>(), p);  // dropped and cut by the ReLU
+  for (bool with_bias : {true, false}) {
+    for (auto dtype : {torch::kFloat, torch::kDouble}) {
+      SCOPED_TRACE(::testing::Message() << dtype << (with_bias ? " with bias" : " without bias"));
+      torch::manual_seed(3);
+      const torch::Tensor x = torch::randn({rows, in}, torch::kDouble), w = torch::randn({d, in}, torch::kDouble);
+      const torch::Tensor b = torch::randn({d}, torch::kDouble), g = torch::randn({rows, d}, torch::kDouble);
+      torch::Tensor xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_(), br = b.clone().requires_grad_();
+      const torch::Tensor want = torch::relu(torch::matmul(xr, wr.t()) + (with_bias ? br : br * 0)) * mask;
+      want.backward(g);
+      torch::Tensor xf = x.to(dtype).requires_grad_(), wf = w.to(dtype).requires_grad_();
+      torch::Tensor bf = b.to(dtype).requires_grad_();
+      torch::manual_seed(seed);
+      const torch::Tensor got = xl::model::linear_relu_dropout(xf, wf, with_bias ? bf : torch::Tensor(), p, true);
+      got.backward(g.to(dtype));
+      const double tol = dtype == torch::kFloat ? 1e-5 : 1e-13;
+      ASSERT_EQ(got.scalar_type(), dtype);
+      EXPECT_LE((got.to(torch::kDouble) - want.detach()).abs().max().item<double>(), tol);
+      EXPECT_LE((xf.grad().to(torch::kDouble) - xr.grad()).abs().max().item<double>(), tol * 10);
+      EXPECT_LE((wf.grad().to(torch::kDouble) - wr.grad()).abs().max().item<double>(), tol * 10);
+      if (with_bias) {
+        EXPECT_LE((bf.grad().to(torch::kDouble) - br.grad()).abs().max().item<double>(), tol * 10);
+      } else {
+        EXPECT_FALSE(bf.grad().defined());
+      }
+      EXPECT_GT((got == 0).to(torch::kDouble).mean().item<double>(), p);  // dropped and cut by the ReLU
+    }
   }
 }
 

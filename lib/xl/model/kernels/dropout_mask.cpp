@@ -43,6 +43,7 @@ void mask_scalar(const T* x, const T* r, T* y, uint32_t from, uint32_t n, uint32
     const T m = k.keep(first + i) ? scale : T(0);
     if (op == Op::scale) y[i] = x[i] * m;
     else if (op == Op::relu_scale) y[i] = (x[i] > T(0) ? x[i] : T(0)) * m;
+    else if (op == Op::bias_relu_scale) y[i] = (x[i] + r[i] > T(0) ? x[i] + r[i] : T(0)) * m;
     else y[i] = r[i] + x[i] * m;
   }
 }
@@ -70,6 +71,8 @@ __attribute__((target("avx2"))) void mask_avx2(const float* x, const float* r, f
     __m256 v = _mm256_loadu_ps(x + i);
     if (op == Op::scale) _mm256_storeu_ps(y + i, _mm256_mul_ps(v, m));
     else if (op == Op::relu_scale) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_max_ps(v, zero), m));
+    else if (op == Op::bias_relu_scale)
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_max_ps(_mm256_add_ps(v, _mm256_loadu_ps(r + i)), zero), m));
     else _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(r + i), _mm256_mul_ps(v, m)));
   }
   mask_scalar<float>(x, r, y, i, n, first, k, scale, op);
@@ -106,6 +109,8 @@ __attribute__((target("avx512f"))) void mask_avx512(const float* x, const float*
     __m512 v = _mm512_loadu_ps(x + i);
     if (op == Op::scale) _mm512_storeu_ps(y + i, _mm512_mul_ps(v, m));
     else if (op == Op::relu_scale) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_max_ps(v, zero), m));
+    else if (op == Op::bias_relu_scale)
+      _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_max_ps(_mm512_add_ps(v, _mm512_loadu_ps(r + i)), zero), m));
     else _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(r + i), _mm512_mul_ps(v, m)));
   }
   mask_scalar<float>(x, r, y, i, n, first, k, scale, op);

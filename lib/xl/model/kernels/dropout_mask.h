@@ -20,12 +20,13 @@ Key saved(const torch::autograd::AutogradContext* ctx);
 
 enum class Op {
   scale,       // y = x * m
-  relu_scale,  // y = relu(x) * m
-  add,         // y = r + x * m
+  relu_scale,       // y = relu(x) * m
+  bias_relu_scale,  // y = relu(x + r) * m
+  add,              // y = r + x * m
 };
 
 // Elements [e0, e0 + n) of a call: y[i] = Op(x[i], r[i], m(e0 + i)), m = scale where kept, else 0.
-// r is read only by Op::add.
+// r is read only by Op::bias_relu_scale and Op::add.
 void apply(const float* x, const float* r, float* y, int64_t n, int64_t e0, const Key& k, float scale, Op op);
 void apply(const double* x, const double* r, double* y, int64_t n, int64_t e0, const Key& k, double scale, Op op);
 

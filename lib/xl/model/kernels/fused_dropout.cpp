@@ -3,10 +3,14 @@
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/dropout_mask.h"
 #include "xl/model/kernels/kernel_choice.h"
+#include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/row_kernels.h"
+#include "xl/model/precision.h"
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace xl::model {
@@ -72,15 +76,38 @@ class Dropout : public torch::autograd::Function<Dropout> {
   }
 };
 
+// Rows per task of ReluDropout's bias gradient: each task sums its rows in order, and the tasks'
+// sums are added in order after, so the thread count never changes the bits.
+constexpr int64_t kTaskRows = 32;
+
+// dropout(relu(x + bias)) over x's last dimension; bias [d], or [0] for none (LibTorch 1.13's
+// Function::apply takes no undefined tensors).
 class ReluDropout : public torch::autograd::Function<ReluDropout> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, double p) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& bias, double p) {
     Key k = dropout_mask::draw(p);
     torch::Tensor xc = x.contiguous();
     torch::Tensor out = torch::empty_like(xc);
-    apply_mask(xc, torch::Tensor(), out, k, p, true);
+    const bool has_bias = bias.numel() > 0;
+    if (has_bias) {  // a row at a time, the bias beside it: the same mask as over the whole tensor
+      const int64_t d = xc.size(-1), n_rows = xc.numel() / d;
+      const double scale = 1.0 / (1.0 - p);
+      AT_DISPATCH_FLOATING_TYPES(xc.scalar_type(), "fused_bias_relu_dropout", [&] {
+        const scalar_t *xp = xc.data_ptr<scalar_t>(), *bp = bias.data_ptr<scalar_t>();
+        scalar_t* yp = out.data_ptr<scalar_t>();
+        xl::model::parallel_for(0, n_rows, std::max<int64_t>(1, 32768 / d), [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r)
+            dropout_mask::apply(xp + r * d, bp, yp + r * d, d, r * d, k, static_cast<scalar_t>(scale),
+                                Op::bias_relu_scale);
+        });
+      });
+    } else {
+      apply_mask(xc, torch::Tensor(), out, k, p, true);
+    }
     ctx->save_for_backward({out});
     ctx->saved_data["p"] = p;
+    ctx->saved_data["bias"] = has_bias;
     return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -90,16 +117,48 @@ class ReluDropout : public torch::autograd::Function<ReluDropout> {
     double scale = 1.0 / (1.0 - ctx->saved_data["p"].toDouble());
     torch::Tensor go = g[0].contiguous();
     torch::Tensor gi = torch::empty_like(go);
-    AT_DISPATCH_FLOATING_TYPES(go.scalar_type(), "fused_relu_dropout_backward", [&] {
+    if (!ctx->saved_data["bias"].toBool()) {
+      AT_DISPATCH_FLOATING_TYPES(go.scalar_type(), "fused_relu_dropout_backward", [&] {
+        const scalar_t* gp = go.data_ptr<scalar_t>();
+        const scalar_t* op = out.data_ptr<scalar_t>();
+        scalar_t* ip = gi.data_ptr<scalar_t>();
+        const scalar_t s = static_cast<scalar_t>(scale);
+        xl::model::parallel_for(0, go.numel(), 16384, [&](int64_t b, int64_t e) {
+          relu_grad(gp + b, op + b, ip + b, e - b, s);
+        });
+      });
+      return {gi, torch::Tensor(), torch::Tensor()};
+    }
+    // The bias's gradient, the input's summed over rows, in the same pass: partial sums of
+    // kTaskRows rows, then those in order.
+    const int64_t d = go.size(-1), n_rows = go.numel() / d, tasks = (n_rows + kTaskRows - 1) / kTaskRows;
+    torch::Tensor partial = torch::empty({tasks, d}, go.options()), d_bias = torch::empty({d}, go.options());
+    AT_DISPATCH_FLOATING_TYPES(go.scalar_type(), "fused_bias_relu_dropout_backward", [&] {
       const scalar_t* gp = go.data_ptr<scalar_t>();
       const scalar_t* op = out.data_ptr<scalar_t>();
-      scalar_t* ip = gi.data_ptr<scalar_t>();
+      scalar_t *ip = gi.data_ptr<scalar_t>(), *pp = partial.data_ptr<scalar_t>(), *db = d_bias.data_ptr<scalar_t>();
       const scalar_t s = static_cast<scalar_t>(scale);
-      xl::model::parallel_for(0, go.numel(), 16384, [&](int64_t b, int64_t e) {
-        relu_grad(gp + b, op + b, ip + b, e - b, s);
+      xl::model::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          scalar_t* sum = pp + task * d;
+          const int64_t i0 = task * kTaskRows, i1 = std::min(n_rows, i0 + kTaskRows);
+          relu_grad(gp + i0 * d, op + i0 * d, ip + i0 * d, d, s);
+          std::copy_n(ip + i0 * d, d, sum);
+          for (int64_t i = i0 + 1; i < i1; ++i) {
+            relu_grad(gp + i * d, op + i * d, ip + i * d, d, s);
+            rows::add_scale(sum, ip + i * d, sum, d, scalar_t(1));
+          }
+        }
+      });
+      xl::model::parallel_for(0, d, 256, [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          double total = 0;
+          for (int64_t task = 0; task < tasks; ++task) total += pp[task * d + j];
+          db[j] = static_cast<scalar_t>(total);
+        }
       });
     });
-    return {gi, torch::Tensor()};
+    return {gi, d_bias, torch::Tensor()};
   }
 };
 
@@ -134,10 +193,16 @@ torch::Tensor fused_dropout(const torch::Tensor& x, double p, bool train) {
   return fused(x) ? Dropout::apply(x, p) : torch::dropout(x, p, true);
 }
 
-torch::Tensor fused_relu_dropout(const torch::Tensor& x, double p, bool train) {
-  if (!train || p <= 0) return torch::relu(x);
-  if (p >= 1) return torch::relu(x) * 0;
-  return fused(x) ? ReluDropout::apply(x, p) : torch::dropout(torch::relu(x), p, true);
+torch::Tensor linear_relu_dropout(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  double p, bool train) {
+  const bool drop = train && p > 0 && p < 1;
+  const bool bias_here = drop && fused(x) && !cpu_autocast_enabled() && bias.defined() && bias.dim() == 1 &&
+                         bias.device().is_cpu() && bias.scalar_type() == x.scalar_type() &&
+                         weight.scalar_type() == x.scalar_type();
+  if (bias_here) return ReluDropout::apply(xl::model::linear(x, weight), bias.contiguous(), p);
+  const torch::Tensor h = xl::model::linear(x, weight, bias);
+  if (!drop) return p >= 1 && train ? torch::relu(h) * 0 : torch::relu(h);
+  return fused(h) ? ReluDropout::apply(h, torch::empty({0}, h.options()), p) : torch::dropout(torch::relu(h), p, true);
 }
 
 torch::Tensor fused_dropout_add(const torch::Tensor& x, const torch::Tensor& residual, double p, bool train) {

@@ -10,8 +10,11 @@ namespace xl::model {
 
 // dropout(x); identity when !train or p == 0.
 torch::Tensor fused_dropout(const torch::Tensor& x, double p, bool train);
-// dropout(relu(x)).
-torch::Tensor fused_relu_dropout(const torch::Tensor& x, double p, bool train);
+// dropout(relu(x W^T + bias)): the feed-forward's first product and what follows it. With the
+// CPU kernels in training the mask's pass adds the bias (the product writes no copy of it to add
+// to) and backward's pass sums its gradient; elsewhere the product takes the bias.
+torch::Tensor linear_relu_dropout(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  double p, bool train);
 // residual + dropout(x).
 torch::Tensor fused_dropout_add(const torch::Tensor& x, const torch::Tensor& residual, double p, bool train);
 
