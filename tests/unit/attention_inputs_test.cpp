@@ -1,7 +1,8 @@
 // A layer's fused attention inputs (kernels/attention_inputs.h) against the separate linear maps
 // and the concatenation, in double precision with LibTorch's autograd: q, kv and the gradients of
-// the segment and of W (the memory's share included), with a memory to project or none, and with
-// only the keys and values used downstream. Evaluation's form (attention_inputs_into) writes the
+// the segment and of W (the memory's share included), with a memory to project or none, with
+// only the keys and values used downstream, and with the queries' biases u and v added (and their
+// gradients) or not. Evaluation's form (attention_inputs_into) writes the
 // segment's keys and values behind kept ones in a larger buffer, and nothing else.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -15,46 +16,84 @@ double worst(const torch::Tensor& got, const torch::Tensor& want) {
 }
 
 enum class Memory { kNone, kProjected };
+// Which queries the loss reads: none, q (no biases), or with the biases u and v: both of q + u and
+// q + v, or only one of them (the other's gradient arrives undefined).
+enum class Queries { kUnused, kPlain, kBiased, kContentOnly, kPositionalOnly };
 
 void check(int64_t batch, int64_t t, int64_t m, int64_t d, int64_t q_width, int64_t kv_width, Memory memory,
-           bool use_q) {
+           Queries queries) {
   SCOPED_TRACE(testing::Message() << "B " << batch << " T " << t << " M " << m << " memory " << int(memory)
-                                  << " q used " << use_q);
+                                  << " queries " << int(queries));
+  const bool biased = queries != Queries::kUnused && queries != Queries::kPlain;
   torch::manual_seed(3);
   auto x = torch::randn({batch, t, d}), mem = torch::randn({batch, m, d});
   auto w = (torch::randn({q_width + kv_width, d}) * 0.2).requires_grad_();
+  auto u = torch::randn({q_width}).requires_grad_(), v = torch::randn({q_width}).requires_grad_();
   auto xg = x.clone().requires_grad_();
-  auto got = xl::model::attention_inputs(xg, memory == Memory::kProjected ? mem : torch::Tensor(), w, q_width);
+  auto got = xl::model::attention_inputs(xg, memory == Memory::kProjected ? mem : torch::Tensor(), w, q_width,
+                                         biased ? u : torch::Tensor(), biased ? v : torch::Tensor());
   const int64_t keys = (memory == Memory::kNone ? 0 : m) + t;
   ASSERT_EQ(got.q.sizes(), torch::IntArrayRef({batch, t, q_width}));
   ASSERT_EQ(got.kv.sizes(), torch::IntArrayRef({batch, keys, kv_width}));
-  auto gq = torch::randn_like(got.q), gkv = torch::randn_like(got.kv);
+  ASSERT_EQ(got.q_v.defined(), biased);
+  auto gq = torch::randn_like(got.q), gqv = torch::randn_like(got.q), gkv = torch::randn_like(got.kv);
   auto loss = (got.kv * gkv).sum();
-  if (use_q) loss = loss + (got.q * gq).sum();
+  const bool content = queries == Queries::kPlain || queries == Queries::kBiased || queries == Queries::kContentOnly;
+  const bool positional = queries == Queries::kBiased || queries == Queries::kPositionalOnly;
+  if (content) loss = loss + (got.q * gq).sum();
+  if (positional) loss = loss + (got.q_v * gqv).sum();
   loss.backward();
 
   auto xd = x.to(torch::kDouble).requires_grad_(), wd = w.detach().to(torch::kDouble).requires_grad_();
+  auto ud = u.detach().to(torch::kDouble).requires_grad_(), vd = v.detach().to(torch::kDouble).requires_grad_();
   auto qd = torch::matmul(xd, wd.narrow(0, 0, q_width).t());
   auto kvd = torch::matmul(xd, wd.narrow(0, q_width, kv_width).t());
   if (memory == Memory::kProjected)
     kvd = torch::cat({torch::matmul(mem.to(torch::kDouble), wd.narrow(0, q_width, kv_width).t()), kvd}, 1);
+  auto q_ud = biased ? qd + ud : qd, q_vd = qd + vd;
   auto lossd = (kvd * gkv.to(torch::kDouble)).sum();
-  if (use_q) lossd = lossd + (qd * gq.to(torch::kDouble)).sum();
+  if (content) lossd = lossd + (q_ud * gq.to(torch::kDouble)).sum();
+  if (positional) lossd = lossd + (q_vd * gqv.to(torch::kDouble)).sum();
   lossd.backward();
-  EXPECT_LT(worst(got.q, qd), 1e-5);
+  EXPECT_LT(worst(got.q, q_ud), 1e-5);
+  if (biased) {
+    EXPECT_LT(worst(got.q_v, q_vd), 1e-5);
+  }
   EXPECT_LT(worst(got.kv, kvd), 1e-5);
   EXPECT_LT(worst(xg.grad(), xd.grad()), 1e-5);
   EXPECT_LT(worst(w.grad(), wd.grad()), 1e-5);
+  if (content && biased) {
+    EXPECT_LT(worst(u.grad(), ud.grad()), 1e-5);
+  }
+  if (positional) {
+    EXPECT_LT(worst(v.grad(), vd.grad()), 1e-5);
+  }
+  if (!biased) {
+    EXPECT_FALSE(u.grad().defined() || v.grad().defined());
+  }
 }
 
 TEST(AttentionInputs, MatchesSeparateProjectionsInDoubleWithGradients) {
   at::set_num_threads(2);
   for (Memory memory : {Memory::kProjected, Memory::kNone})
-    for (bool use_q : {true, false}) check(3, 5, 4, 16, 8, 16, memory, use_q);
-  check(3, 5, 1, 16, 8, 16, Memory::kProjected, true);           // one memory slot
-  check(1, 5, 4, 16, 8, 16, Memory::kProjected, true);           // one sequence
-  check(16, 128, 128, 128, 128, 256, Memory::kProjected, true);  // tiny's shape
-  check(2, 64, 96, 64, 64, 192, Memory::kProjected, true);       // MGK's: three kv parts
+    for (Queries queries : {Queries::kUnused, Queries::kPlain, Queries::kBiased, Queries::kContentOnly,
+                            Queries::kPositionalOnly})
+      check(3, 5, 4, 16, 8, 16, memory, queries);
+  check(3, 5, 1, 16, 8, 16, Memory::kProjected, Queries::kBiased);           // one memory slot
+  check(1, 5, 4, 16, 8, 16, Memory::kProjected, Queries::kBiased);           // one sequence
+  check(16, 128, 128, 128, 128, 256, Memory::kProjected, Queries::kBiased);  // tiny's shape
+  check(2, 64, 96, 64, 64, 192, Memory::kProjected, Queries::kPlain);        // MGK's: three kv parts
+}
+
+// Outside the kernels' reach (float64 here) the biased queries come from biased_queries.
+TEST(AttentionInputs, BiasedQueriesOnTheGenericPathMatchTheBroadcastAdds) {
+  torch::manual_seed(5);
+  auto x = torch::randn({2, 3, 8}, torch::kDouble), w = torch::randn({8 + 16, 8}, torch::kDouble);
+  auto u = torch::randn({2, 4}, torch::kDouble), v = torch::randn({2, 4}, torch::kDouble);
+  auto got = xl::model::attention_inputs(x, torch::Tensor(), w, 8, u, v);
+  auto q = torch::matmul(x, w.narrow(0, 0, 8).t());
+  EXPECT_TRUE(torch::allclose(got.q, q + u.reshape({8}), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(got.q_v, q + v.reshape({8}), 1e-12, 1e-12));
 }
 
 // Kept rows [start, start + m) of each stream in a buffer of `capacity` rows; the segment's t rows
@@ -69,10 +108,14 @@ void check_into(int64_t batch, int64_t t, int64_t m, int64_t start, int64_t capa
   auto buffer = torch::randn({batch, capacity, kv_width}, dtype);
   const auto before = buffer.clone();
   auto kv = buffer.narrow(1, start, m + t);
-  auto got = xl::model::attention_inputs_into(x, w, q_width, kv);
+  auto u = torch::randn({q_width}, dtype), v = torch::randn({q_width}, dtype);
+  auto got = xl::model::attention_inputs_into(x, w, q_width, kv, u, v);
   EXPECT_TRUE(got.kv.is_same(kv));
   auto xd = x.to(torch::kDouble), wd = w.to(torch::kDouble);
-  EXPECT_LT(worst(got.q, torch::matmul(xd, wd.narrow(0, 0, q_width).t())), 1e-6);
+  const auto qd = torch::matmul(xd, wd.narrow(0, 0, q_width).t());
+  EXPECT_LT(worst(got.q, qd + u.to(torch::kDouble)), 1e-6);
+  EXPECT_LT(worst(got.q_v, qd + v.to(torch::kDouble)), 1e-6);
+  EXPECT_LT(worst(xl::model::attention_inputs_into(x, w, q_width, kv).q, qd), 1e-6);  // no biases: q itself
   EXPECT_LT(worst(kv.narrow(1, m, t), torch::matmul(xd, wd.narrow(0, q_width, kv_width).t())), 1e-6);
   // Every other row of the buffer is as it was: the kept ones, and the room on either side.
   auto untouched = torch::ones({batch, capacity}, torch::kBool);

@@ -5,7 +5,6 @@
 
 #include "xl/model/kernels/attention_inputs.h"
 #include "xl/model/kernels/batched_matmul.h"
-#include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/dropout_add_layer_norm.h"
 #include "xl/model/kernels/fused_dropout.h"
@@ -214,6 +213,13 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     const int64_t parts = mgk_k_net ? 1 + variants.mgk_keys : 2;
     const torch::Tensor weight = mgk_k_net ? torch::cat({qkv_net->weight, mgk_k_net->weight}, 0) : qkv_net->weight;
     torch::Tensor x_q = pre_lnorm ? layer_norm(w) : w;
+    // The blocked kernel runs in float32 on the CPU, so the queries are float32 when x_q is and no
+    // autocast is on. (same_length without memory hides every key: left to the general path.)
+    const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
+                         chunked_attention_usable(x_q) && !cpu_autocast_enabled();
+    // Without a variant, the projections' pass adds u and v to the queries for the blocked kernel.
+    const bool biased = blocked && !variants.has_variant();
+    const torch::Tensor u_in = biased ? u : torch::Tensor(), v_in = biased ? v : torch::Tensor();
     torch::Tensor kv_proj;  // [B, M + T, parts, H, dh]
     AttentionInputs inputs;
     if (kv_out) {
@@ -230,11 +236,11 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       *kv_out = kept.grown(t, row_window_capacity(std::max(pass.mem_len, m), t),
                            torch::empty({b, 0, parts, h, dh}, w.options()));
       kv_proj = kv_out->rows();
-      inputs = attention_inputs_into(x_q, weight, h * dh, kv_proj.view({b, m + t, parts * h * dh}));
+      inputs = attention_inputs_into(x_q, weight, h * dh, kv_proj.view({b, m + t, parts * h * dh}), u_in, v_in);
     } else {
       torch::Tensor mem_x;
       if (m > 0) mem_x = pre_lnorm ? layer_norm(mem.hidden) : mem.hidden;
-      inputs = attention_inputs(x_q, mem_x, weight, h * dh);
+      inputs = attention_inputs(x_q, mem_x, weight, h * dh, u_in, v_in);
       kv_proj = inputs.kv.view({b, m + t, parts, h, dh});
     }
     torch::Tensor q = inputs.q.view({b, t, h, dh});
@@ -245,18 +251,15 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     for (const auto& blk : blocks) tables.push_back(positional_keys(blk, t, pass, w.options()));
 
     torch::Tensor vec;  // [B, T, H, dh]
-    // (same_length without memory hides every key: left to the general path, as before.)
-    const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
-                         chunked_attention_usable(q);
     if (variants.has_variant()) {
       VariantParams params{torch::Tensor(), mgk_mu, mgk_pi, pers_key, pers_val, span_z};
       if (mgk_k_net) params.mgk_keys = kv_proj.narrow(2, 2, parts - 2);
       vec = variant_attention(variants, params, q, kv_proj.narrow(2, 0, 2), tables, blocks, perm, u, v, mask,
                               pass.dropatt, pass.training, blocked);
     } else if (blocked) {
-      // Every operand in the projections' own layout; SCH is a head index inside the kernel.
-      const auto [q_u, q_v] = biased_queries(q, u, v);
-      vec = chunked_relative_attention(q_u, q_v, kv_proj, tables, blocks, perm, mask, scale);
+      // Every operand in the projections' own layout; SCH is a head index inside the kernel. q is
+      // q + u here.
+      vec = chunked_relative_attention(q, inputs.q_v.view({b, t, h, dh}), kv_proj, tables, blocks, perm, mask, scale);
     } else {
       vec = full_matrix_attention(q, kv_proj, tables, blocks, perm, u, v, mask, scale, pass)
                 .view({h, b, t, dh})

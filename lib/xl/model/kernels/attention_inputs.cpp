@@ -2,12 +2,15 @@
 
 #include <cstring>
 #include <optional>
+#include <vector>
 
+#include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/row_layout.h"
+#include "xl/model/kernels/row_kernels.h"
 #include "xl/model/precision.h"
 
 namespace xl::model {
@@ -40,22 +43,107 @@ std::optional<Rows> rows_of(const torch::Tensor& t) {
   return Rows{floats(t), stream_stride(t) / row_stride(t), row_stride(t)};
 }
 
+// The queries' biases u and v [q_width] (Transformer-XL's content and positional biases), or
+// null pointers for none.
+struct QueryBiases {
+  const float *u = nullptr, *v = nullptr;
+  bool given() const { return u != nullptr; }
+};
+
+// Splits the product's rows seg [B x T, width] in one parallel pass: each row's first q_width
+// floats are its query, written as q (no biases) or as q + u into q and q + v into q_v; the rest
+// are its keys and values, copied into row m + i of its stream in kv.
+void split_rows(const float* seg, int64_t batch, int64_t t, int64_t width, int64_t q_width, const QueryBiases& biases,
+                float* q, float* q_v, Rows kv, int64_t m) {
+  const int64_t kv_width = width - q_width;
+  parallel_for(0, batch * t, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = seg + r * width;
+      if (biases.given()) {
+        rows::add_scale(row, biases.u, q + r * q_width, q_width, 1.0f);
+        rows::add_scale(row, biases.v, q_v + r * q_width, q_width, 1.0f);
+      } else {
+        std::memcpy(q + r * q_width, row, sizeof(float) * static_cast<size_t>(q_width));
+      }
+      std::memcpy(kv.at + ((r / t) * kv.group + m + r % t) * kv.ld, row + q_width,
+                  sizeof(float) * static_cast<size_t>(kv_width));
+    }
+  });
+}
+
+// Rows per task of the biases' gradients: each task sums its rows in order, and the tasks' sums
+// are added in order after, so the thread count never changes the bits.
+constexpr int64_t kTaskRows = 32;
+
+// backward's d_seg [B x T, width] from the queries' gradients (with biases: g_u + g_v, and their
+// sums over the rows into d_u, d_v) and the segment's rows of kv's gradient, in one parallel pass.
+// An undefined gradient counts as zeros.
+void gather_rows(const torch::Tensor& g_q, const torch::Tensor& g_v, const torch::Tensor& g_kv, int64_t batch,
+                 int64_t t, int64_t width, int64_t q_width, int64_t m, float* d_seg, float* d_u, float* d_v) {
+  const int64_t n = batch * t, kv_width = width - q_width, tasks = (n + kTaskRows - 1) / kTaskRows;
+  const bool biased = d_u != nullptr;
+  const float* gq = g_q.defined() ? floats(g_q) : nullptr;
+  const float* gv = g_v.defined() ? floats(g_v) : nullptr;
+  const float* gkv = g_kv.defined() ? floats(g_kv) : nullptr;
+  std::vector<float> partial(biased ? static_cast<size_t>(2 * tasks * q_width) : 0);
+  parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      float* pu = partial.data() + 2 * task * q_width;
+      float* pv = pu + q_width;
+      if (biased) std::fill_n(pu, 2 * q_width, 0.0f);
+      for (int64_t r = task * kTaskRows; r < std::min(n, (task + 1) * kTaskRows); ++r) {
+        float* row = d_seg + r * width;
+        const float* a = gq ? gq + r * q_width : nullptr;
+        const float* b = biased && gv ? gv + r * q_width : nullptr;
+        if (a && b) rows::add_scale(a, b, row, q_width, 1.0f);
+        else if (a || b) std::memcpy(row, a ? a : b, sizeof(float) * static_cast<size_t>(q_width));
+        else std::fill_n(row, q_width, 0.0f);
+        if (biased) {
+          if (a) rows::add_scale(pu, a, pu, q_width, 1.0f);
+          if (b) rows::add_scale(pv, b, pv, q_width, 1.0f);
+        }
+        if (gkv) {
+          const int64_t k_rows = m + t;
+          std::memcpy(row + q_width, gkv + ((r / t) * k_rows + m + r % t) * kv_width,
+                      sizeof(float) * static_cast<size_t>(kv_width));
+        } else {
+          std::fill_n(row + q_width, kv_width, 0.0f);
+        }
+      }
+    }
+  });
+  if (!biased) return;
+  parallel_for(0, q_width, 256, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      double su = 0, sv = 0;
+      for (int64_t task = 0; task < tasks; ++task)
+        su += partial[static_cast<size_t>(2 * task * q_width + j)],
+            sv += partial[static_cast<size_t>((2 * task + 1) * q_width + j)];
+      d_u[j] = static_cast<float>(su), d_v[j] = static_cast<float>(sv);
+    }
+  });
+}
+
 class Projections : public torch::autograd::Function<Projections> {
  public:
-  // x [B, T, d], memory [B, M, d] to project or [0]; weight [q_width + kv_width, d]; all contiguous.
+  // x [B, T, d], memory [B, M, d] to project or [0]; weight [q_width + kv_width, d]; u, v [q_width]
+  // or both [0] (LibTorch 1.13's Function::apply takes no undefined tensors); all contiguous.
+  // Returns {q or q + u, q + v or [0], kv}.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& memory, const torch::Tensor& weight,
-                                                int64_t q_width) {
+                                                const torch::Tensor& u, const torch::Tensor& v, int64_t q_width) {
     const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
     const int64_t kv_width = width - q_width, n = batch * t;
-    const bool project = memory.numel() > 0;
+    const bool project = memory.numel() > 0, biased = u.numel() > 0;
     const int64_t m = project ? memory.size(1) : 0;
     torch::Tensor seg = torch::empty({n, width}, x.options());
     sgemm_row_major(false, true, n, width, d, floats(x), d, floats(weight), d, 0, floats(seg), width);
     torch::Tensor q = torch::empty({batch, t, q_width}, x.options());
+    torch::Tensor q_v = biased ? torch::empty({batch, t, q_width}, x.options()) : torch::empty({0}, x.options());
     torch::Tensor kv = torch::empty({batch, m + t, kv_width}, x.options());
-    copy_rows({floats(seg), 0, width}, {floats(q), 0, q_width}, 1, n, q_width);
-    copy_rows({floats(seg) + q_width, t, width}, {floats(kv) + m * kv_width, m + t, kv_width}, batch, t, kv_width);
+    const QueryBiases biases = biased ? QueryBiases{floats(u), floats(v)} : QueryBiases{};
+    split_rows(floats(seg), batch, t, width, q_width, biases, floats(q), biased ? floats(q_v) : nullptr,
+               {floats(kv), m + t, kv_width}, m);
     if (project) {  // W_kv: W's rows from q_width on
       torch::Tensor kv_mem = torch::empty({batch * m, kv_width}, x.options());
       sgemm_row_major(false, true, batch * m, kv_width, d, floats(memory), d, floats(weight) + q_width * d, d, 0,
@@ -64,7 +152,8 @@ class Projections : public torch::autograd::Function<Projections> {
     }
     ctx->save_for_backward({x, memory, weight});
     ctx->saved_data["q_width"] = q_width;
-    return {q, kv};
+    ctx->saved_data["biased"] = biased;
+    return {q, q_v, kv};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -72,19 +161,18 @@ class Projections : public torch::autograd::Function<Projections> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &memory = saved[1], &weight = saved[2];
     const int64_t q_width = ctx->saved_data["q_width"].toInt();
+    const bool biased = ctx->saved_data["biased"].toBool();
     const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
     const int64_t kv_width = width - q_width, n = batch * t;
-    // An unused output's gradient arrives undefined: zeros stand in.
-    torch::Tensor dq = grads[0].defined() ? grads[0].contiguous() : torch::zeros({batch, t, q_width}, x.options());
-    torch::Tensor dkv = grads[1].defined() ? grads[1].contiguous() : torch::Tensor();
+    auto contiguous = [](const torch::Tensor& g) { return g.defined() ? g.contiguous() : g; };
+    const torch::Tensor dq = contiguous(grads[0]), dq_v = biased ? contiguous(grads[1]) : torch::Tensor();
+    const torch::Tensor dkv = contiguous(grads[2]);
     const int64_t m = dkv.defined() ? dkv.size(1) - t : 0;
     torch::Tensor d_seg = torch::empty({n, width}, x.options());
-    copy_rows({floats(dq), 0, q_width}, {floats(d_seg), 0, width}, 1, n, q_width);
-    if (dkv.defined()) {
-      copy_rows({floats(dkv) + m * kv_width, m + t, kv_width}, {floats(d_seg) + q_width, t, width}, batch, t, kv_width);
-    } else {
-      for (int64_t r = 0; r < n; ++r) std::memset(floats(d_seg) + r * width + q_width, 0, sizeof(float) * kv_width);
-    }
+    torch::Tensor du, dv;
+    if (biased) du = torch::empty({q_width}, x.options()), dv = torch::empty({q_width}, x.options());
+    gather_rows(dq, dq_v, dkv, batch, t, width, q_width, m, floats(d_seg), biased ? floats(du) : nullptr,
+                biased ? floats(dv) : nullptr);
     torch::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {  // dx = d_seg W
       dx = torch::empty_like(x);
@@ -100,7 +188,7 @@ class Projections : public torch::autograd::Function<Projections> {
                         floats(dw) + q_width * d, d);
       }
     }
-    return {dx, torch::Tensor(), dw, torch::Tensor()};
+    return {dx, torch::Tensor(), dw, du, dv, torch::Tensor()};
   }
 };
 
@@ -116,42 +204,70 @@ bool runs_here(const torch::Tensor& x, std::initializer_list<torch::Tensor> othe
 
 }  // namespace
 
+namespace {
+
+// Generic path: the queries q [B, T, q_width] biased as biased_queries does it, when u is given.
+AttentionInputs with_biases(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& u,
+                            const torch::Tensor& v) {
+  if (!u.defined()) return {q, torch::Tensor(), kv};
+  const int64_t batch = q.size(0), t = q.size(1), q_width = q.size(2);
+  const auto [q_u, q_v] = biased_queries(q.view({batch, t, 1, q_width}), u.reshape({1, q_width}), v.reshape({1, q_width}));
+  return {q_u.view({batch, t, q_width}), q_v.view({batch, t, q_width}), kv};
+}
+
+void check_biases(const torch::Tensor& u, const torch::Tensor& v, int64_t q_width) {
+  TORCH_CHECK(u.defined() == v.defined() && (!u.defined() || (u.numel() == q_width && v.numel() == q_width)),
+              "attention_inputs: u and v must both be given, with q_width elements each, or neither");
+}
+
+}  // namespace
+
 AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& weight,
-                                 int64_t q_width) {
+                                 int64_t q_width, const torch::Tensor& u, const torch::Tensor& v) {
+  check_biases(u, v, q_width);
   const int64_t kv_width = weight.size(0) - q_width;
   const bool project = memory.defined() && memory.size(1) > 0;
-  if (!runs_here(x, {memory, weight}) || weight.dim() != 2 || (memory.defined() && memory.requires_grad())) {
+  if (!runs_here(x, {memory, weight, u, v}) || weight.dim() != 2 || (memory.defined() && memory.requires_grad())) {
     torch::Tensor w_kv = weight.narrow(0, q_width, kv_width);
     torch::Tensor kv = xl::model::linear(x, w_kv);
     if (project) kv = torch::cat({xl::model::linear(memory, w_kv), kv}, 1);
-    return {xl::model::linear(x, weight.narrow(0, 0, q_width)), kv};
+    return with_biases(xl::model::linear(x, weight.narrow(0, 0, q_width)), kv, u, v);
   }
-  auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : torch::empty({0}, x.options()),
-                                weight.contiguous(), q_width);
-  return {out[0], out[1]};
+  const torch::Tensor none = torch::empty({0}, x.options());
+  auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : none, weight.contiguous(),
+                                u.defined() ? u.reshape({q_width}).contiguous() : none,
+                                v.defined() ? v.reshape({q_width}).contiguous() : none, q_width);
+  return {out[0], u.defined() ? out[1] : torch::Tensor(), out[2]};
 }
 
 AttentionInputs attention_inputs_into(const torch::Tensor& x, const torch::Tensor& weight, int64_t q_width,
-                                      const torch::Tensor& kv) {
+                                      const torch::Tensor& kv, const torch::Tensor& u, const torch::Tensor& v) {
   TORCH_CHECK(!torch::GradMode::is_enabled(), "attention_inputs_into: no autograd");
+  check_biases(u, v, q_width);
   const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
   const int64_t kv_width = width - q_width, m = kv.size(1) - t;
   TORCH_CHECK(kv.dim() == 3 && kv.size(0) == batch && m >= 0 && kv.size(2) == kv_width,
               "attention_inputs_into: kv must be [B, M + T, kv_width]");
   const std::optional<Rows> into = kv.scalar_type() == torch::kFloat ? rows_of(kv) : std::nullopt;
-  if (!runs_here(x, {weight}) || !into) {
+  if (!runs_here(x, {weight, u, v}) || !into) {
     kv.narrow(1, m, t).copy_(xl::model::linear(x, weight.narrow(0, q_width, kv_width)));
-    return {xl::model::linear(x, weight.narrow(0, 0, q_width)), kv};
+    return with_biases(xl::model::linear(x, weight.narrow(0, 0, q_width)), kv, u, v);
   }
   const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();
   const int64_t n = batch * t;
   torch::Tensor seg = torch::empty({n, width}, x.options());
   sgemm_row_major(false, true, n, width, d, floats(xc), d, floats(wc), d, 0, floats(seg), width);
-  torch::Tensor q = torch::empty({batch, t, q_width}, x.options());
-  copy_rows({floats(seg), 0, width}, {floats(q), 0, q_width}, 1, n, q_width);
-  const Rows dst = into.value_or(Rows{});  // (has a value: value_or keeps -Wmaybe-uninitialized quiet)
-  copy_rows({floats(seg) + q_width, t, width}, {dst.at + m * dst.ld, dst.group, dst.ld}, batch, t, kv_width);
-  return {q, kv};
+  torch::Tensor q = torch::empty({batch, t, q_width}, x.options()), q_v;
+  QueryBiases biases;
+  torch::Tensor uc, vc;
+  if (u.defined()) {
+    uc = u.reshape({q_width}).contiguous(), vc = v.reshape({q_width}).contiguous();
+    biases = {floats(uc), floats(vc)};
+    q_v = torch::empty_like(q);
+  }
+  split_rows(floats(seg), batch, t, width, q_width, biases, floats(q), q_v.defined() ? floats(q_v) : nullptr,
+             into.value_or(Rows{}), m);  // (has a value: value_or keeps -Wmaybe-uninitialized quiet)
+  return {q, q_v, kv};
 }
 
 }  // namespace xl::model
