@@ -1,7 +1,8 @@
 // The blocked attention core (float32, BLAS) against the full-matrix path computed in double
 // (itself checked against the naive loop in model_attention_test): outputs and all five gradients,
 // for segments shorter and longer than a block of query rows, memories of every length and age
-// (Skip-Retain runs), causal and same_length masks, heads read in place and (wide rows) copied.
+// (Skip-Retain runs), causal and same_length masks, keys no query sees, heads read in place and
+// (wide rows) copied.
 // Also: no gradient => the same output without keeping probabilities, and with the keys and
 // values in a larger buffer (evaluation's kept projections).
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@ struct Case {
   std::vector<MemoryRun> runs;  // the memory, oldest first, before a segment at position 1000
   bool same_length = false;
   int64_t mem_len = 0;
+  int64_t hidden_tail = 0;  // the last keys hidden from every query: they get no gradient
 };
 
 constexpr int64_t kPosition = 1000;
@@ -40,7 +42,9 @@ Tensor mask_for(const Case& c) {
   AttentionPass pass;
   pass.same_length = c.same_length;
   pass.mem_len = c.mem_len;
-  return pass.mask(c.t, memory_length(c), torch::kCPU);
+  Tensor mask = pass.mask(c.t, memory_length(c), torch::kCPU);
+  mask.narrow(1, mask.size(1) - c.hidden_tail, c.hidden_tail).fill_(true);
+  return mask;
 }
 
 // The general path from per-head copies: whole score matrices, fused shift + mask + softmax,
@@ -92,12 +96,15 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       // Keys a page apart (2 x H x dh floats = 4 KB): each task works on a copy of its rows.
       {2, 2, 70, 256, fresh(70), false, 70},
       {4, 1, 80, 128, {{kPosition - 300, 50}, {kPosition - 40, 40}}, true, 70},
+      // Keys no query sees (the widest row block stops short of them), read in place and copied.
+      {2, 2, 70, 8, fresh(70), false, 70, 5},
+      {2, 2, 70, 256, fresh(70), false, 70, 3},
   };
   torch::manual_seed(11);
   for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message() << "H=" << c.heads << " B=" << c.batch << " T=" << c.t << " M="
                                     << memory_length(c) << " runs=" << c.runs.size() << " dh=" << c.dh
-                                    << " same_length=" << c.same_length);
+                                    << " same_length=" << c.same_length << " hidden_tail=" << c.hidden_tail);
     const int64_t k = memory_length(c) + c.t;
     const auto blocks = key_blocks(c);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));

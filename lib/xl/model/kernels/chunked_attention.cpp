@@ -232,11 +232,6 @@ void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadR
     copy_rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table, g.dh);
 }
 
-void clear_head(const Geometry& g, const HeadRows<float>& rows) {
-  clear_rows(rows.key, rows.ld, g.k, g.dh);
-  clear_rows(rows.value, rows.ld, g.k, g.dh);
-  for (size_t b = 0; b < g.keys.size(); ++b) clear_rows(rows.tables[b], rows.ld_table, g.keys[b].table, g.dh);
-}
 
 // The rows task n reads: its operands' own, or (copies_heads) their copy in `copy`, made here.
 HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t n, std::vector<float>& copy) {
@@ -345,7 +340,8 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
   });
 }
 
-// Uninitialised on entry: each backward task clears the rows it owns (clear_head, clear_owned).
+// Uninitialised on entry: each backward task writes or clears the rows it owns (backward_blocks,
+// clear_owned).
 struct Gradients {
   float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;  // layouts of the operands
   std::vector<float*> tables_per_batch;  // [B, P_b, H, dh]: summed over B after
@@ -366,7 +362,7 @@ HeadRows<float> gradient_rows(const Geometry& g, const Gradients& d, int64_t n) 
   return r;
 }
 
-// Zeroes the gradient rows besides clear_head's that backward task n accumulates into. They are
+// Zeroes the gradient rows besides its keys, values and tables that backward task n accumulates into. They are
 // its alone (SCH's permutation gives each task its own source head), so this runs inside the task,
 // while the rows are about to be written, not as a pass of its own.
 void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
@@ -428,6 +424,11 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
   const int64_t dh = g.dh, np = g.persistent;
   const float inv_scale = 1.0f / x.scale;
   SingleThreadedBlas single;
+  // Row blocks widest first: the first writes the key, value and table gradients with beta 0 (and
+  // clears the rows it does not reach), the others add to them; no pass that clears them all.
+  std::vector<const RowBlock*> order;
+  for (const RowBlock& rb : g.blocks) order.push_back(&rb);
+  std::stable_sort(order.begin(), order.end(), [](const RowBlock* a, const RowBlock* b) { return a->width > b->width; });
   // One task per (sequence, head): its key, value and table gradients accumulate over its row blocks
   // (SCH's permutation sends each task to its own source head, so no two tasks write the same rows).
   parallel_for(0, g.n(), 1, [&](int64_t n0, int64_t n1) {
@@ -440,17 +441,25 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
       const HeadRows<const float> in = rows_to_read(g, x, n, copy);
       const HeadRows<float> d_in = gradient_rows(g, d, n);
       const HeadRows<float> d_rows = g.copies_heads() ? contiguous_rows(g, d_copy.data()) : d_in;
-      clear_head(g, d_rows);
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
       clear_owned(g, d, n);
-      for (const RowBlock& rb : g.blocks) {
+      if (g.components > 0) clear_rows(d_rows.key, d_rows.ld, g.k, dh);  // the mixture's keys take its gradient
+      float kv_beta = 0;
+      std::vector<float> table_beta(g.keys.size(), 0.0f);
+      for (const RowBlock* block : order) {
+        const RowBlock& rb = *block;
+        if (kv_beta == 0) {  // keys no query of the widest block sees get no gradient
+          clear_rows(d_rows.value + rb.width * d_rows.ld, d_rows.ld, g.k - rb.width, dh);
+          if (g.components == 0) clear_rows(d_rows.key + rb.width * d_rows.ld, d_rows.ld, g.k - rb.width, dh);
+        }
         const int64_t at = g.q_at(n, rb.i0), ldg = np + rb.width, ldp = g.row_width();
         const float* p = probs + (n * g.t + rb.i0) * ldp;
         const float* go = grad_out + at;
         float* gs = buffer.data();  // d(probs), then scale x d(logits): persistent keys, then context
         float* g_context = gs + np;
         sgemm_row_major(false, true, rb.rows, rb.width, dh, go, g.ld_q(), in.value, in.ld, 0, g_context, ldg);
-        sgemm_row_major(true, false, rb.width, dh, rb.rows, p + np, ldp, go, g.ld_q(), 1, d_rows.value, d_rows.ld);
+        sgemm_row_major(true, false, rb.width, dh, rb.rows, p + np, ldp, go, g.ld_q(), kv_beta, d_rows.value,
+                        d_rows.ld);
         if (np > 0) {
           sgemm_row_major(false, true, rb.rows, np, dh, go, g.ld_q(), x.persistent_value + g.persistent_at(n), dh, 0,
                           gs, ldg);
@@ -474,8 +483,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         if (g.components == 0) {
           sgemm_row_major(false, false, rb.rows, dh, rb.width, g_context, ldg, in.key, in.ld, q_u_beta, d.q_u + at,
                           g.ld_q());
-          sgemm_row_major(true, false, rb.width, dh, rb.rows, g_context, ldg, x.q_u + at, g.ld_q(), 1, d_rows.key,
-                          d_rows.ld);
+          sgemm_row_major(true, false, rb.width, dh, rb.rows, g_context, ldg, x.q_u + at, g.ld_q(), kv_beta,
+                          d_rows.key, d_rows.ld);
         } else {
           for (int64_t m = 0; m < g.components; ++m)
             mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores);
@@ -489,13 +498,23 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
             const int64_t shift = rb.rows - 1 - row;
             const int64_t len = std::clamp<int64_t>(g.visible[rb.i0 + row] - s.col, 0, s.width);
             float* tr = g_bd + row * s.table_width;
-            std::fill(tr, tr + s.table_width, 0.0f);
-            std::memcpy(tr + shift, g_context + row * ldg + s.col, sizeof(float) * static_cast<size_t>(len));
+            const int64_t end = std::min(s.table_width, shift + len);
+            std::fill(tr, tr + std::min(shift, s.table_width), 0.0f);
+            if (end > shift)
+              std::memcpy(tr + shift, g_context + row * ldg + s.col, sizeof(float) * static_cast<size_t>(end - shift));
+            std::fill(tr + std::max(end, std::min(shift, s.table_width)), tr + s.table_width, 0.0f);
+          }
+          float* d_table = d_rows.tables[b];
+          if (table_beta[b] == 0) {  // the rows no query of this block reads get no gradient
+            clear_rows(d_table, d_rows.ld_table, s.lo, dh);
+            clear_rows(d_table + (s.lo + s.table_width) * d_rows.ld_table, d_rows.ld_table,
+                       g.keys[b].table - s.lo - s.table_width, dh);
           }
           sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width,
                           in.tables[b] + s.lo * in.ld_table, in.ld_table, beta, d.q_v + at, g.ld_q());
-          sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, g.ld_q(), 1,
-                          d_rows.tables[b] + s.lo * d_rows.ld_table, d_rows.ld_table);
+          sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, g.ld_q(),
+                          table_beta[b], d_table + s.lo * d_rows.ld_table, d_rows.ld_table);
+          table_beta[b] = 1;
           if (!d.bias_per_batch.empty()) {
             float* d_bias = d.bias_per_batch[b] + (batch * g.heads + h) * g.keys[b].table + s.lo;
             for (int64_t row = 0; row < rb.rows; ++row)
@@ -505,7 +524,10 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         }
         if (beta == 0)  // sees no key: cannot happen (geometry checks), but never leave rows unset
           clear_rows(d.q_v + at, g.ld_q(), rb.rows, dh);
+        kv_beta = 1;
       }
+      for (size_t b = 0; b < g.keys.size(); ++b)  // a table no block reads
+        if (table_beta[b] == 0) clear_rows(d_rows.tables[b], d_rows.ld_table, g.keys[b].table, dh);
       if (g.copies_heads()) copy_head(g, contiguous_rows<const float>(g, d_copy.data()), d_in);
     }
   });
