@@ -198,7 +198,8 @@ torch::Tensor linear_relu_dropout(const torch::Tensor& x, const torch::Tensor& w
   const bool drop = train && p > 0 && p < 1;
   const bool bias_here = drop && fused(x) && !cpu_autocast_enabled() && bias.defined() && bias.dim() == 1 &&
                          bias.device().is_cpu() && bias.scalar_type() == x.scalar_type() &&
-                         weight.scalar_type() == x.scalar_type();
+                         weight.scalar_type() == x.scalar_type() && weight.dim() == 2 &&
+                         bias.size(0) == weight.size(0);
   if (bias_here) return ReluDropout::apply(xl::model::linear(x, weight), bias.contiguous(), p);
   const torch::Tensor h = xl::model::linear(x, weight, bias);
   if (!drop) return p >= 1 && train ? torch::relu(h) * 0 : torch::relu(h);
