@@ -204,6 +204,48 @@ TEST(Adam, ClipsInItsUpdateAsClipGradNormThenAdamDo) {
   EXPECT_NEAR(clip_factor(5.0, 1.0), 0.2, 1e-7);
 }
 
+TEST(Adam, OnePassOverManyParametersMatchesLibTorchAndTheNormInDouble) {
+  // The fused update and norm run over all float parameters in chunks of 32,768 floats, beside
+  // the tensor ops for the others: a parameter of three chunks, small ones, a double one, and one
+  // without a gradient, against LibTorch's clip_grad_norm_ and Adam; the norm against float64's,
+  // and the same bits on one thread and two.
+  torch::manual_seed(4);
+  const std::vector<torch::Tensor> init = {torch::randn({300, 250}), torch::randn({7}),
+                                           torch::randn({20}, torch::kDouble), torch::randn({3})};
+  std::vector<torch::Tensor> ours_p, ref_p;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (size_t i = 0; i < init.size(); ++i) {
+    ours_p.push_back(init[i].clone().requires_grad_());
+    ref_p.push_back(init[i].clone().requires_grad_());
+    named.emplace_back("p" + std::to_string(i), ours_p.back());
+  }
+  Adam ours(named, AdamOptions{});
+  torch::optim::Adam ref({ref_p[0], ref_p[1], ref_p[2]}, torch::optim::AdamOptions(0.01));
+  const double max_norm = 50.0;
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < 3; ++i) {  // p3 never gets a gradient
+      const torch::Tensor g = torch::randn(init[i].sizes(), init[i].options()) * (step % 2 == 0 ? 1.0 : 0.01);
+      ours_p[i].mutable_grad() = g.clone();
+      ref_p[i].mutable_grad() = g.clone();
+    }
+    double want = 0;
+    for (size_t i = 0; i < 3; ++i) want += ours_p[i].grad().to(torch::kDouble).pow(2).sum().item<double>();
+    const double norm = ours.grad_norm();
+    EXPECT_NEAR(norm, std::sqrt(want), 1e-12 * norm);
+    at::set_num_threads(1);
+    EXPECT_EQ(ours.grad_norm(), norm);  // the same bits on one thread
+    at::set_num_threads(2);
+    EXPECT_EQ(ours.step(0.01, clip_factor(norm, max_norm)), 3);
+    torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{ref_p[0], ref_p[1], ref_p[2]}, max_norm);
+    ref.step();
+    ours.clear_grads();
+    ref.zero_grad();
+  }
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_LT((ours_p[i] - ref_p[i]).abs().max().item<double>(), 1e-6) << "parameter " << i;
+  EXPECT_TRUE(torch::equal(ours_p[3], init[3]));
+}
+
 TEST(TrainConfig, JsonRoundTripAndValidation) {
   TrainConfig c;
   c.max_steps = 100;

@@ -2,8 +2,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/kernel_choice.h"
@@ -53,7 +55,27 @@ const bool kHaveAvx2 = model::kernel_vector_units().avx2_fma;
 
 bool fusable(const torch::Tensor& p, const torch::Tensor& g) {
   return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(p) &&
-         p.is_contiguous() && g.is_contiguous();
+         model::cpu_kernel_allowed(g) && p.is_contiguous() && g.is_contiguous();
+}
+
+// The fused passes run over all parameters at once, cut into chunks of at most kChunk floats: one
+// parallel loop a step instead of one per parameter (the tiny model has 52, most of them small).
+constexpr int64_t kChunk = 1 << 15;
+
+struct Chunk {
+  size_t slot;
+  int64_t begin, end;
+};
+
+template <typename Slots, typename Take>
+std::vector<Chunk> chunks_of(const Slots& slots, Take take) {
+  std::vector<Chunk> out;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!take(i)) continue;
+    const int64_t n = slots[i].param.numel();
+    for (int64_t b = 0; b < n; b += kChunk) out.push_back({i, b, std::min(n, b + kChunk)});
+  }
+  return out;
 }
 
 }  // namespace
@@ -68,7 +90,11 @@ Adam::Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOption
 int Adam::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   int updated = 0;
-  for (auto& s : slots_) {
+  std::vector<torch::Tensor> grads(slots_.size());
+  std::vector<AdamScalars> scalars(slots_.size());
+  std::vector<char> fused(slots_.size(), 0);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
     torch::Tensor g = s.param.grad();
     if (!g.defined()) {
       if (!opts_.zero_missing_grads || s.steps == 0) continue;
@@ -79,17 +105,10 @@ int Adam::step(double lr, double grad_scale) {
     const double bc1 = 1 - std::pow(opts_.beta1, static_cast<double>(s.steps));
     const double bc2 = 1 - std::pow(opts_.beta2, static_cast<double>(s.steps));
     if (fusable(s.param, g)) {
-      const AdamScalars a{float(opts_.beta1), float(1 - opts_.beta1), float(opts_.beta2), float(1 - opts_.beta2),
-                          float(std::sqrt(bc2)), float(opts_.eps), float(lr / bc1), float(grad_scale)};
-      float *p = s.param.data_ptr<float>(), *m = s.exp_avg.data_ptr<float>(), *v = s.exp_avg_sq.data_ptr<float>();
-      const float* gp = g.data_ptr<float>();
-      xl::model::parallel_for(0, s.param.numel(), 1 << 15, [&](int64_t b, int64_t e) {
-        if (kHaveAvx2) adam_range_avx2(a, p + b, gp + b, m + b, v + b, e - b);
-        else adam_range_scalar(a, p + b, gp + b, m + b, v + b, e - b);
-      });
-      // Written through its pointer: the version tells what keeps results of the weights (the
-      // attention's positional keys) that they changed, as an in-place op would.
-      s.param.unsafeGetTensorImpl()->bump_version();
+      scalars[i] = {float(opts_.beta1), float(1 - opts_.beta1), float(opts_.beta2), float(1 - opts_.beta2),
+                    float(std::sqrt(bc2)), float(opts_.eps), float(lr / bc1), float(grad_scale)};
+      grads[i] = g;
+      fused[i] = 1;
       continue;
     }
     // Other dtypes and layouts: the same arithmetic with tensor ops.
@@ -99,6 +118,22 @@ int Adam::step(double lr, double grad_scale) {
     torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opts_.eps);
     s.param.addcdiv_(s.exp_avg, denom, -lr / bc1);
   }
+  const std::vector<Chunk> chunks = chunks_of(slots_, [&](size_t i) { return fused[i] != 0; });
+  xl::model::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const Chunk& k = chunks[static_cast<size_t>(c)];
+      const Slot& s = slots_[k.slot];
+      float *p = s.param.data_ptr<float>() + k.begin, *m = s.exp_avg.data_ptr<float>() + k.begin,
+            *v = s.exp_avg_sq.data_ptr<float>() + k.begin;
+      const float* gp = grads[k.slot].data_ptr<float>() + k.begin;
+      if (kHaveAvx2) adam_range_avx2(scalars[k.slot], p, gp, m, v, k.end - k.begin);
+      else adam_range_scalar(scalars[k.slot], p, gp, m, v, k.end - k.begin);
+    }
+  });
+  // Written through their pointers: the version tells what keeps results of the weights (the
+  // attention's positional keys) that they changed, as an in-place op would.
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (fused[i]) slots_[i].param.unsafeGetTensorImpl()->bump_version();
   return updated;
 }
 
@@ -108,16 +143,42 @@ void Adam::clear_grads() {
 
 double Adam::grad_norm() const {
   torch::NoGradGuard no_grad;
-  // Squared norms summed on the gradients' device: one synchronisation, not one per parameter. A
-  // dot product reads a gradient once; pow(2).sum() writes a temporary first.
-  torch::Tensor sq;
-  for (const auto& s : slots_)
-    if (s.param.grad().defined()) {
-      const torch::Tensor flat = s.param.grad().reshape(-1).to(torch::kFloat);
-      const torch::Tensor d = torch::dot(flat, flat).to(torch::kDouble);
-      sq = sq.defined() ? sq + d : d;
+  // CPU float32 gradients in one parallel pass: each chunk's squares summed in double, the chunks'
+  // sums added in their order, so the thread count never changes the bits.
+  auto on_cpu = [&](size_t i) {
+    const torch::Tensor& g = slots_[i].param.grad();
+    return g.defined() && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(g) && g.is_contiguous();
+  };
+  const std::vector<Chunk> chunks = chunks_of(slots_, on_cpu);
+  std::vector<double> sums(chunks.size());
+  xl::model::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const Chunk& k = chunks[static_cast<size_t>(c)];
+      const float* g = slots_[k.slot].param.grad().data_ptr<float>() + k.begin;
+      const int64_t n = k.end - k.begin;
+      double lane[8] = {};  // eight running sums in a fixed order: vectorizable, the same bits anywhere
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(g[i + j]) * g[i + j];
+      for (; i < n; ++i) lane[0] += static_cast<double>(g[i]) * g[i];
+      sums[static_cast<size_t>(c)] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     }
-  return sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
+  });
+  double total = 0;
+  for (double v : sums) total += v;
+  // Elsewhere, squared norms summed on the gradients' device: one synchronisation, not one per
+  // parameter. A dot product reads a gradient once; pow(2).sum() writes a temporary first.
+  torch::Tensor sq;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const torch::Tensor& grad = slots_[i].param.grad();
+    if (!grad.defined() || on_cpu(i)) continue;
+    // (bf16 and fp16 summed in float; double kept)
+    const torch::Tensor flat = grad.reshape(-1).to(torch::promote_types(grad.scalar_type(), torch::kFloat));
+    const torch::Tensor d = torch::dot(flat, flat).to(torch::kDouble);
+    sq = sq.defined() ? sq + d : d;
+  }
+  if (sq.defined()) total += sq.item<double>();
+  return std::sqrt(total);
 }
 
 double clip_factor(double norm, double max_norm) {
