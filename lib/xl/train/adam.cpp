@@ -161,7 +161,8 @@ double Adam::grad_norm() const {
       for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(g[i + j]) * g[i + j];
       for (; i < n; ++i) lane[0] += static_cast<double>(g[i]) * g[i];
-      sums[static_cast<size_t>(c)] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+      sums[static_cast<size_t>(c)] =
+          ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     }
   });
   double total = 0;

@@ -202,16 +202,13 @@ bool runs_here(const torch::Tensor& x, std::initializer_list<torch::Tensor> othe
   return x.scalar_type() == torch::kFloat;
 }
 
-}  // namespace
-
-namespace {
-
 // Generic path: the queries q [B, T, q_width] biased as biased_queries does it, when u is given.
 AttentionInputs with_biases(const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& u,
                             const torch::Tensor& v) {
   if (!u.defined()) return {q, torch::Tensor(), kv};
   const int64_t batch = q.size(0), t = q.size(1), q_width = q.size(2);
-  const auto [q_u, q_v] = biased_queries(q.view({batch, t, 1, q_width}), u.reshape({1, q_width}), v.reshape({1, q_width}));
+  const auto [q_u, q_v] =
+      biased_queries(q.view({batch, t, 1, q_width}), u.reshape({1, q_width}), v.reshape({1, q_width}));
   return {q_u.view({batch, t, q_width}), q_v.view({batch, t, q_width}), kv};
 }
 

@@ -232,7 +232,6 @@ void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadR
     copy_rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table, g.dh);
 }
 
-
 // The rows task n reads: its operands' own, or (copies_heads) their copy in `copy`, made here.
 HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t n, std::vector<float>& copy) {
   if (!g.copies_heads()) return operand_rows(g, x, n);
@@ -362,9 +361,9 @@ HeadRows<float> gradient_rows(const Geometry& g, const Gradients& d, int64_t n) 
   return r;
 }
 
-// Zeroes the gradient rows besides its keys, values and tables that backward task n accumulates into. They are
-// its alone (SCH's permutation gives each task its own source head), so this runs inside the task,
-// while the rows are about to be written, not as a pass of its own.
+// Zeroes the gradient rows besides its keys, values and tables that backward task n accumulates
+// into. They are its alone (SCH's permutation gives each task its own source head), so this runs
+// inside the task, while the rows are about to be written, not as a pass of its own.
 void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
   const int64_t dh = g.dh, batch = n / g.heads, h = n % g.heads;
   // A mixture alone never writes q_u's gradient (its components' queries take it).
@@ -428,7 +427,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
   // clears the rows it does not reach), the others add to them; no pass that clears them all.
   std::vector<const RowBlock*> order;
   for (const RowBlock& rb : g.blocks) order.push_back(&rb);
-  std::stable_sort(order.begin(), order.end(), [](const RowBlock* a, const RowBlock* b) { return a->width > b->width; });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const RowBlock* a, const RowBlock* b) { return a->width > b->width; });
   // One task per (sequence, head): its key, value and table gradients accumulate over its row blocks
   // (SCH's permutation sends each task to its own source head, so no two tasks write the same rows).
   parallel_for(0, g.n(), 1, [&](int64_t n0, int64_t n1) {
