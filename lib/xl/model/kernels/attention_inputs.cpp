@@ -9,6 +9,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/partial_sums.h"
 #include "xl/model/kernels/row_layout.h"
 #include "xl/model/kernels/row_kernels.h"
 #include "xl/model/precision.h"
@@ -71,27 +72,27 @@ void split_rows(const float* seg, int64_t batch, int64_t t, int64_t width, int64
   });
 }
 
-// Rows per task of the biases' gradients: each task sums its rows in order, and the tasks' sums
-// are added in order after, so the thread count never changes the bits.
-constexpr int64_t kTaskRows = 32;
-
 // backward's d_seg [B x T, width] from the queries' gradients (with biases: g_u + g_v, and their
-// sums over the rows into d_u, d_v) and the segment's rows of kv's gradient, in one parallel pass.
+// sums over the rows into d_u, d_v: partial_sums.h) and the segment's rows of kv's gradient, in one
+// parallel pass.
 // An undefined gradient counts as zeros.
 void gather_rows(const torch::Tensor& g_q, const torch::Tensor& g_v, const torch::Tensor& g_kv, int64_t batch,
                  int64_t t, int64_t width, int64_t q_width, int64_t m, float* d_seg, float* d_u, float* d_v) {
-  const int64_t n = batch * t, kv_width = width - q_width, tasks = (n + kTaskRows - 1) / kTaskRows;
+  const int64_t n = batch * t, kv_width = width - q_width, tasks = partial_tasks(n);
   const bool biased = d_u != nullptr;
   const float* gq = g_q.defined() ? floats(g_q) : nullptr;
   const float* gv = g_v.defined() ? floats(g_v) : nullptr;
   const float* gkv = g_kv.defined() ? floats(g_kv) : nullptr;
-  std::vector<float> partial(biased ? static_cast<size_t>(2 * tasks * q_width) : 0);
+  std::vector<float> partial(biased ? static_cast<size_t>(2 * tasks * q_width) : 0);  // u's tasks, then v's
   parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
-      float* pu = partial.data() + 2 * task * q_width;
-      float* pv = pu + q_width;
-      if (biased) std::fill_n(pu, 2 * q_width, 0.0f);
-      for (int64_t r = task * kTaskRows; r < std::min(n, (task + 1) * kTaskRows); ++r) {
+      float* pu = biased ? partial.data() + task * q_width : nullptr;
+      float* pv = biased ? pu + tasks * q_width : nullptr;
+      if (biased) {
+        std::fill_n(pu, q_width, 0.0f);
+        std::fill_n(pv, q_width, 0.0f);
+      }
+      for (int64_t r = task * kPartialRows; r < std::min(n, (task + 1) * kPartialRows); ++r) {
         float* row = d_seg + r * width;
         const float* a = gq ? gq + r * q_width : nullptr;
         const float* b = biased && gv ? gv + r * q_width : nullptr;
@@ -113,15 +114,8 @@ void gather_rows(const torch::Tensor& g_q, const torch::Tensor& g_v, const torch
     }
   });
   if (!biased) return;
-  parallel_for(0, q_width, 256, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      double su = 0, sv = 0;
-      for (int64_t task = 0; task < tasks; ++task)
-        su += partial[static_cast<size_t>(2 * task * q_width + j)],
-            sv += partial[static_cast<size_t>((2 * task + 1) * q_width + j)];
-      d_u[j] = static_cast<float>(su), d_v[j] = static_cast<float>(sv);
-    }
-  });
+  add_partials(partial.data(), tasks, q_width, d_u);
+  add_partials(partial.data() + tasks * q_width, tasks, q_width, d_v);
 }
 
 class Projections : public torch::autograd::Function<Projections> {

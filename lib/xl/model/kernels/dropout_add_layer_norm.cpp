@@ -7,15 +7,13 @@
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/partial_sums.h"
 #include "xl/model/kernels/row_kernels.h"
 #include "xl/model/precision.h"
 
 namespace xl::model {
 namespace {
 
-// Rows per task of backward: each task's weight and bias gradients are summed in order over its
-// rows, and the tasks' sums in order after, so the thread count never changes the bits.
-constexpr int64_t kTaskRows = 32;
 // Forward's rows per block: the block's sums stay in L1 between the add and the normalisation.
 constexpr int64_t kBlockFloats = 4096;
 
@@ -74,7 +72,7 @@ class DropoutAddLayerNorm : public torch::autograd::Function<DropoutAddLayerNorm
     const double p = ctx->saved_data["p"].toDouble();
     const dropout_mask::Key key = p > 0 ? dropout_mask::saved(ctx) : dropout_mask::Key{};
     const torch::Tensor dy = grads[0].contiguous();
-    const int64_t d = sum.size(-1), n_rows = sum.numel() / d, tasks = (n_rows + kTaskRows - 1) / kTaskRows;
+    const int64_t d = sum.size(-1), n_rows = sum.numel() / d, tasks = partial_tasks(n_rows);
     torch::Tensor d_res = torch::empty_like(sum), d_x = p > 0 ? torch::empty_like(sum) : d_res;
     torch::Tensor partial = torch::empty({2, tasks, d}, sum.options());  // weight's, then bias's
     torch::Tensor d_w = torch::empty({d}, sum.options()), d_b = torch::empty({d}, sum.options());
@@ -89,7 +87,7 @@ class DropoutAddLayerNorm : public torch::autograd::Function<DropoutAddLayerNorm
           T *tw = pw + task * d, *tb = pb + task * d;
           std::fill_n(tw, d, T(0));
           std::fill_n(tb, d, T(0));
-          const int64_t i0 = task * kTaskRows, i1 = std::min(n_rows, i0 + kTaskRows);
+          const int64_t i0 = task * kPartialRows, i1 = std::min(n_rows, i0 + kPartialRows);
           for (int64_t i = i0; i < i1; ++i) {
             rows::layer_norm_grad(g + i * d, w, s + i * d, mp[i], rp[i], dr + i * d, tw, tb, d);
           }
@@ -98,14 +96,8 @@ class DropoutAddLayerNorm : public torch::autograd::Function<DropoutAddLayerNorm
                                 dropout_mask::Op::scale);
         }
       });
-      T *dwp = d_w.data_ptr<T>(), *dbp = d_b.data_ptr<T>();
-      parallel_for(0, d, 256, [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          double sw = 0, sb = 0;
-          for (int64_t task = 0; task < tasks; ++task) sw += pw[task * d + j], sb += pb[task * d + j];
-          dwp[j] = static_cast<T>(sw), dbp[j] = static_cast<T>(sb);
-        }
-      });
+      add_partials(pw, tasks, d, d_w.data_ptr<T>());
+      add_partials(pb, tasks, d, d_b.data_ptr<T>());
     });
     return {d_x, d_res, d_w, d_b, torch::Tensor(), torch::Tensor()};
   }

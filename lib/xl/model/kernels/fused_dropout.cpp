@@ -5,6 +5,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/partial_sums.h"
 #include "xl/model/kernels/row_kernels.h"
 #include "xl/model/precision.h"
 
@@ -76,10 +77,6 @@ class Dropout : public torch::autograd::Function<Dropout> {
   }
 };
 
-// Rows per task of ReluDropout's bias gradient: each task sums its rows in order, and the tasks'
-// sums are added in order after, so the thread count never changes the bits.
-constexpr int64_t kTaskRows = 32;
-
 // dropout(relu(x + bias)) over x's last dimension; bias [d], or [0] for none (LibTorch 1.13's
 // Function::apply takes no undefined tensors).
 class ReluDropout : public torch::autograd::Function<ReluDropout> {
@@ -129,9 +126,8 @@ class ReluDropout : public torch::autograd::Function<ReluDropout> {
       });
       return {gi, torch::Tensor(), torch::Tensor()};
     }
-    // The bias's gradient, the input's summed over rows, in the same pass: partial sums of
-    // kTaskRows rows, then those in order.
-    const int64_t d = go.size(-1), n_rows = go.numel() / d, tasks = (n_rows + kTaskRows - 1) / kTaskRows;
+    // The bias's gradient, the input's summed over rows, in the same pass (partial_sums.h).
+    const int64_t d = go.size(-1), n_rows = go.numel() / d, tasks = partial_tasks(n_rows);
     torch::Tensor partial = torch::empty({tasks, d}, go.options()), d_bias = torch::empty({d}, go.options());
     AT_DISPATCH_FLOATING_TYPES(go.scalar_type(), "fused_bias_relu_dropout_backward", [&] {
       const scalar_t* gp = go.data_ptr<scalar_t>();
@@ -141,7 +137,7 @@ class ReluDropout : public torch::autograd::Function<ReluDropout> {
       xl::model::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t task = t0; task < t1; ++task) {
           scalar_t* sum = pp + task * d;
-          const int64_t i0 = task * kTaskRows, i1 = std::min(n_rows, i0 + kTaskRows);
+          const int64_t i0 = task * kPartialRows, i1 = std::min(n_rows, i0 + kPartialRows);
           relu_grad(gp + i0 * d, op + i0 * d, ip + i0 * d, d, s);
           std::copy_n(ip + i0 * d, d, sum);
           for (int64_t i = i0 + 1; i < i1; ++i) {
@@ -150,13 +146,7 @@ class ReluDropout : public torch::autograd::Function<ReluDropout> {
           }
         }
       });
-      xl::model::parallel_for(0, d, 256, [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          double total = 0;
-          for (int64_t task = 0; task < tasks; ++task) total += pp[task * d + j];
-          db[j] = static_cast<scalar_t>(total);
-        }
-      });
+      add_partials(pp, tasks, d, db);
     });
     return {gi, d_bias, torch::Tensor()};
   }
