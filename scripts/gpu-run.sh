@@ -3,14 +3,18 @@
 # scripts/gpu-debs.sh, and .gpu-ref for the reference): builds xl against the LibTorch inside the
 # machine's pip PyTorch, with CUDA, then runs what is asked:
 #   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain)
-#   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON);
-#                                    with REFERENCE=DIR (a transformer-xl checkout's pytorch/ folder,
+#   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON),
+#                                    then the enwik8 model's training in fp16 (loss scaling); with
+#                                    REFERENCE=DIR (a transformer-xl checkout's pytorch/ folder,
 #                                    carried), the standard PyTorch Transformer-XL beside it
-#   bash scripts/gpu-run.sh all      both
+#   bash scripts/gpu-run.sh attention  bench/gpu_attention.py: which formulation of the attention
+#                                    core a GPU step should use (PyTorch alone; needs no build)
+#   bash scripts/gpu-run.sh all      all three
 # The machine has no Boost, HDF5 or network: their Debian packages are unpacked under /tmp/xl-deps;
 # of their libraries, only those the machine lacks are put on LD_LIBRARY_PATH, so nothing of the
 # machine's own (its Python's OpenSSL, say) is shadowed. Everything stops by XL_GPU_SECONDS
-# (default 540) after the start, so that a lease's call always returns its logs: they go to $OUT.
+# (default 540) after the start, so that a lease's call always returns its logs: they go to $OUT
+# (eight files at most come back from there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -42,6 +46,13 @@ export PATH=$PATH:$deps/usr/bin
 # Debian's Boost is built with the C++11 string ABI; wheels before PyTorch 2.7 use the old one.
 python3 -c 'import sys, torch; sys.exit(0 if torch._C._GLIBCXX_USE_CXX11_ABI else 1)' ||
   { echo "gpu-run: this PyTorch's LibTorch uses the pre-C++11 ABI; Debian's Boost cannot link with it (use PyTorch 2.7 or later)" >&2; exit 69; }
+
+if [ "$what" = attention ] || [ "$what" = all ]; then
+  stage "attention formulations"
+  PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu_attention.py >"$out/attention.jsonl" 2>&1
+  grep -v '^{' "$out/attention.jsonl" | tail -30
+  [ "$what" = attention ] && exit 0
+fi
 
 stage "configure"
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
@@ -78,6 +89,11 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   stage "benchmark"
   [ -z "${REFERENCE:-}" ] && [ -f .gpu-ref/pytorch/mem_transformer.py ] && export REFERENCE=$PWD/.gpu-ref/pytorch
   XL_BENCH_ROWS=$out/bench-rows.jsonl timeout "$(($(left) - 5))" bash bench/gpu.sh build-gpu >"$out/bench.json" 2>"$out/bench.log"
+  if [ "$(left)" -gt 60 ]; then
+    XL_BENCH_ROWS=/tmp/xl-fp16.jsonl CONFIGS=enwik8 MODES=train PRECISIONS=fp16 timeout "$(($(left) - 5))" \
+      bash bench/gpu.sh build-gpu >/dev/null 2>>"$out/bench.log"
+    cat /tmp/xl-fp16.jsonl >>"$out/bench-rows.jsonl"
+  fi
   python3 - "$out/bench-rows.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
