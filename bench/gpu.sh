@@ -12,7 +12,8 @@
 # CONFIGS (default "enwik8 wt103"), PRECISIONS (default "bf16 fp32"), MODES (default "train eval"),
 # STEPS (timed steps after 2 warm-up steps; default 10), DEVICE (default cuda), PYTHON (the
 # Python with PyTorch that runs the reference; default python3), XL_BENCH_ROWS (a file that keeps
-# each run's row as it ends, for runs cut short).
+# each run's row as it ends, for runs cut short), XL_KERNELS=generic (xl's explicit attention
+# instead of the fused kernel; its rows say "xl-generic").
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build-gpu}}" && pwd)
@@ -28,12 +29,13 @@ if [ -n "${XL_BENCH_ROWS:-}" ]; then
 else
   out=$(mktemp); trap 'rm -f "$out"' EXIT
 fi
+xl=xl${XL_KERNELS:+-$XL_KERNELS}
 for c in $CONFIGS; do
   for m in $MODES; do
     for p in $PRECISIONS; do
-      echo "gpu.sh: xl $c $m $p" >&2
-      XL_BENCH_DEVICE=$DEVICE XL_BENCH_PRECISION=$p "$BIN" "$c" "$m" "$STEPS" | sed 's/^{/{"implementation":"xl",/' >>"$out" ||
-        echo "{\"implementation\":\"xl\",\"config\":\"$c\",\"mode\":\"$m\",\"precision\":\"$p\",\"failed\":true}" >>"$out"
+      echo "gpu.sh: $xl $c $m $p" >&2
+      XL_BENCH_DEVICE=$DEVICE XL_BENCH_PRECISION=$p "$BIN" "$c" "$m" "$STEPS" | sed "s/^{/{\"implementation\":\"$xl\",/" >>"$out" ||
+        echo "{\"implementation\":\"$xl\",\"config\":\"$c\",\"mode\":\"$m\",\"precision\":\"$p\",\"failed\":true}" >>"$out"
       if [ -n "${REFERENCE:-}" ]; then
         echo "gpu.sh: reference $c $m $p" >&2
         "${PYTHON:-python3}" "$here/reference_txl.py" "$REFERENCE" "$c" "$m" "$STEPS" "$DEVICE" "$p" >>"$out" ||

@@ -29,6 +29,7 @@
 #include "xl/model/device.h"
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/cuda_support.h"
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/torch_process.h"
 #include "xl/model/precision.h"
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     TransformerXL model(cfg);
     model->to(device);
     const bool train = mode == "train";
+    if (train) use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
     const int64_t tgt = bc.tgt_len, mem_len = train ? bc.mem_len : 2 * bc.tgt_len, b = bc.batch;
     // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
     const bool kv_cache = !train && env_or("XL_BENCH_KV_CACHE", "on") == "on" &&
@@ -237,6 +239,7 @@ int main(int argc, char** argv) {
     if (device.is_cuda()) {
       j["gpu"] = cuda_device_name(device.index());
       j["peak_device_mb"] = device_mb;
+      j["kernels"] = generic_kernels_forced() ? "generic (XL_KERNELS=generic: the explicit attention)" : "default";
     }
     std::cout << j.dump() << std::endl;
     return 0;

@@ -3,6 +3,11 @@
 // precision and the dropout streams. Skipped without a GPU; ctest label "cuda".
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
+#include "xl/model/device.h"
+#include "xl/model/kernels/fused_attention.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/precision.h"
 #include "xl/model/rel_attention.h"
@@ -76,6 +81,76 @@ TEST(Cuda, TrainingStepsWithSkipsSchAndMasksMatchTheCpu) {
     for (auto& p : cpu->parameters()) p.mutable_grad() = Tensor();
     for (auto& p : gpu->parameters()) p.mutable_grad() = Tensor();
   }
+}
+
+TEST(Cuda, FusedAttentionMatchesTheExplicitPath) {
+  REQUIRE_GPU();
+  if (!fused_attention_applies(torch::zeros({1, 1, 1, 8}, torch::kCUDA), false))
+    GTEST_SKIP() << "this LibTorch has no fused attention (2.1 and later)";
+  // The fused kernel (the positional scores as the bias of PyTorch's memory-efficient attention)
+  // against the GPU's explicit path, itself checked against the CPU in float64 above: forward and
+  // every gradient over segments with a skipped layer (several key blocks), SCH and a head mask,
+  // in fp32 and bf16, head widths 8 and 6 (padded to 8); with strict deterministic kernels, as
+  // training runs, the same bits twice.
+  const bool was_deterministic = at::globalContext().deterministicAlgorithms();
+  const bool was_warn_only = at::globalContext().deterministicAlgorithmsWarnOnly();
+  use_deterministic_kernels(torch::Device(torch::kCUDA, 0));
+  ModelConfig narrow = tiny();
+  narrow.d_head = 6;
+  for (const ModelConfig& c : {tiny(), narrow}) {
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE("d_head " + std::to_string(c.d_head) + " " + to_string(p));
+      const double tol = p == Precision::kFp32 ? 1e-4 : 0.1;
+      auto gpu = model_on(c, torch::kCUDA, torch::kFloat32);
+      gpu->train();
+      auto run = [&](const Tensor& in, const Tensor& tg, Memory& mem, const ForwardOptions& o, bool fused) {
+        std::optional<GenericKernels> explicit_path;
+        if (!fused) explicit_path.emplace();
+        Tensor loss;
+        {
+          AutocastScope autocast(p, torch::kCUDA);
+          loss = gpu->forward(in, tg, mem, o).mean();
+        }
+        loss.backward();
+        std::vector<Tensor> result{loss.detach()};
+        for (auto& prm : gpu->parameters()) {
+          result.push_back(prm.grad().defined() ? prm.grad().clone() : Tensor());
+          prm.mutable_grad() = Tensor();
+        }
+        return result;
+      };
+      Memory mf = gpu->new_memory(), me = gpu->new_memory();
+      for (int step = 0; step < 4; ++step) {
+        torch::manual_seed(step);
+        auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong).cuda();
+        auto tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong).cuda();
+        ForwardOptions o;
+        o.mem_len = 8;
+        o.skip = {false, step == 1 || step == 2, false};
+        o.perms = {{}, {}, step == 3 ? std::vector<int64_t>{3, 1, 0, 2} : std::vector<int64_t>{}};
+        o.head_mask = torch::tensor({1.0f, 1.0f, 0.0f, 1.0f}, torch::kCUDA).repeat({3, 1});
+        const auto fused = run(in, tg, mf, o, true), expl = run(in, tg, me, o, false);
+        EXPECT_LT(max_diff(fused[0], expl[0]), tol * expl[0].abs().item<double>()) << "loss, step " << step;
+        for (size_t i = 1; i < fused.size(); ++i) {
+          ASSERT_EQ(fused[i].defined(), expl[i].defined()) << "gradient " << i;
+          if (!fused[i].defined()) continue;
+          const double scale = expl[i].abs().max().item<double>();
+          EXPECT_LE(max_diff(fused[i], expl[i]), tol * scale + 1e-7) << "gradient " << i << ", step " << step;
+        }
+      }
+      Memory a = gpu->new_memory(), b = gpu->new_memory();
+      torch::manual_seed(9);
+      auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong).cuda();
+      ForwardOptions o;
+      o.mem_len = 8;
+      const auto once = run(in, in, a, o, true), twice = run(in, in, b, o, true);
+      for (size_t i = 0; i < once.size(); ++i) {
+        if (!once[i].defined()) continue;
+        EXPECT_TRUE(torch::equal(once[i], twice[i])) << "not deterministic: " << i;
+      }
+    }
+  }
+  at::globalContext().setDeterministicAlgorithms(was_deterministic, was_warn_only);
 }
 
 TEST(Cuda, Float32AndBf16OnTheGpuTrackTheCpu) {

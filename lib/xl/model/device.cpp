@@ -36,4 +36,8 @@ torch::Device parse_device(const std::string& name, int local_rank) {
   XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
 }
 
+void use_deterministic_kernels(const torch::Device& device) {
+  if (device.is_cuda()) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+}
+
 }  // namespace xl::model

@@ -12,4 +12,11 @@ namespace xl::model {
 // allocator's statistics all name one device.
 torch::Device parse_device(const std::string& name, int local_rank = 0);
 
+// On a GPU, deterministic kernels only, so that a resumed training run computes what the
+// uninterrupted one did (with cuBLAS's fixed workspace, set at start-up). Strict: an operation
+// with no deterministic kernel stops the run instead of warning, and kernels that have a
+// deterministic mode use it (the fused attention's backward: one pass over the keys instead of
+// split sums). Nothing on a CPU, whose kernels are deterministic already.
+void use_deterministic_kernels(const torch::Device& device);
+
 }  // namespace xl::model

@@ -7,6 +7,7 @@
 #include "xl/model/kernels/batched_matmul.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/dropout_add_layer_norm.h"
+#include "xl/model/kernels/fused_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/rel_softmax.h"
@@ -36,7 +37,8 @@ class PermutedHeadsFirst : public torch::autograd::Function<PermutedHeadsFirst> 
 };
 
 // The general path (attention dropout, any dtype): heads first ([H, B, T, dh]) so that the
-// positional term is one batched GEMM over heads; whole score matrices. Returns [H x B, T, dh].
+// positional term is one batched GEMM over heads; whole score matrices, or on a GPU the
+// positional scores alone as the bias of a fused kernel. Returns [H x B, T, dh].
 torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor& kv_proj,
                                     const std::vector<torch::Tensor>& tables, const std::vector<KeyBlock>& blocks,
                                     const std::vector<int64_t>& perm, const torch::Tensor& u, const torch::Tensor& v,
@@ -60,7 +62,6 @@ torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor&
   torch::Tensor q_heads = q.permute({2, 0, 1, 3});
   torch::Tensor q_u = (q_heads + u.view({h, 1, 1, dh})).mul_(scale).reshape({h * b, t, dh});
   torch::Tensor q_v = (q_heads + v.view({h, 1, 1, dh})).mul_(scale).reshape({h, b * t, dh});
-  torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
   std::vector<torch::Tensor> bds;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const int64_t p = blocks[i].table;
@@ -69,6 +70,14 @@ torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor&
                             : tables[i].permute({1, 0, 2});
     bds.push_back(batched_matmul(q_v, r_k.transpose(1, 2)).view({h * b, t, p}));
   }
+  if (fused_attention_applies(q, pass.training && pass.dropatt > 0)) {
+    const at::ScalarType dtype = bds[0].scalar_type();
+    torch::Tensor bias = relative_positional_bias(std::move(bds), blocks, mask, dtype);
+    return fused_attention(q_u.view({h, b, t, dh}), key.view({h, b, k, dh}), value.view({h, b, k, dh}),
+                           bias.view({h, b, t, k}))
+        .reshape({h * b, t, dh});
+  }
+  torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
   torch::Tensor probs = relative_attention_probs(std::move(ac), std::move(bds), blocks, mask, 1.0);
   if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
   return batched_matmul(probs, value);

@@ -425,9 +425,9 @@ int Trainer::run() {
            kExitUsage, "data-parallel ranks read and write files, not pipes (give TOKENS, --init and -o as files)");
   // One GPU per local rank; every rank meets the others before anything can fail alone.
   device_ = model::parse_device(req_.device, dist_.local_rank);
-  // On a GPU a resumed run must compute what the uninterrupted one did: deterministic kernels
-  // (and cuBLAS's fixed workspace, set at start-up). Runs on other GPU models differ in the last bits.
-  if (device_.is_cuda()) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
+  // differ in the last bits.
+  model::use_deterministic_kernels(device_);
   comm_ = Communicator::connect(dist_, device_);
   if (req_.resume) {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");

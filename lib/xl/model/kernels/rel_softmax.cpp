@@ -230,6 +230,23 @@ torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, co
 
 }  // namespace
 
+torch::Tensor relative_positional_bias(std::vector<torch::Tensor> bds, const std::vector<KeyBlock>& blocks,
+                                       const torch::Tensor& mask, at::ScalarType dtype) {
+  TORCH_CHECK(bds.size() == blocks.size() && !blocks.empty(), "one positional score tensor per key block");
+  std::vector<torch::Tensor> parts;
+  for (size_t b = 0; b < blocks.size(); ++b) parts.push_back(shifted_positional_scores(bds[b], blocks[b]).to(dtype));
+  const torch::Device device = bds[0].device();
+  bds.clear();
+  // One block: masked_fill writes a new tensor (never in place into the shifted view).
+  if (parts.size() == 1) {
+    if (!mask.defined()) return parts[0].contiguous();
+    return parts[0].masked_fill(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
+  }
+  torch::Tensor bias = torch::cat(parts, 2);
+  if (mask.defined()) bias.masked_fill_(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
+  return bias;
+}
+
 torch::Tensor relative_attention_probs(torch::Tensor ac, std::vector<torch::Tensor> bds,
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale) {

@@ -34,4 +34,9 @@ torch::Tensor relative_attention_probs(torch::Tensor ac, std::vector<torch::Tens
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale);
 
+// shift(BD) alone, as the additive bias of a fused attention kernel: [N, T, K] in `dtype`, -inf
+// where `mask` is true.
+torch::Tensor relative_positional_bias(std::vector<torch::Tensor> bds, const std::vector<KeyBlock>& blocks,
+                                       const torch::Tensor& mask, at::ScalarType dtype);
+
 }  // namespace xl::model
