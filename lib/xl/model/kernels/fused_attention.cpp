@@ -27,7 +27,7 @@ bool fused_attention_applies(const torch::Tensor& q, bool attention_dropout) {
 #ifdef XL_HAS_FUSED_ATTENTION
   const at::ScalarType dtype = product_dtype(q);
   return q.is_cuda() && !attention_dropout && !generic_kernels_forced() &&
-         (dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kHalf);
+         (dtype == torch::kBFloat16 || dtype == torch::kHalf);
 #else
   (void)q;
   (void)attention_dropout;
