@@ -4,11 +4,17 @@
 // (Skip-Retain runs), causal and same_length masks, keys no query sees, heads read in place and
 // (wide rows) copied.
 // Also: no gradient => the same output without keeping probabilities, and with the keys and
-// values in a larger buffer (evaluation's kept projections).
+// values in a larger buffer (evaluation's kept projections); the positional bias a GPU's fused
+// kernel takes, against its definition and against the probabilities.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
 
 #include "xl/model/kernels/batched_matmul.h"
 #include "xl/model/kernels/chunked_attention.h"
+#include "xl/model/kernels/kernel_choice.h"
+#include "xl/model/kernels/rel_softmax.h"
 #include "xl/model/rel_attention.h"
 
 using namespace xl::model;
@@ -155,4 +161,48 @@ TEST(ChunkedAttention, RefusesAMaskThatShowsAQueryItsFuture) {
   mask = torch::ones({4, 6}).triu(3).to(torch::kBool);  // causal: accepted, but heads must be a permutation
   EXPECT_NO_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {1, 0}, mask, 0.5));
   EXPECT_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {1, 1}, mask, 0.5), c10::Error);
+}
+
+TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
+  // What a GPU's fused attention adds to q k^T: in key block b, query i's score for key j is its
+  // table entry j - col + T - 1 - i (Transformer-XL's shift), -inf where masked; and
+  // softmax(ac + bias) is what relative_attention_probs computes from the same scores (on the
+  // CPU's fused kernel and on the generic path).
+  const std::vector<Case> cases = {
+      {2, 2, 1, 8, {}},
+      {2, 2, 5, 8, {{kPosition - 7, 7}}, false, 0},
+      {2, 2, 6, 8, {{kPosition - 6, 6}}, true, 6},
+      {2, 2, 7, 8, {{kPosition - 40, 5}, {kPosition - 20, 9}, {kPosition - 3, 3}}, false, 0},
+      {1, 3, 9, 8, {{kPosition - 30, 4}, {kPosition - 9, 9}}, true, 9},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("t " + std::to_string(c.t) + ", runs " + std::to_string(c.runs.size()));
+    const auto blocks = key_blocks(c);
+    const Tensor mask = mask_for(c);
+    const int64_t n = c.heads * c.batch, k = mask.size(1);
+    torch::manual_seed(3);
+    std::vector<Tensor> bds;
+    for (const auto& blk : blocks) bds.push_back(torch::randn({n, c.t, blk.table}, torch::kFloat64));
+    const Tensor bias = relative_positional_bias(bds, blocks, mask, torch::kFloat64);
+    ASSERT_EQ(bias.sizes(), (std::vector<int64_t>{n, c.t, k}));
+    auto b_acc = bias.accessor<double, 3>();
+    auto m_acc = mask.accessor<bool, 2>();
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      auto bd = bds[b].accessor<double, 3>();
+      for (int64_t j = blocks[b].col; j < blocks[b].col + blocks[b].len; ++j)
+        for (int64_t i = 0; i < c.t; ++i)
+          for (int64_t h = 0; h < n; ++h) {
+            if (m_acc[i][j]) {
+              ASSERT_TRUE(std::isinf(b_acc[h][i][j]) && b_acc[h][i][j] < 0) << i << " " << j;
+            } else {
+              ASSERT_EQ(b_acc[h][i][j], bd[h][i][j - blocks[b].col + c.t - 1 - i]) << i << " " << j;
+            }
+          }
+    }
+    const Tensor ac = torch::randn({n, c.t, k}, torch::kFloat64);
+    const Tensor want = torch::softmax(ac + bias, -1);
+    expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "CPU kernel");
+    GenericKernels generic;
+    expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "generic path");
+  }
 }
