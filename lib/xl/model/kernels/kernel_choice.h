@@ -1,8 +1,9 @@
 // Which implementation runs a model operation. Every operation has a device-generic path made of
 // LibTorch tensor ops (any device, any dtype; what a GPU runs where no fused kernel applies) and
 // some have fused kernels chosen at run time (the CPU blocked attention, the CPU dropout, the CPU
-// Adam pass). Forcing the generic path lets the tests check on a CPU what a GPU would compute;
-// XL_KERNELS=generic in the environment forces it for a whole process.
+// Adam pass, the GPU's fused attention in bf16/fp16). Forcing the generic path lets the tests
+// check on a CPU what a GPU would compute, and a GPU benchmark time the fused attention against
+// the explicit one; XL_KERNELS=generic in the environment forces it for a whole process.
 #pragma once
 #include <torch/torch.h>
 
