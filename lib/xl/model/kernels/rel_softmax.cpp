@@ -202,6 +202,11 @@ torch::Tensor shifted_positional_scores(const torch::Tensor& bd, const KeyBlock&
   return padded.as_strided({n, t, blk.len}, {t * (p + 1), p, 1}, padded.storage_offset() + t - 1);
 }
 
+// A [T, K] mask as a boolean [1, T, K] on `device`, to mask every head's scores at once.
+torch::Tensor heads_mask(const torch::Tensor& mask, const torch::Device& device) {
+  return mask.to(torch::kBool).to(device).unsqueeze(0);
+}
+
 // Any device, any dtype, differentiable by autograd: the relative shift as a view; masked scores
 // are -inf; the softmax runs in float32 at least (its backward too).
 torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, const std::vector<KeyBlock>& blocks,
@@ -224,7 +229,7 @@ torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, co
   torch::Tensor scores = parts.size() == 1 ? std::move(parts[0]) : torch::cat(parts, 2);
   parts.clear();
   if (scale != 1.0) scores.mul_(scale);
-  if (mask.defined()) scores.masked_fill_(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
+  if (mask.defined()) scores.masked_fill_(heads_mask(mask, device), -INFINITY);
   return dtype == compute ? torch::softmax(scores, -1) : LowPrecisionSoftmax::apply(scores, dtype);
 }
 
@@ -240,10 +245,10 @@ torch::Tensor relative_positional_bias(std::vector<torch::Tensor> bds, const std
   // One block: masked_fill writes a new tensor (never in place into the shifted view).
   if (parts.size() == 1) {
     if (!mask.defined()) return parts[0].contiguous();
-    return parts[0].masked_fill(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
+    return parts[0].masked_fill(heads_mask(mask, device), -INFINITY);
   }
   torch::Tensor bias = torch::cat(parts, 2);
-  if (mask.defined()) bias.masked_fill_(mask.to(torch::kBool).to(device).unsqueeze(0), -INFINITY);
+  if (mask.defined()) bias.masked_fill_(heads_mask(mask, device), -INFINITY);
   return bias;
 }
 
