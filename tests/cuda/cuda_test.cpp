@@ -12,6 +12,7 @@
 #include "xl/model/precision.h"
 #include "xl/model/rel_attention.h"
 #include "xl/model/transformer_xl.h"
+#include "xl/train/adam.h"
 #include "xl/train/generators.h"
 
 using namespace xl::model;
@@ -196,4 +197,39 @@ TEST(Cuda, DropoutMasksFollowTheSavedGeneratorState) {
   gen.load(saved, "test");
   auto again = torch::dropout(x, 0.5, true);
   EXPECT_TRUE(torch::equal(first, again));
+}
+
+TEST(Cuda, AdamsMultiTensorOpsOnTheGpuMatchTheCpusFusedPass) {
+  REQUIRE_GPU();
+  // The model's parameters updated on the GPU (one _foreach op per operation over all of them) and
+  // on the CPU (the fused pass), from the same gradients: clipped and not, and a layer left out
+  // of two steps (its own step count, so its own bias corrections); then the same bits twice.
+  const ModelConfig c = tiny();
+  auto run = [&](const torch::Device& device) {
+    auto m = model_on(c, device, torch::kFloat32);
+    std::vector<std::pair<std::string, Tensor>> named;
+    for (const auto& p : m->named_parameters()) named.emplace_back(p.key(), p.value());
+    xl::train::Adam adam(named, xl::train::AdamOptions{});
+    std::vector<double> norms;
+    for (int step = 0; step < 4; ++step) {
+      torch::manual_seed(100 + step);
+      for (auto& [name, p] : named) {
+        const Tensor g = torch::randn(p.sizes()) * (step % 2 == 0 ? 1.0 : 0.01);
+        const bool skipped = (step == 1 || step == 2) && name.find("layers.1.") != std::string::npos;
+        p.mutable_grad() = skipped ? Tensor() : g.to(device);
+      }
+      norms.push_back(adam.grad_norm());
+      adam.step(0.01, xl::train::clip_factor(norms.back(), 5.0));
+      adam.clear_grads();
+    }
+    std::vector<Tensor> out;
+    for (auto& [name, p] : named) out.push_back(p.detach().cpu());
+    return std::make_pair(norms, out);
+  };
+  const auto [cpu_norms, cpu_params] = run(torch::kCPU);
+  const auto [gpu_norms, gpu_params] = run(torch::kCUDA);
+  for (size_t s = 0; s < cpu_norms.size(); ++s) EXPECT_NEAR(gpu_norms[s], cpu_norms[s], 1e-6 * cpu_norms[s]) << s;
+  for (size_t i = 0; i < cpu_params.size(); ++i) EXPECT_LT(max_diff(cpu_params[i], gpu_params[i]), 1e-6) << i;
+  const auto again = run(torch::kCUDA).second;
+  for (size_t i = 0; i < gpu_params.size(); ++i) EXPECT_TRUE(torch::equal(gpu_params[i], again[i])) << i;
 }

@@ -93,6 +93,11 @@ int Adam::step(double lr, double grad_scale) {
   std::vector<torch::Tensor> grads(slots_.size());
   std::vector<AdamScalars> scalars(slots_.size());
   std::vector<char> fused(slots_.size(), 0);
+  // The rest (a GPU's parameters, other dtypes and layouts): torch.optim.Adam's tensor ops, each
+  // one multi-tensor op over all of them (_foreach_*: on a GPU a few kernels a step where one
+  // op per parameter launched nine for each of hundreds of parameters).
+  std::vector<torch::Tensor> rest_p, rest_g, rest_m, rest_v;
+  std::vector<at::Scalar> rest_sqrt_bc2, rest_step;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     torch::Tensor g = s.param.grad();
@@ -111,12 +116,23 @@ int Adam::step(double lr, double grad_scale) {
       fused[i] = 1;
       continue;
     }
-    // Other dtypes and layouts: the same arithmetic with tensor ops.
-    if (grad_scale != 1) g = g * grad_scale;
-    s.exp_avg.mul_(opts_.beta1).add_(g, 1 - opts_.beta1);
-    s.exp_avg_sq.mul_(opts_.beta2).addcmul_(g, g, 1 - opts_.beta2);
-    torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opts_.eps);
-    s.param.addcdiv_(s.exp_avg, denom, -lr / bc1);
+    rest_p.push_back(s.param);
+    rest_g.push_back(g);
+    rest_m.push_back(s.exp_avg);
+    rest_v.push_back(s.exp_avg_sq);
+    rest_sqrt_bc2.emplace_back(std::sqrt(bc2));
+    rest_step.emplace_back(-lr / bc1);
+  }
+  if (!rest_p.empty()) {
+    if (grad_scale != 1) rest_g = at::_foreach_mul(rest_g, grad_scale);
+    at::_foreach_mul_(rest_m, opts_.beta1);
+    at::_foreach_add_(rest_m, rest_g, 1 - opts_.beta1);
+    at::_foreach_mul_(rest_v, opts_.beta2);
+    at::_foreach_addcmul_(rest_v, rest_g, rest_g, 1 - opts_.beta2);
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(rest_v);
+    at::_foreach_div_(denom, rest_sqrt_bc2);
+    at::_foreach_add_(denom, opts_.eps);
+    at::_foreach_addcdiv_(rest_p, rest_m, denom, rest_step);
   }
   const std::vector<Chunk> chunks = chunks_of(slots_, [&](size_t i) { return fused[i] != 0; });
   xl::model::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
@@ -167,16 +183,20 @@ double Adam::grad_norm() const {
   });
   double total = 0;
   for (double v : sums) total += v;
-  // Elsewhere, squared norms summed on the gradients' device: one synchronisation, not one per
-  // parameter. A dot product reads a gradient once; pow(2).sum() writes a temporary first.
-  torch::Tensor sq;
+  // Elsewhere, each gradient's norm by one multi-tensor op per dtype, squared and summed on the
+  // gradients' device: a few kernels and one synchronisation, not several of each per parameter.
+  // (bf16 and fp16 taken in float; double kept.)
+  std::map<at::ScalarType, std::vector<torch::Tensor>> by_dtype;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const torch::Tensor& grad = slots_[i].param.grad();
     if (!grad.defined() || on_cpu(i)) continue;
-    // (bf16 and fp16 summed in float; double kept)
-    const torch::Tensor flat = grad.reshape(-1).to(torch::promote_types(grad.scalar_type(), torch::kFloat));
-    const torch::Tensor d = torch::dot(flat, flat).to(torch::kDouble);
-    sq = sq.defined() ? sq + d : d;
+    const at::ScalarType dtype = torch::promote_types(grad.scalar_type(), torch::kFloat);
+    by_dtype[dtype].push_back(grad.to(dtype));
+  }
+  torch::Tensor sq;
+  for (const auto& [dtype, grads] : by_dtype) {
+    const torch::Tensor s = at::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).pow(2).sum();
+    sq = sq.defined() ? sq + s : s;
   }
   if (sq.defined()) total += sq.item<double>();
   return std::sqrt(total);
