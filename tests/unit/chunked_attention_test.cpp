@@ -167,7 +167,7 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
   // What a GPU's fused attention adds to q k^T: in key block b, query i's score for key j is its
   // table entry j - col + T - 1 - i (Transformer-XL's shift), -inf where masked; and
   // softmax(ac + bias) is what relative_attention_probs computes from the same scores (on the
-  // CPU's fused kernel and on the generic path).
+  // CPU's fused kernel and on the generic path, with and without gradients).
   const std::vector<Case> cases = {
       {2, 2, 1, 8, {}},
       {2, 2, 5, 8, {{kPosition - 7, 7}}, false, 0},
@@ -199,10 +199,18 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
             }
           }
     }
-    const Tensor ac = torch::randn({n, c.t, k}, torch::kFloat64);
+    // Differentiable tables take the shift through a padded copy: the same bias.
+    std::vector<Tensor> tracked;
+    for (const auto& bd : bds) tracked.push_back(bd.clone().requires_grad_());
+    EXPECT_TRUE(torch::equal(relative_positional_bias(tracked, blocks, mask, torch::kFloat64), bias));
+    const Tensor ac = torch::randn({n, c.t, k}, torch::kFloat64), ac_before = ac.clone();
     const Tensor want = torch::softmax(ac + bias, -1);
     expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "CPU kernel");
     GenericKernels generic;
     expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "generic path");
+    // Scores handed over (nothing else holds them) take the positional scores in place; the
+    // caller's own are never written.
+    expect_near(relative_attention_probs(ac.clone(), bds, blocks, mask, 1.0), want, "generic path, in place");
+    EXPECT_TRUE(torch::equal(ac, ac_before));
   }
 }

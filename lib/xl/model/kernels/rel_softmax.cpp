@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 // The element loops below are written to vectorize; -O2 alone does not if-convert them.
 #ifndef __clang__  // clang has no per-file optimize pragma (and vectorizes these at -O2)
@@ -191,13 +192,20 @@ class LowPrecisionSoftmax : public torch::autograd::Function<LowPrecisionSoftmax
 };
 
 // Block b's positional scores [N, T, P] as the block's [N, T, len] scores: query i reads its
-// table at j + T - 1 - i. With a zero column after each row that is a strided view (row stride P:
-// Transformer-XL's relative shift), so autograd keeps nothing of the table for the backward; a
-// gather would keep all of it, one more score-sized tensor per layer. Entries past the table (a
-// query's future) read the pad or the next row, and the mask covers them. Needs len <= P.
+// table at j + T - 1 - i, a strided view (Transformer-XL's relative shift), so autograd keeps
+// nothing of the table for the backward; a gather would keep all of it, one more score-sized
+// tensor per layer. Entries past the table (a query's future) read the next row or a pad, and
+// the mask covers them. Without gradients the view reads the table itself, rows P - 1 apart (a
+// query's last key shares its entry with the next query's first, a future one). Differentiated,
+// such overlapping rows would make autograd index every entry, so there a zero column after each
+// row makes them P + 1 apart. Needs len <= P.
 torch::Tensor shifted_positional_scores(const torch::Tensor& bd, const KeyBlock& blk) {
   const int64_t n = bd.size(0), t = bd.size(1), p = blk.table;
   TORCH_CHECK(bd.size(2) == p && blk.len <= p, "a key block's table must cover its keys");
+  if (!bd.requires_grad()) {
+    const torch::Tensor table = bd.contiguous();
+    return table.as_strided({n, t, blk.len}, {t * p, p - 1, 1}, table.storage_offset() + t - 1);
+  }
   const torch::Tensor padded = torch::constant_pad_nd(bd, {0, 1});
   return padded.as_strided({n, t, blk.len}, {t * (p + 1), p, 1}, padded.storage_offset() + t - 1);
 }
@@ -213,21 +221,28 @@ torch::Tensor generic_probs(torch::Tensor ac, std::vector<torch::Tensor> bds, co
                             const torch::Tensor& mask, double scale) {
   const auto dtype = ac.scalar_type();
   const auto compute = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
+  // Scores nothing else holds and autograd does not track (evaluation) take the positional scores
+  // in place, each block's table let go once added: two score-sized tensors fewer at the peak.
+  bool in_place = dtype == compute && !ac.requires_grad() && ac.use_count() == 1 && ac.storage().use_count() == 1;
+  for (const auto& bd : bds) in_place = in_place && !bd.requires_grad();
   std::vector<torch::Tensor> parts;
   for (size_t b = 0; b < blocks.size(); ++b) {
     const KeyBlock& blk = blocks[b];
     torch::Tensor content = ac.narrow(2, blk.col, blk.len).to(compute);
-    const torch::Tensor positional = shifted_positional_scores(bds[b], blk);
+    const torch::Tensor positional = shifted_positional_scores(std::exchange(bds[b], torch::Tensor()), blk);
     // In bf16/fp16 `content` is a float32 copy of its own, to add into.
-    parts.push_back(dtype == compute ? content + positional : content.add_(positional));
+    if (in_place) content.add_(positional);
+    else parts.push_back(dtype == compute ? content + positional : content.add_(positional));
   }
   const torch::Device device = ac.device();
-  ac.reset();  // the sums hold all that is left of them
-  bds.clear();
+  torch::Tensor scores = std::move(ac);
+  if (!in_place) {  // the sums hold all that is left of the inputs
+    scores.reset();
+    scores = parts.size() == 1 ? std::move(parts[0]) : torch::cat(parts, 2);
+    parts.clear();
+  }
   // Scaled and masked in place: nothing keeps the sum for the backward, and score-sized
   // temporaries are what a GPU runs out of first.
-  torch::Tensor scores = parts.size() == 1 ? std::move(parts[0]) : torch::cat(parts, 2);
-  parts.clear();
   if (scale != 1.0) scores.mul_(scale);
   if (mask.defined()) scores.masked_fill_(heads_mask(mask, device), -INFINITY);
   return dtype == compute ? torch::softmax(scores, -1) : LowPrecisionSoftmax::apply(scores, dtype);
