@@ -153,6 +153,10 @@ want = [0, 0.5, 0.5, 0]
 sys.exit(0 if all(abs(a - b) < 0.1 for a, b in zip(r, want)) else 1)
 PY
 
+step "same-length without memory trains (it masked every key: NaN) and says it is off"
+expect 0 $T --mem-len 0 --same-length true --max-steps 3 tokens.h5 -o nomem.h5
+grep -q "same-length is off" "$TMP/err" || fail "no note that same-length is off: $(cat "$TMP/err")"
+
 step "bad input: one line and the right exit code"
 printf 'just text\n' > text.txt
 expect 65 $T --max-steps 1 text.txt -o bad.h5

@@ -1,7 +1,9 @@
 // The whole model: memory semantics, Skip-Retain and SCH invariants, adaptive softmax, gradients.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <optional>
 
 #include "xl/model/cross_head.h"
 #include "xl/model/kernels/kernel_choice.h"
@@ -125,6 +127,35 @@ TEST(Model, LongerMemoryThanSegmentSeesEarlierSegments) {
     pieces.push_back(m->forward(stream.slice(1, s, e), stream.slice(1, s + 1, e + 1), parts, opts));
   }
   EXPECT_LT((torch::cat(pieces, 1) - full).abs().max().item<double>(), 1e-10);
+}
+
+TEST(Model, SameLengthWithoutMemoryTrainsAsWithoutSameLength) {
+  // mem_len 0 leaves same_length nothing to keep the same: training's forward and gradients are
+  // those of the model without it (it used to mask every key and train on NaN).
+  for (const bool generic : {false, true}) {
+    std::optional<GenericKernels> forced;
+    if (generic) forced.emplace();
+    ModelConfig c = tiny_config();
+    auto plain = make_model(c);
+    c.same_length = true;
+    auto same = make_model(c);
+    plain->train();
+    same->train();
+    ForwardOptions opts;
+    opts.mem_len = 0;
+    Memory mp = plain->new_memory(), ms = same->new_memory();
+    for (int seg = 0; seg < 2; ++seg) {
+      auto in = tokens(2, 5, c.n_token, 20 + seg), tg = tokens(2, 5, c.n_token, 30 + seg);
+      const Tensor lp = plain->forward(in, tg, mp, opts).mean(), ls = same->forward(in, tg, ms, opts).mean();
+      ASSERT_TRUE(std::isfinite(ls.item<double>())) << "generic " << generic;
+      EXPECT_TRUE(torch::equal(lp, ls)) << "generic " << generic;
+      lp.backward();
+      ls.backward();
+    }
+    auto pp = plain->named_parameters(), ps = same->named_parameters();
+    for (const auto& item : pp)
+      EXPECT_TRUE(torch::equal(item.value().grad(), ps[item.key()].grad())) << item.key();
+  }
 }
 
 TEST(Model, NoSkipAndZeroBetaAreExactlyAPlainTransformerXL) {

@@ -98,7 +98,9 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   AttentionPass pass;
   pass.position = memory.position;
   pass.mem_len = opts.mem_len;
-  pass.same_length = config.same_length;
+  // Without memory there is no length to keep the same (every key would be masked: NaN, as in
+  // Transformer-XL's own code); evaluation's reports say it was off.
+  pass.same_length = config.same_length && opts.mem_len > 0;
   pass.clamp_len = config.clamp_len;
   pass.dropout = config.dropout;
   pass.dropatt = config.dropatt;

@@ -87,6 +87,8 @@ void begin_phase(PhaseStart* p) {
   r.start_step = p->state.step;
   r.start_tokens = p->state.tokens_seen;
   p->state.phases.push_back(r);
+  if (p->model.same_length && p->config.mem_len == 0)
+    p->notes.push_back("same-length is off: with mem-len 0 there is no memory whose length to keep");
 }
 
 void record_schedule(PhaseStart* p) {
