@@ -14,6 +14,7 @@
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
 #include "xl/train/generators.h"
+#include "xl/train/loss_scale.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -232,4 +233,24 @@ TEST(Cuda, AdamsMultiTensorOpsOnTheGpuMatchTheCpusFusedPass) {
   for (size_t i = 0; i < cpu_params.size(); ++i) EXPECT_LT(max_diff(cpu_params[i], gpu_params[i]), 1e-6) << i;
   const auto again = run(torch::kCUDA).second;
   for (size_t i = 0; i < gpu_params.size(); ++i) EXPECT_TRUE(torch::equal(gpu_params[i], again[i])) << i;
+}
+
+TEST(Cuda, LossScalerUnscalesAndFindsOverflowsInOnePass) {
+  REQUIRE_GPU();
+  // GradScaler's multi-tensor kernel on the GPU against the division by the scale on the CPU.
+  auto a = torch::zeros({3}, torch::TensorOptions(torch::kCUDA).requires_grad(true));
+  auto b = torch::zeros({2}, torch::TensorOptions(torch::kCUDA).requires_grad(true));
+  auto none = torch::zeros({4}, torch::TensorOptions(torch::kCUDA).requires_grad(true));  // no gradient
+  xl::train::LossScaler scaler(1024.0, 0, 3);
+  const Tensor ga = torch::tensor({1024.0f, 2048.0f, -512.0f}), gb = torch::tensor({4.0f, 8.0f});
+  a.mutable_grad() = ga.cuda();
+  b.mutable_grad() = gb.cuda();
+  EXPECT_TRUE(scaler.unscale({a, none, b}));
+  EXPECT_TRUE(torch::equal(a.grad().cpu(), ga / 1024.0));
+  EXPECT_TRUE(torch::equal(b.grad().cpu(), gb / 1024.0));
+  b.mutable_grad() = torch::tensor({INFINITY, 1.0f}).cuda();
+  EXPECT_FALSE(scaler.unscale({a, b}));
+  a.mutable_grad() = torch::tensor({NAN, 0.0f, 0.0f}).cuda();
+  b.mutable_grad() = gb.cuda();
+  EXPECT_FALSE(scaler.unscale({a, b}));
 }
