@@ -254,3 +254,63 @@ TEST(Cuda, LossScalerUnscalesAndFindsOverflowsInOnePass) {
   b.mutable_grad() = gb.cuda();
   EXPECT_FALSE(scaler.unscale({a, b}));
 }
+
+TEST(Cuda, AttentionVariantsTrainAsOnTheCpuUnderStrictDeterminism) {
+  REQUIRE_GPU();
+  // Mixture-of-Gaussian keys (soft and hard E-step, shifted keys) and persistent memory with an
+  // adaptive span: the GPU in float64 against the CPU's kernels, forward and every gradient over
+  // segments with a skipped layer and SCH, with the strict deterministic kernels training runs
+  // (an operation without one would throw here), and the same bits twice.
+  const bool was_deterministic = at::globalContext().deterministicAlgorithms();
+  const bool was_warn_only = at::globalContext().deterministicAlgorithmsWarnOnly();
+  use_deterministic_kernels(torch::Device(torch::kCUDA, 0));
+  ModelConfig mgk = tiny(), smgk = tiny(), span = tiny();
+  mgk.attention = "mgk";
+  smgk.attention = "smgk";
+  smgk.mgk_estep = "hard";
+  span.persistent_mem = 3;
+  span.adaptive_span = true;
+  span.span_max = 16;
+  span.span_ramp = 4;
+  for (const ModelConfig& c : {mgk, smgk, span}) {
+    SCOPED_TRACE(c.attention + (c.adaptive_span ? " + persistent memory + adaptive span" : ""));
+    auto cpu = model_on(c, torch::kCPU, torch::kFloat64);
+    auto run_gpu = [&]() -> std::vector<Tensor> {
+      auto gpu = model_on(c, torch::kCUDA, torch::kFloat64);
+      gpu->train();
+      cpu->train();
+      Memory mc = cpu->new_memory(), mg = gpu->new_memory();
+      std::vector<Tensor> out;
+      for (int step = 0; step < 3; ++step) {
+        torch::manual_seed(step);
+        auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+        auto tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+        ForwardOptions o;
+        o.mem_len = 8;
+        o.skip = {false, step == 1, false};
+        o.perms = {{}, {}, step == 2 ? std::vector<int64_t>{3, 1, 0, 2} : std::vector<int64_t>{}};
+        auto lc = cpu->forward(in, tg, mc, o).mean();
+        auto lg = gpu->forward(in.cuda(), tg.cuda(), mg, o).mean();
+        EXPECT_LT(max_diff(lc, lg), 1e-10) << "step " << step;
+        lc.backward();
+        lg.backward();
+        out.push_back(lg.detach());
+        auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+        for (const auto& item : pc) {
+          const Tensor& g = pg[item.key()].grad();
+          EXPECT_EQ(item.value().grad().defined(), g.defined()) << item.key();
+          if (!g.defined() || !item.value().grad().defined()) continue;
+          EXPECT_LT(max_diff(item.value().grad(), g), 1e-9) << item.key() << " step " << step;
+          out.push_back(g.detach().clone());
+        }
+        for (auto& p : cpu->parameters()) p.mutable_grad() = Tensor();
+        for (auto& p : gpu->parameters()) p.mutable_grad() = Tensor();
+      }
+      return out;
+    };
+    const auto once = run_gpu(), twice = run_gpu();
+    ASSERT_EQ(once.size(), twice.size());
+    for (size_t i = 0; i < once.size(); ++i) EXPECT_TRUE(torch::equal(once[i], twice[i])) << "not deterministic: " << i;
+  }
+  at::globalContext().setDeterministicAlgorithms(was_deterministic, was_warn_only);
+}
