@@ -14,7 +14,7 @@ void add_eval_options(cli::Options& cli, const std::string& default_split) {
       ("tgt-len", po::value<int64_t>()->default_value(128), "segment length")
       ("mem-len", po::value<std::string>(), "memory length, or a comma list for a sweep (default: 2 x tgt-len)")
       ("clamp-len", po::value<int64_t>(), "clamp relative distances (0: off)")
-      ("same-length", po::value<bool>(), "every query sees mem-len keys (true/false)")
+      ("same-length", po::value<bool>(), "every query sees mem-len keys (true/false; off with mem-len 0)")
       ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
       ("warmup", po::bool_switch(), "score only segments whose memory is full (NVIDIA's convention)")
       ("max-tokens", po::value<std::string>()->default_value("0"), "stop after about this many scored tokens (0: all; K, M suffixes)")

@@ -39,7 +39,7 @@ void add_model_options(cli::Options& cli, ModelDefaults d) {
       ("pre-lnorm", boolean(m.pre_lnorm, d), "layer norm before each sublayer (true/false)")
       ("untie-r", boolean(m.untie_r, d), "u, v biases per layer (true/false)")
       ("clamp-len", value(m.clamp_len, d), "clamp relative distances (0: off)")
-      ("same-length", boolean(m.same_length, d), "every query sees mem-len keys (true/false)")
+      ("same-length", boolean(m.same_length, d), "every query sees mem-len keys (true/false; off with mem-len 0)")
       ("cutoffs", value(std::string(), d), "adaptive softmax cutoffs, e.g. 20000,40000,200000")
       ("div-val", value(m.div_val, d), "adaptive embedding width divisor")
       ("tie-weight", boolean(m.tie_weight, d), "tie output and input embeddings (true/false)")
