@@ -195,6 +195,17 @@ std::string cpu_model_name() {
 
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // A B^T on one thread (the attention's scores) fell from 105 to 81 GFLOP/s past about 1,200
+  // columns in oneDNN (64 x 1,536 x 64 and x 39 on a Zen 4 core, 2026-11-26; A B and A^T B did
+  // not): wide ones run as equal column blocks of at most 1,024, each a B^T of its own rows.
+  constexpr int64_t kWideColumns = 1024;
+  if (!trans_a && trans_b && n > kWideColumns) {
+    const int64_t blocks = (n + kWideColumns - 1) / kWideColumns;
+    const int64_t width = ((n + blocks - 1) / blocks + 15) / 16 * 16;
+    for (int64_t col = 0; col < n; col += width)
+      sgemm_row_major(false, true, m, std::min(width, n - col), k, a, lda, b + col * ldb, ldb, beta, c + col, ldc);
+    return;
+  }
   const char op_a = trans_a ? 'T' : 'N', op_b = trans_b ? 'T' : 'N';
   if (runs_on_onednn(trans_a, m, n, k) &&
       blas().onednn_sgemm(op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == 0)
