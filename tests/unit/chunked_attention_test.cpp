@@ -91,6 +91,7 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       {2, 3, 64, 8, fresh(64), false, 64},
       {3, 2, 70, 16, fresh(30), false, 70},
       {2, 2, 130, 8, fresh(130), false, 130},
+      {2, 2, 128, 8, fresh(128), false, 128},  // 256 keys: rows of probabilities padded off 1 KB
       {2, 2, 200, 4, fresh(7), false, 200},
       {2, 2, 70, 8, fresh(70), true, 70},
       {2, 1, 130, 8, fresh(40), true, 90},
