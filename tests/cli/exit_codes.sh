@@ -117,7 +117,7 @@ stderr_is_one_line "--mode"
 expect 64 xl-tokenize --mode byte --train text.txt text.txt -o out.h5
 stderr_is_one_line "--train"
 expect 64 xl-inspect a.h5 b.h5
-stderr_is_one_line
+stderr_is_one_line "'b.h5'" "one argument, FILE"
 expect 64 xl-build-vocab --min-count notanumber text.txt
 stderr_is_one_line min-count
 

@@ -3,6 +3,7 @@
 #include <H5public.h>
 #include <torch/version.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -56,10 +57,36 @@ bool is_meta(const std::string& key) {
 
 }  // namespace
 
+// Boost says only "too many positional options"; name the first argument too many and what the
+// tool takes (a checkpoint given where --init belongs, say).
+std::string Options::excess_argument_message(int argc, char** argv, const po::options_description& all) const {
+  std::vector<std::string> arguments;
+  for (const po::option& o : po::command_line_parser(argc, argv).options(all).run().options)
+    if (o.position_key >= 0 && !o.value.empty()) arguments.push_back(o.value.front());
+  const unsigned takes = positional_.max_total_count();
+  std::string names;
+  for (unsigned i = 0; i < takes; ++i) {
+    std::string n = positional_.name_for_position(i);
+    for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    names += (i == 0 ? "" : i + 1 == takes ? " and " : ", ") + n;
+  }
+  std::ostringstream m;
+  m << "unexpected argument";
+  if (takes < arguments.size()) m << " '" << arguments[takes] << "'";
+  m << ": " << info_.name;
+  if (takes == 0) m << " takes no arguments, only options";
+  else m << " takes " << (takes == 1 ? "one argument, " : std::to_string(takes) + " arguments, ") << names
+         << "; the rest are options";
+  m << " (see " << info_.name << " --help)";
+  return m.str();
+}
+
 bool Options::parse(int argc, char** argv) {
   po::options_description all = all_options(common_, groups_);
   try {
     po::store(po::command_line_parser(argc, argv).options(all).positional(positional_).run(), vm_);
+  } catch (const po::too_many_positional_options_error&) {
+    XL_FAIL(kExitUsage, excess_argument_message(argc, argv, all));
   } catch (const po::error& e) {
     XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
   }

@@ -72,6 +72,7 @@ class Options {
 
   void read_config_files(const std::vector<std::string>& files, const po::options_description& all);
   void finish_parse();
+  std::string excess_argument_message(int argc, char** argv, const po::options_description& all) const;
 };
 
 // A real-valued option whose default --help shows as written: 0.1, not Boost's 0.10000000000000001.
