@@ -113,6 +113,8 @@ expect 64 xl-eval-longctx --mem-len 16,16 ckpt.h5 tokens.h5
 stderr_is_one_line
 expect 64 xl-eval-longctx
 stderr_is_one_line "CHECKPOINT"
+expect 64 xl-eval-longctx ckpt.h5 tokens.h5 extra.h5
+stderr_is_one_line "'extra.h5'" "2 arguments, CHECKPOINT and TOKENS"
 expect 65 xl-eval-longctx ckpt.h5 </dev/null
 stderr_is_one_line "stdin"
 expect 66 xl-eval-longctx ckpt.h5 missing.h5

@@ -61,8 +61,12 @@ bool is_meta(const std::string& key) {
 // tool takes (a checkpoint given where --init belongs, say).
 std::string Options::excess_argument_message(int argc, char** argv, const po::options_description& all) const {
   std::vector<std::string> arguments;
-  for (const po::option& o : po::command_line_parser(argc, argv).options(all).run().options)
-    if (o.position_key >= 0 && !o.value.empty()) arguments.push_back(o.value.front());
+  try {  // parsed again without names for the positions, which cannot be too many
+    for (const po::option& o : po::command_line_parser(argc, argv).options(all).run().options)
+      if (o.position_key >= 0 && !o.value.empty()) arguments.push_back(o.value.front());
+  } catch (const po::error&) {
+    arguments.clear();  // then the message names no argument
+  }
   const unsigned takes = positional_.max_total_count();
   std::string names;
   for (unsigned i = 0; i < takes; ++i) {
