@@ -60,13 +60,11 @@ bool is_meta(const std::string& key) {
 // Boost says only "too many positional options"; name the first argument too many and what the
 // tool takes (a checkpoint given where --init belongs, say).
 std::string Options::excess_argument_message(int argc, char** argv, const po::options_description& all) const {
+  // Parsed again without names for the positions. (Boost names them after reading every token,
+  // so a command line that got this far parses.)
   std::vector<std::string> arguments;
-  try {  // parsed again without names for the positions, which cannot be too many
-    for (const po::option& o : po::command_line_parser(argc, argv).options(all).run().options)
-      if (o.position_key >= 0 && !o.value.empty()) arguments.push_back(o.value.front());
-  } catch (const po::error&) {
-    arguments.clear();  // then the message names no argument
-  }
+  for (const po::option& o : po::command_line_parser(argc, argv).options(all).run().options)
+    if (o.position_key >= 0 && !o.value.empty()) arguments.push_back(o.value.front());
   const unsigned takes = positional_.max_total_count();
   std::string names;
   for (unsigned i = 0; i < takes; ++i) {
