@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
     XL_CHECK(!paths.empty(), kExitUsage, "give a CHECKPOINT");
     XL_CHECK(paths.size() == 1 || mode == "ablate-one", kExitUsage, "--mode " << mode << " studies one checkpoint");
     Study study{checkpoint::load(paths.front(), tokens.vocab().sha256()), paths.front(), device};
-    auto ids = tokens.read_split(request.split);
+    auto ids = tokens.read_split(request.split, "--split picks another");
     eval::EvalSettings es = request.settings;
     es.precision = model::resolve_precision(compute.precision, device);
     auto head_mask = [&](const checkpoint::Checkpoint& c) {
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
     is.head_mask = es.head_mask;
     is.precision = es.precision;
     const std::string score_split = cli.get<std::string>("importance-split");
-    auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split);
+    auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split, "--importance-split picks another");
 
     if (mode == "importance") {
       torch::Tensor scores = analysis::head_importance(model, score_ids, is);

@@ -22,7 +22,7 @@ int decode(const xl::cli::Options& cli, const std::string& input) {
   // the space between its words.
   std::vector<int32_t> ids;
   for (const auto& s : splits) {
-    auto part = tokens.read_split(s);
+    auto part = tokens.read_split(s, "--decode names one of them, or all");
     if (ids.empty()) ids.swap(part);
     else ids.insert(ids.end(), part.begin(), part.end());
   }

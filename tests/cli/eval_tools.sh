@@ -106,7 +106,7 @@ expect 0 xl-tokenize --mode byte --split 0.8,0.1,0.1 text.txt -o bytes.h5
 expect 65 xl-eval-longctx ckpt.h5 bytes.h5
 stderr_is_one_line "vocab"
 expect 65 xl-eval-longctx --split dev ckpt.h5 tokens.h5
-stderr_is_one_line "dev"
+stderr_is_one_line "no split 'dev' (it has: train, valid, test); --split picks another"
 expect 64 xl-eval-longctx --tgt-len 0 ckpt.h5 tokens.h5
 stderr_is_one_line
 expect 64 xl-eval-longctx --mem-len 16,16 ckpt.h5 tokens.h5

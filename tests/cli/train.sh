@@ -165,7 +165,9 @@ xl-tokenize --mode char --split 0.9,0.05,0.05 "$corpus" -o chars.h5 -q --allow-i
 expect 65 xl-train-phase2 --init p1.h5 --max-steps 200 chars.h5 -o bad.h5
 stderr_is_one_line "vocab"
 expect 65 $T --max-steps 1 --valid-split nope --eval-interval 1 tokens.h5 -o bad.h5
-stderr_is_one_line nope
+stderr_is_one_line "no split 'nope'" "--valid-split picks another, --eval-interval 0 trains without validation"
+expect 65 $T --max-steps 1 --train-split nope tokens.h5 -o bad.h5
+stderr_is_one_line "no split 'nope'" "--train-split picks another"
 printf 'n-layers = 3\n' > typo.ini
 expect 78 $T -c typo.ini --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line typo.ini n-layers

@@ -124,11 +124,12 @@ int64_t TokensFile::split_length(const std::string& split) const {
   return dims.empty() ? 0 : static_cast<int64_t>(dims[0]);
 }
 
-std::vector<int32_t> TokensFile::read_split(const std::string& split) const {
+std::vector<int32_t> TokensFile::read_split(const std::string& split, const std::string& remedy) const {
   if (!has_split(split)) {
     std::string avail;
     for (const auto& s : split_names()) avail += (avail.empty() ? "" : ", ") + s;
-    fail(file_.name(), kExitDataErr, "no split '" + split + "' (it has: " + (avail.empty() ? "none" : avail) + ")");
+    fail(file_.name(), kExitDataErr,
+         "no split '" + split + "' (it has: " + (avail.empty() ? "none" : avail) + ")" + (remedy.empty() ? "" : "; " + remedy));
   }
   auto ids = read_dataset<int32_t>(file_, "splits/" + split, file_.name());
   const int32_t v = static_cast<int32_t>(vocab_.size());

@@ -120,11 +120,10 @@ void Trainer::open_data() {
   const h5::TokensFile& tokens = *tokens_;
   vocab_ = tokens.vocab();
   metric_ = eval::Metric(vocab_.type());
-  train_ids_ = tokens.read_split(cfg_.train_split);
-  if (cfg_.eval_interval > 0 || tokens.has_split(cfg_.valid_split)) {
-    if (tokens.has_split(cfg_.valid_split)) valid_ids_ = tokens.read_split(cfg_.valid_split);
-    else tokens.read_split(cfg_.valid_split);  // fails with the file's available splits
-  }
+  train_ids_ = tokens.read_split(cfg_.train_split, "--train-split picks another");
+  if (cfg_.eval_interval > 0 || tokens.has_split(cfg_.valid_split))
+    valid_ids_ = tokens.read_split(cfg_.valid_split,
+                                   "--valid-split picks another, --eval-interval 0 trains without validation");
   XL_INFO(tokens.name() << ": " << train_ids_.size() << " training tokens, " << valid_ids_.size() << " validation tokens, "
                         << text::to_string(vocab_.type()) << " vocab of " << vocab_.size());
 }
