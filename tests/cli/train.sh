@@ -168,6 +168,11 @@ expect 65 $T --max-steps 1 --valid-split nope --eval-interval 1 tokens.h5 -o bad
 stderr_is_one_line "no split 'nope'" "--valid-split picks another, --eval-interval 0 trains without validation"
 expect 65 $T --max-steps 1 --train-split nope tokens.h5 -o bad.h5
 stderr_is_one_line "no split 'nope'" "--train-split picks another"
+# Model settings are named as they are typed (--tie-projs, not the checkpoint's tie_projs).
+expect 78 $T --cutoffs 100 --tie-projs false,true,true --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "tie-projs has 3 entries, but needs one per cluster: 2 (the head and one per cutoff of [100])"
+expect 78 $T --d-model 7 --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "d-model must be"
 printf 'n-layers = 3\n' > typo.ini
 expect 78 $T -c typo.ini --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line typo.ini n-layers

@@ -1,5 +1,7 @@
 #include "xl/model/config.h"
 
+#include <algorithm>
+
 #include "xl/util/error.h"
 
 namespace xl::model {
@@ -62,8 +64,9 @@ std::vector<int64_t> ModelConfig::fit_to_vocab(int64_t vocab_size) {
   return dropped;
 }
 
-void ModelConfig::validate(const std::string& source) const {
-  auto bad = [&](const std::string& key, const std::string& why) {
+void ModelConfig::validate(const std::string& source, KeyNames names) const {
+  auto bad = [&](std::string key, const std::string& why) {
+    if (names == KeyNames::kFlags) std::replace(key.begin(), key.end(), '_', '-');
     XL_FAIL(kExitConfig, source << ": " << key << " " << why);
   };
   if (n_token < 2) bad("n_token", "must be at least 2");
@@ -90,7 +93,9 @@ void ModelConfig::validate(const std::string& source) const {
     }
   }
   if (!tie_projs.empty() && tie_projs.size() != cutoffs.size() + 1)
-    bad("tie_projs", "needs one entry per cluster (" + std::to_string(cutoffs.size() + 1) + ")");
+    bad("tie_projs", "has " + std::to_string(tie_projs.size()) + " entries, but needs one per cluster: " +
+                         std::to_string(cutoffs.size() + 1) + " (the head and one per cutoff of " +
+                         nlohmann::json(cutoffs).dump() + ")");
   if (!heads_per_layer.empty()) {
     if (static_cast<int64_t>(heads_per_layer.size()) != n_layer) bad("heads_per_layer", "needs one entry per layer");
     for (int64_t h : heads_per_layer)

@@ -67,8 +67,10 @@ struct ModelConfig {
   nlohmann::json to_json() const;
   // Unknown keys and bad values fail with 78 (config) naming `source`.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
-  // Fails with 78 and one line naming the offending key.
-  void validate(const std::string& source) const;
+  // Fails with 78 and one line naming the offending key: as a config file's key (d_model), or as
+  // the flag and INI key a user typed (d-model) for settings from the command line.
+  enum class KeyNames { kConfig, kFlags };
+  void validate(const std::string& source, KeyNames names = KeyNames::kConfig) const;
 };
 
 }  // namespace xl::model

@@ -167,7 +167,7 @@ Phase1Settings phase1_settings(const std::string& base_config,
   out.model = request.model;
   out.model.n_token = 256;  // any vocab the cutoffs fit
   for (int64_t c : out.model.cutoffs) out.model.n_token = std::max(out.model.n_token, c + 2);
-  out.model.validate("model settings");
+  out.model.validate("model settings", model::ModelConfig::KeyNames::kFlags);
   return out;
 }
 

@@ -111,7 +111,7 @@ PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
                       nlohmann::json(dropped).dump() + " dropped, clusters " + nlohmann::json(p.model.cutoffs).dump() + " kept");
   // Adaptive span: by default a head may learn to see everything a training segment can.
   if (p.model.adaptive_span && p.model.span_max == 0) p.model.span_max = p.config.mem_len + p.config.tgt_len;
-  p.model.validate("model settings");
+  p.model.validate("model settings", model::ModelConfig::KeyNames::kFlags);
   TrainConfig& c = p.config;
   if (c.schedule_steps == 0) c.schedule_steps = c.max_steps;
   XL_CHECK(c.lr_schedule == "constant" || c.lr_schedule == "cyclic-cosine" || c.schedule_steps > 0, kExitConfig,
