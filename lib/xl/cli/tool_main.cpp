@@ -14,19 +14,20 @@ namespace xl::cli {
 int run_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body) {
   log::set_tool_name(name);
   signals::remove_temps_and_die_on_stop();
+  // Errors carry the name as the body leaves it: a training's ranks add "rank N".
   try {
     return body(argc, argv);
   } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", log::tool_name().c_str(), e.what());
     return e.code();
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "%s: out of memory\n", name.c_str());
+    std::fprintf(stderr, "%s: out of memory\n", log::tool_name().c_str());
     return kExitSoftware;
   } catch (const std::exception& e) {
     // One line: LibTorch's errors (c10::Error) append a backtrace after their message.
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
-    std::fprintf(stderr, "%s: internal error: %s\n", name.c_str(), msg.c_str());
+    std::fprintf(stderr, "%s: internal error: %s\n", log::tool_name().c_str(), msg.c_str());
     return kExitSoftware;
   }
 }

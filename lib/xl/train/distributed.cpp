@@ -151,8 +151,7 @@ void guarded(c10d::Store& store, const DistConfig& config, const std::string& wh
   } catch (const std::exception& e) {
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
-    XL_FAIL(kExitUnavailable, "rank " << config.rank << ": " << what << " failed: " << lost_rank(store, config) << " ("
-                                      << why.substr(0, 160) << ")");
+    XL_FAIL(kExitUnavailable, what << " failed: " << lost_rank(store, config) << " (" << why.substr(0, 160) << ")");
   }
 }
 
@@ -185,7 +184,7 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
   } catch (const std::exception& e) {
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
-    XL_FAIL(kExitUnavailable, "rank " << config.rank << ": no rendezvous at " << config.master_addr << ":" << config.master_port
+    XL_FAIL(kExitUnavailable, "no rendezvous at " << config.master_addr << ":" << config.master_port
                                       << " (" << why.substr(0, 160) << ")"
                                       << (config.rank == 0 ? "; is the port in use?" : "; is rank 0 running and MASTER_ADDR right?"));
   }
