@@ -14,7 +14,7 @@ def last(evs, kind):
 print(f"# xl pipeline summary: {d}\n")
 print("| phase | steps | tokens | train time | best valid | tok/s | peak RSS MB |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-before = 0  # steps and tokens count on from phase 1: a phase's own tokens are the difference
+before = 0  # tokens count on from phase 1: a phase's own tokens are the difference
 for phase in ("p1", "p2"):
     evs = events(os.path.join(d, phase + ".jsonl"))
     done = last(evs, "done")
@@ -23,7 +23,7 @@ for phase in ("p1", "p2"):
     metric = "bpc" if "bpc" in best else "ppl"
     own = done.get("tokens", before) - before
     rate = own / done["elapsed"] if done.get("elapsed") else 0
-    print(f"| {phase} | {done.get('step', '')} | {own} | {done.get('elapsed', 0):.0f} s | "
+    print(f"| {phase} | {done.get('phase_steps', '')} | {own} | {done.get('elapsed', 0):.0f} s | "
           f"{best.get(metric, float('nan')):.4f} {metric} | {rate:.0f} | {done.get('peak_rss_mb', 0):.0f} |")
     before = done.get("tokens", before)
 rows = events(os.path.join(d, "eval.jsonl"))

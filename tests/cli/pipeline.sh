@@ -11,6 +11,11 @@ if command -v bible >/dev/null; then
   for f in tokens.h5 p1.h5 p2.h5 p1.jsonl p2.jsonl eval.jsonl heads.jsonl summary.md; do
     [ -s demo/demo/$f ] || fail "demo did not produce $f"
   done
+  # Each phase's row counts that phase's own steps and tokens (the logs count on from phase 1).
+  p2_row=$(python3 -c 'import json, sys
+done = [[json.loads(l) for l in open(f"{sys.argv[1]}/{p}.jsonl") if "\"done\"" in l][-1] for p in ("p1", "p2")]
+print("| p2 | %d | %d |" % (done[1]["step"] - done[0]["step"], done[1]["tokens"] - done[0]["tokens"]))' demo/demo)
+  grep -qF "$p2_row" demo/demo/summary.md || fail "summary's phase 2 row is not '$p2_row ...': $(cat demo/demo/summary.md)"
   grep -q 'Test bpc by evaluation memory' demo/demo/summary.md || fail "summary lacks the evaluation table"
   grep -q 'when one head is pruned' demo/demo/summary.md || fail "summary lacks the head table"
   [ "$(wc -l < demo/demo/eval.jsonl)" -eq 3 ] || fail "expected a 3-point memory sweep"
