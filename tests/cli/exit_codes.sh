@@ -108,6 +108,13 @@ for t in xl-build-vocab xl-tokenize xl-inspect; do
   stderr_is_one_line "no-such-option"
   [ ! -s out ] || fail "$t wrote on stdout after a usage error"
 done
+# A typo gets the flag it was probably meant to be; a name near nothing gets no guess.
+expect 64 xl-tokenize --vocabb v.tsv text.txt -o out.h5
+stderr_is_one_line "unrecognised option '--vocabb'; did you mean '--vocab'?"
+expect 64 xl-inspect --jsn good.h5
+stderr_is_one_line "did you mean '--json'?"
+expect 64 xl-inspect --no-such-option good.h5
+grep -q "did you mean" "$TMP/err" && fail "a guess for --no-such-option: $(cat "$TMP/err")"
 expect 64 xl-build-vocab --mode nonsense text.txt
 stderr_is_one_line nonsense
 expect 64 xl-tokenize --vocab v.tsv --mode byte text.txt -o out.h5

@@ -175,7 +175,10 @@ expect 78 $T --d-model 7 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "d-model must be"
 printf 'n-layers = 3\n' > typo.ini
 expect 78 $T -c typo.ini --max-steps 1 tokens.h5 -o bad.h5
-stderr_is_one_line typo.ini n-layers
+stderr_is_one_line typo.ini "'n-layers'; did you mean 'n-layer'?"
+printf '[model]\nd-model = 64\n' > sections.ini
+expect 78 $T -c sections.ini --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line sections.ini "'d-model' is under a section [model]: settings files have no sections"
 expect 78 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line skip-schedule
 expect 73 $T --max-steps 1 tokens.h5 -o p1.h5

@@ -3,12 +3,14 @@
 #include <H5public.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <set>
 #include <iostream>
+#include <set>
+#include <vector>
 
 #include "xl/util/error.h"
 #include "xl/util/log.h"
@@ -55,6 +57,45 @@ bool is_meta(const std::string& key) {
   return key == "help" || key == "version" || key == "config" || key == "dump-config";
 }
 
+// Levenshtein distance between a and b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Boost's "unrecognised option 'X'", with what was probably meant: the option a typo away
+// (n-layers for n-layer), or, in a settings file, a known key under an INI section
+// (Boost reads "[model] d-model" as "model.d-model"; xl's files have no sections).
+std::string unknown_option_message(const po::unknown_option& e, const po::options_description& all, bool in_file) {
+  const std::string given = e.get_option_name();
+  const std::string name = given.substr(std::min(given.find_first_not_of('-'), given.size()));
+  const size_t dot = name.rfind('.');
+  if (in_file && dot != std::string::npos && all.find_nothrow(name.substr(dot + 1), false))
+    return "'" + name.substr(dot + 1) + "' is under a section [" + name.substr(0, dot) +
+           "]: settings files have no sections; put it above the first [section] line";
+  // Up to one edit in four characters: a short name is too close to too many others.
+  std::string best;
+  size_t best_distance = name.size() < 3 ? 0 : std::max<size_t>(1, name.size() / 4) + 1;
+  for (const auto& option : all.options()) {
+    const std::string& candidate = option->long_name();
+    const size_t d = edit_distance(name, candidate);
+    if (!candidate.empty() && d < best_distance) best = candidate, best_distance = d;
+  }
+  std::string message = e.what();
+  if (!best.empty()) message += "; did you mean " + std::string(in_file ? "'" : "'--") + best + "'?";
+  return message;
+}
+
 }  // namespace
 
 // Boost says only "too many positional options"; name the first argument too many and what the
@@ -89,6 +130,8 @@ bool Options::parse(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(all).positional(positional_).run(), vm_);
   } catch (const po::too_many_positional_options_error&) {
     XL_FAIL(kExitUsage, excess_argument_message(argc, argv, all));
+  } catch (const po::unknown_option& e) {
+    XL_FAIL(kExitUsage, unknown_option_message(e, all, false) << " (see " << info_.name << " --help)");
   } catch (const po::error& e) {
     XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
   }
@@ -158,6 +201,8 @@ void Options::read_config_files(const std::vector<std::string>& files, const po:
     }
     try {
       po::store(po::parse_config_file(in, all, false), vm_);
+    } catch (const po::unknown_option& e) {
+      XL_FAIL(kExitConfig, *it << ": " << unknown_option_message(e, all, true));
     } catch (const po::error& e) {
       XL_FAIL(kExitConfig, *it << ": " << e.what());
     }
