@@ -65,9 +65,10 @@ std::vector<int64_t> ModelConfig::fit_to_vocab(int64_t vocab_size) {
 }
 
 void ModelConfig::validate(const std::string& source, KeyNames names) const {
-  auto bad = [&](std::string key, const std::string& why) {
-    if (names == KeyNames::kFlags) std::replace(key.begin(), key.end(), '_', '-');
-    XL_FAIL(kExitConfig, source << ": " << key << " " << why);
+  auto bad = [&](const std::string& key, const std::string& why) {
+    std::string line = key + " " + why;
+    if (names == KeyNames::kFlags) std::replace(line.begin(), line.end(), '_', '-');
+    XL_FAIL(kExitConfig, source << ": " << line);
   };
   if (n_token < 2) bad("n_token", "must be at least 2");
   if (n_layer < 1) bad("n_layer", "must be at least 1");
@@ -82,7 +83,7 @@ void ModelConfig::validate(const std::string& source, KeyNames names) const {
   if (div_val < 1) bad("div_val", "must be at least 1");
   int64_t prev = 0;
   for (int64_t c : cutoffs) {
-    if (c <= prev || c >= n_token) bad("cutoffs", "must rise strictly and stay below n_token");
+    if (c <= prev || c >= n_token) bad("cutoffs", "must rise strictly and stay below the vocab's size");
     prev = c;
   }
   if (div_val > 1) {
