@@ -73,6 +73,17 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// Whether `all` has an option called exactly `name` (Boost's lookup throws when a name, the
+// empty one say, matches several: a fuzzed settings file found that).
+bool declares(const po::options_description& all, const std::string& name) {
+  if (name.empty()) return false;
+  try {
+    return all.find_nothrow(name, false) != nullptr;
+  } catch (const po::error&) {
+    return false;
+  }
+}
+
 // Boost's "unrecognised option 'X'", with what was probably meant: the option a typo away
 // (n-layers for n-layer), or, in a settings file, a known key under an INI section
 // (Boost reads "[model] d-model" as "model.d-model"; xl's files have no sections).
@@ -80,7 +91,7 @@ std::string unknown_option_message(const po::unknown_option& e, const po::option
   const std::string given = e.get_option_name();
   const std::string name = given.substr(std::min(given.find_first_not_of('-'), given.size()));
   const size_t dot = name.rfind('.');
-  if (in_file && dot != std::string::npos && all.find_nothrow(name.substr(dot + 1), false))
+  if (in_file && dot != std::string::npos && declares(all, name.substr(dot + 1)))
     return "'" + name.substr(dot + 1) + "' is under a section [" + name.substr(0, dot) +
            "]: settings files have no sections; put it above the first [section] line";
   // Up to one edit in four characters: a short name is too close to too many others.
