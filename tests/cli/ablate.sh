@@ -129,7 +129,7 @@ grep -q "evaluating" out || fail "unfinished run not listed as such: $(cat out)"
 step "bad grids and arguments"
 sed 's/^n-head = 2/n-heads = 2/' grid.ini >bad.ini
 expect 78 xl-ablate bad.ini --tokens tokens.h5 --out runs3
-stderr_is_one_line "bad.ini:" "n-heads"
+stderr_is_one_line "bad.ini:" "'n-heads' is not an xl-train-phase1 option; did you mean 'n-head'?"
 [ ! -e runs3 ] || fail "a bad grid created its output directory"
 printf '[grid]\nbase-config = %s\nbudget = 5\n[axes]\nsch-beta = 0\n' "$XL_SOURCE_DIR/share/xl/configs/tiny.ini" >bad2.ini
 expect 78 xl-ablate bad2.ini --tokens tokens.h5 --out runs3

@@ -12,6 +12,7 @@
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
 #include "xl/util/signals.h"
+#include "xl/util/spelling.h"
 #include "xl/util/stats.h"
 
 using namespace xl;
@@ -49,6 +50,24 @@ TEST(Parse, DurationsPrintForProgressAndTables) {
   EXPECT_EQ(parse::format_hms(0), "0:00:00");
   EXPECT_EQ(parse::format_hms(3723.4), "1:02:03");
   EXPECT_EQ(parse::format_hms(94 * 3600 + 26 * 60), "94:26:00");
+}
+
+TEST(Spelling, EditDistanceAndTheNearestName) {
+  using xl::spelling::edit_distance;
+  using xl::spelling::nearest;
+  EXPECT_EQ(edit_distance("", ""), 0u);
+  EXPECT_EQ(edit_distance("abc", ""), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);  // two substitutions and an insertion
+  EXPECT_EQ(edit_distance("n-layers", "n-layer"), 1u);
+  EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
+  const std::vector<std::string> flags = {"n-layer", "n-head", "d-model", "mem-len", "tgt-len", "ff", "json"};
+  EXPECT_EQ(nearest("n-layers", flags), "n-layer");
+  EXPECT_EQ(nearest("memlen", flags), "mem-len");
+  EXPECT_EQ(nearest("jsn", flags), "json");
+  EXPECT_EQ(nearest("tgt-len", flags), "tgt-len");                   // the name itself
+  EXPECT_EQ(nearest("no-such-option", flags), "");                  // near nothing
+  EXPECT_EQ(nearest("fx", flags), "");                              // too short to guess
+  EXPECT_EQ(nearest("d-mdl", flags), "");                           // two edits in five characters
 }
 
 TEST(Stats, StudentQuantilesAndIntervals) {

@@ -14,6 +14,7 @@
 
 #include "xl/util/error.h"
 #include "xl/util/log.h"
+#include "xl/util/spelling.h"
 
 namespace xl::cli {
 
@@ -57,22 +58,6 @@ bool is_meta(const std::string& key) {
   return key == "help" || key == "version" || key == "config" || key == "dump-config";
 }
 
-// Levenshtein distance between a and b.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // Whether `all` has an option called exactly `name` (Boost's lookup throws when a name, the
 // empty one say, matches several: a fuzzed settings file found that).
 bool declares(const po::options_description& all, const std::string& name) {
@@ -94,14 +79,9 @@ std::string unknown_option_message(const po::unknown_option& e, const po::option
   if (in_file && dot != std::string::npos && declares(all, name.substr(dot + 1)))
     return "'" + name.substr(dot + 1) + "' is under a section [" + name.substr(0, dot) +
            "]: settings files have no sections; put it above the first [section] line";
-  // Up to one edit in four characters: a short name is too close to too many others.
-  std::string best;
-  size_t best_distance = name.size() < 3 ? 0 : std::max<size_t>(1, name.size() / 4) + 1;
-  for (const auto& option : all.options()) {
-    const std::string& candidate = option->long_name();
-    const size_t d = edit_distance(name, candidate);
-    if (!candidate.empty() && d < best_distance) best = candidate, best_distance = d;
-  }
+  std::vector<std::string> names;
+  for (const auto& option : all.options()) names.push_back(option->long_name());
+  const std::string best = spelling::nearest(name, names);
   std::string message = e.what();
   if (!best.empty()) message += "; did you mean " + std::string(in_file ? "'" : "'--") + best + "'?";
   return message;
