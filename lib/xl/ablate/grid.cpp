@@ -195,11 +195,12 @@ Grid parse_grid(const std::string& text, const std::string& path, const std::str
   // An option key of [common], [axes] or [run]: an xl-train-phase1 option the grid may set.
   auto check_option = [&](const Section& s, size_t i) {
     const std::string& key = s.entries[i].first;
-    if (phase1_option_names().count(key)) return;
-    const std::string meant =
-        spelling::nearest(key, std::vector<std::string>(phase1_option_names().begin(), phase1_option_names().end()));
-    XL_FAIL(kExitConfig, where(s, i) << ": [" << s.kind << "]: '" << key << "' is not an xl-train-phase1 option"
-                                     << (meant.empty() ? "" : "; did you mean '" + meant + "'?"));
+    if (!phase1_option_names().count(key)) {
+      const std::string meant =
+          spelling::nearest(key, std::vector<std::string>(phase1_option_names().begin(), phase1_option_names().end()));
+      XL_FAIL(kExitConfig, where(s, i) << ": [" << s.kind << "]: '" << key << "' is not an xl-train-phase1 option"
+                                       << (meant.empty() ? "" : "; did you mean '" + meant + "'?"));
+    }
     XL_CHECK(!kReservedOptions.count(key), kExitConfig,
              where(s, i) << ": [" << s.kind << "]: '" << key << "' is set by xl-ablate itself"
                          << (key == "max-steps" || key == "time-budget" || key == "max-tokens"
