@@ -1,5 +1,6 @@
 // What a misspelt name was probably meant to be, for refusals that can say "did you mean ...?".
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
