@@ -1,8 +1,7 @@
 #include "xl/model/config.h"
 
-#include <algorithm>
-
 #include "xl/util/error.h"
+#include "xl/util/parse.h"
 
 namespace xl::model {
 
@@ -66,9 +65,8 @@ std::vector<int64_t> ModelConfig::fit_to_vocab(int64_t vocab_size) {
 
 void ModelConfig::validate(const std::string& source, KeyNames names) const {
   auto bad = [&](const std::string& key, const std::string& why) {
-    std::string line = key + " " + why;
-    if (names == KeyNames::kFlags) std::replace(line.begin(), line.end(), '_', '-');
-    XL_FAIL(kExitConfig, source << ": " << line);
+    const std::string line = key + " " + why;
+    XL_FAIL(kExitConfig, source << ": " << (names == KeyNames::kFlags ? parse::kebab_case(line) : line));
   };
   if (n_token < 2) bad("n_token", "must be at least 2");
   if (n_layer < 1) bad("n_layer", "must be at least 1");
