@@ -1,4 +1,5 @@
-// xl-train-phase2: the vanilla phase: training resumed from a phase-1 checkpoint without skipping.
+// xl-train-phase2: the vanilla phase: training continued from a phase-1 checkpoint (or a pruned or
+// imported model) without skipping.
 #include "xl/model/kernels/torch_process.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
@@ -12,7 +13,8 @@ int main(int argc, char** argv) {
                           "Phase 2 of the Skip Cross-head Transformer-XL: starts from a phase-1 checkpoint (--init)\n"
                           "and trains without skipping layers. It continues the optimizer state (--reset-optimizer\n"
                           "starts afresh), the step count, the data cursor and phase 1's final memories (when the\n"
-                          "batch shape allows; it says which). Its budget (--max-steps, --max-tokens, --time-budget)\n"
+                          "batch shape allows; it says which). A pruned model (xl-prune-heads) or one imported from\n"
+                          "PyTorch (xl-import-torch) trains on from its weights, with a fresh optimizer. Its budget (--max-steps, --max-tokens, --time-budget)\n"
                           "is its own and counts from its start (--budget-from run: from the run's). Its learning\n"
                           "rate follows a schedule of its own: from the rate phase 1 ended with (or --lr), annealed\n"
                           "to --eta-min over its budget (--schedule-from run continues phase 1's schedule instead).\n"
@@ -21,7 +23,8 @@ int main(int argc, char** argv) {
                           "in xl-train-phase1.",
                           "  xl-train-phase2 --init p1.h5 --time-budget 10m tokens.h5 -o p2.h5 --metrics p2.jsonl\n"
                           "  xl-train-phase2 -c share/xl/configs/tiny.ini --init p1.h5 --max-steps 4000 tokens.h5 -o p2.h5\n"
-                          "  xl-train-phase2 --init p1.h5 --lr 1e-4 --warmup-steps 200 --max-steps 4000 tokens.h5 -o p2.h5"});
+                          "  xl-train-phase2 --init p1.h5 --lr 1e-4 --warmup-steps 200 --max-steps 4000 tokens.h5 -o p2.h5\n"
+                          "  xl-train-phase2 --init imported.h5 --lr 1e-4 --max-steps 2000 tokens.h5 -o tuned.h5"});
     xl::options::add_training_options(cli, xl::options::Phase::kTwo);
     if (!cli.parse(argc, argv)) return 0;
     xl::model::set_threads(xl::options::compute_settings(cli).threads);

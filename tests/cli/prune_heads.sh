@@ -46,6 +46,16 @@ assert abs(r["loss_masked"] - r["loss_pruned"]) < 1e-5, r' || fail "pruned model
 expect 0 xl-prune-heads --mode iterative --prune-heads 2 --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o two.h5
 expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 32 --max-tokens 2000 two.h5 tokens.h5
 [ "$(xl-inspect --json two.h5 | json /dev/stdin 'j["attributes"]["phase"]')" = pruned ] || fail "phase is not pruned"
+before=$(json out 'j["loss"]')
+
+step "a pruned model trains on in phase 2, its heads still pruned"
+expect 0 xl-train-phase2 --init two.h5 tokens.h5 -o tuned.h5 --max-steps 20 --threads 1
+grep -q "fresh optimizer state (two.h5, a pruned model" err || fail "phase 2 does not say it starts a fresh optimizer: $(cat err)"
+heads() { xl-inspect --json "$1" | json /dev/stdin 'j["checkpoint"]["model_config"]["heads_per_layer"]'; }
+[ "$(heads tuned.h5)" = "$(heads two.h5)" ] || fail "the tuned model has heads $(heads tuned.h5), the pruned one $(heads two.h5)"
+expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 32 --max-tokens 2000 tuned.h5 tokens.h5
+python3 -c "import sys; sys.exit(0 if $(json out 'j["loss"]') < $before else 1)" ||
+  fail "phase 2 did not lower the pruned model's validation loss ($before)"
 
 step "bad input"
 expect 64 xl-prune-heads --mode iterative --prune-heads 7 $E sch.h5 tokens.h5

@@ -5,6 +5,10 @@
 #   loss CONFIG.json F.pt TOKENS.h5 SPLIT TGT_LEN MEM_LEN [--pre-lnorm] [--same-length] [--clamp-len N]
 #                               (torch) the token-weighted NLL of SPLIT in one stream, computed with
 #                               Transformer-XL's forward (mem_transformer.py) written out here
+#   train CONFIG.json F.pt TOKENS.h5 SPLIT BATCH TGT_LEN MEM_LEN STEPS LR CLIP [the loss's flags]
+#         [--batch-chunk N]
+#                               (torch) each update's loss and gradient norm, trained from F.pt as
+#                               train.py trains (its data streams, Adam, clipping, cosine schedule)
 import array, collections, json, math, pickle, random, struct, sys, types, zipfile
 
 FAKE = "--fake" in sys.argv
@@ -301,36 +305,47 @@ def load(path):
     return collections.OrderedDict((n, (list(t.shape), t.flatten().tolist())) for n, t in torch.load(path).items())
 
 
-def txl_loss(c, sd, ids, tgt_len, mem_len, pre_lnorm, same_length, clamp_len):
-    """mem_transformer.py's MemTransformerLM in evaluation, written out in torch ops, in float64: one
-    stream, memory empty at the start and carried across segments (each layer keeps its last
-    mem_len inputs), every token after the first scored. Returns the mean NLL in nats."""
-    import torch
-    import torch.nn.functional as F
-    sd = {n: t.double() for n, t in sd.items()}
-    d, H, dh, L = c["d_model"], c["n_head"], c["d_head"], c["n_layer"]
-    de = c.get("d_embed") or d
-    div, cut = c.get("div_val", 1), c.get("cutoffs", [])
-    ends = [0] + cut + [c["n_token"]]
+class Txl:
+    """mem_transformer.py's MemTransformerLM written out in torch ops, over tensors by their state_dict
+    names (`sd`: values, or the Parameters of torch_model() to train them). Time-major as there:
+    ids [T, B], hidden states [T, B, d], one memory [M, B, d] per layer (each layer's input)."""
 
-    def embed(x):  # AdaptiveEmbedding
+    def __init__(self, c, sd, mem_len, pre_lnorm=False, same_length=False, clamp_len=0):
+        self.c, self.sd, self.mem_len = c, sd, mem_len
+        self.pre_lnorm, self.same_length, self.clamp_len = pre_lnorm, same_length, clamp_len
+
+    def embed(self, x):  # AdaptiveEmbedding
+        import torch
+        import torch.nn.functional as F
+        c, sd = self.c, self.sd
+        d, de = c["d_model"], c.get("d_embed") or c["d_model"]
+        div, ends = c.get("div_val", 1), [0] + c.get("cutoffs", []) + [c["n_token"]]
         if div == 1:
-            e = sd["word_emb.emb_layers.0.weight"][x]
+            e = F.embedding(x, sd["word_emb.emb_layers.0.weight"])
             if d != de:
                 e = F.linear(e, sd["word_emb.emb_projs.0"])
         else:
-            e = torch.zeros(x.shape + (d,), dtype=torch.float64)
+            e = torch.zeros(x.shape + (d,), dtype=sd["word_emb.emb_projs.0"].dtype)
             for i in range(len(ends) - 1):
                 m = (x >= ends[i]) & (x < ends[i + 1])
-                e[m] = F.linear(sd["word_emb.emb_layers.%d.weight" % i][x[m] - ends[i]], sd["word_emb.emb_projs.%d" % i])
+                idx = m.nonzero(as_tuple=True)
+                part = F.linear(F.embedding(x[idx] - ends[i], sd["word_emb.emb_layers.%d.weight" % i]),
+                                sd["word_emb.emb_projs.%d" % i])
+                e = e.index_put(idx, part)
         return e * d ** 0.5
 
-    def logit(h, w, b, proj):  # ProjectedAdaptiveLogSoftmax._compute_logit
-        if proj is not None:
-            h = F.linear(h, proj.t().contiguous())
-        return F.linear(h, w, b)
+    def nll(self, h, y):  # ProjectedAdaptiveLogSoftmax.forward: h [N, d], y [N]
+        import torch
+        import torch.nn.functional as F
+        c, sd = self.c, self.sd
+        div, cut = c.get("div_val", 1), c.get("cutoffs", [])
+        ends = [0] + cut + [c["n_token"]]
 
-    def nll(h, y):  # ProjectedAdaptiveLogSoftmax.forward
+        def logit(h, w, b, proj):  # ProjectedAdaptiveLogSoftmax._compute_logit
+            if proj is not None:
+                h = F.linear(h, proj.t().contiguous())
+            return F.linear(h, w, b)
+
         if not cut:
             return -F.log_softmax(logit(h, sd["crit.out_layers.0.weight"], sd["crit.out_layers.0.bias"],
                                         sd.get("crit.out_projs.0")), -1).gather(1, y[:, None])[:, 0]
@@ -346,71 +361,131 @@ def txl_loss(c, sd, ids, tgt_len, mem_len, pre_lnorm, same_length, clamp_len):
             ws.append(w)
             bs.append(b)
         head = F.log_softmax(logit(h, ws[0], bs[0], sd.get("crit.out_projs.0")), -1)
-        out = torch.zeros(len(y), dtype=torch.float64)
+        out = torch.zeros(len(y), dtype=h.dtype)
         for i in range(len(ends) - 1):
             m = (y >= ends[i]) & (y < ends[i + 1])
             if not m.any():
                 continue
+            idx = m.nonzero()[:, 0]
             if i == 0:
-                out[m] = -head[m].gather(1, y[m][:, None])[:, 0]
+                part = -head[idx].gather(1, y[idx][:, None])[:, 0]
             else:
-                tail = F.log_softmax(logit(h[m], ws[i], bs[i], sd.get("crit.out_projs.%d" % i)), -1)
-                out[m] = -(head[m][:, -i] + tail.gather(1, (y[m] - ends[i])[:, None])[:, 0])
+                tail = F.log_softmax(logit(h[idx], ws[i], bs[i], sd.get("crit.out_projs.%d" % i)), -1)
+                part = -(head[idx][:, -i] + tail.gather(1, (y[idx] - ends[i])[:, None])[:, 0])
+            out = out.index_put((idx,), part)
         return out
 
-    def ln(x, p):
-        return F.layer_norm(x, (d,), sd[p + ".weight"], sd[p + ".bias"])
+    def segment(self, inp, tgt, mems):
+        """The NLL [T, B] of a segment and the new memories (detached, the last mem_len inputs)."""
+        import torch
+        import torch.nn.functional as F
+        c, sd = self.c, self.sd
+        d, H, dh, L = c["d_model"], c["n_head"], c["d_head"], c["n_layer"]
 
-    def rel_shift(x):  # [q, k, H]: the zero column, the reshape, the dropped row
-        zero = torch.zeros((x.size(0), 1) + x.size()[2:], dtype=x.dtype)
-        padded = torch.cat([zero, x], 1).view((x.size(1) + 1, x.size(0)) + x.size()[2:])
-        return padded[1:].view_as(x)
+        def ln(x, p):
+            return F.layer_norm(x, (d,), sd[p + ".weight"], sd[p + ".bias"])
 
-    mems = [torch.zeros(0, d, dtype=torch.float64) for _ in range(L)]
-    total, count = 0.0, 0
-    for start in range(0, len(ids) - 1, tgt_len):
-        x = torch.tensor(ids[start:start + tgt_len + 1])
-        inp, tgt = x[:-1], x[1:]
-        q_len, m_len = len(inp), mems[0].size(0)
+        def rel_shift(x):  # [q, k, B, H]: the zero column, the reshape, the dropped row
+            zero = torch.zeros((x.size(0), 1) + x.size()[2:], dtype=x.dtype)
+            padded = torch.cat([zero, x], 1).view((x.size(1) + 1, x.size(0)) + x.size()[2:])
+            return padded[1:].view_as(x)
+
+        q_len, bsz, m_len = inp.size(0), inp.size(1), mems[0].size(0)
         k_len = q_len + m_len
-        pos = torch.arange(k_len - 1, -1, -1.0, dtype=torch.float64)
-        if clamp_len > 0:
-            pos = pos.clamp(max=clamp_len)
-        inv_freq = sd["pos_emb.inv_freq"]
-        sinusoid = torch.ger(pos, inv_freq)
+        h = self.embed(inp)
+        pos = torch.arange(k_len - 1, -1, -1.0, dtype=h.dtype)
+        if self.clamp_len > 0:
+            pos = pos.clamp(max=self.clamp_len)
+        sinusoid = torch.outer(pos, sd["pos_emb.inv_freq"].to(h.dtype))
         r = torch.cat([sinusoid.sin(), sinusoid.cos()], -1)
         mask = torch.triu(torch.ones(q_len, k_len), diagonal=1 + m_len)
-        if same_length:
-            mask_len = k_len - mem_len
+        if self.same_length:
+            mask_len = k_len - self.mem_len
             shift = q_len - mask_len if mask_len > 0 else q_len
             mask = mask + torch.tril(torch.ones(q_len, k_len), -shift)
-        mask = mask.bool()
-        h, hids = embed(inp), []
+        mask = mask.bool()[:, :, None, None]
+        hids = []
         for l in range(L):
             a, f = "layers.%d.dec_attn" % l, "layers.%d.pos_ff" % l
             hids.append(h)
             cat = torch.cat([mems[l], h], 0)
-            heads = F.linear(ln(cat, a + ".layer_norm") if pre_lnorm else cat, sd[a + ".qkv_net.weight"])
-            q, k, v = heads.view(k_len, 3, H, dh).unbind(1)
+            heads = F.linear(ln(cat, a + ".layer_norm") if self.pre_lnorm else cat, sd[a + ".qkv_net.weight"])
+            q, k, v = heads.view(k_len, bsz, 3, H, dh).unbind(2)
             q = q[-q_len:]
             rk = F.linear(r, sd[a + ".r_net.weight"]).view(k_len, H, dh)
             u = sd[a + ".r_w_bias"] if c.get("untie_r") else sd["r_w_bias"]
             vb = sd[a + ".r_r_bias"] if c.get("untie_r") else sd["r_r_bias"]
-            ac = torch.einsum("ind,jnd->ijn", q + u, k)
-            bd = rel_shift(torch.einsum("ind,jnd->ijn", q + vb, rk))
-            score = ((ac + bd) * (1 / dh ** 0.5)).masked_fill(mask[:, :, None], float("-inf"))
-            vec = torch.einsum("ijn,jnd->ind", F.softmax(score, 1), v).reshape(q_len, H * dh)
+            ac = torch.einsum("ibnd,jbnd->ijbn", q + u, k)
+            bd = rel_shift(torch.einsum("ibnd,jnd->ijbn", q + vb, rk))
+            score = ((ac + bd) * (1 / dh ** 0.5)).masked_fill(mask, float("-inf"))
+            vec = torch.einsum("ijbn,jbnd->ibnd", F.softmax(score, 1), v).reshape(q_len, bsz, H * dh)
             out = F.linear(vec, sd[a + ".o_net.weight"])
-            h = h + out if pre_lnorm else ln(h + out, a + ".layer_norm")
-            core_in = ln(h, f + ".layer_norm") if pre_lnorm else h
+            h = h + out if self.pre_lnorm else ln(h + out, a + ".layer_norm")
+            core_in = ln(h, f + ".layer_norm") if self.pre_lnorm else h
             core = F.linear(F.relu(F.linear(core_in, sd[f + ".CoreNet.0.weight"], sd[f + ".CoreNet.0.bias"])),
                             sd[f + ".CoreNet.3.weight"], sd[f + ".CoreNet.3.bias"])
-            h = h + core if pre_lnorm else ln(h + core, f + ".layer_norm")
-        mems = [torch.cat([m, hid], 0)[-mem_len:] if mem_len > 0 else m[:0] for m, hid in zip(mems, hids)]
-        losses = nll(h, tgt)
-        total += losses.sum().item()
-        count += len(tgt)
+            h = h + core if self.pre_lnorm else ln(h + core, f + ".layer_norm")
+        new_mems = [torch.cat([m, hid], 0)[-self.mem_len:].detach() if self.mem_len > 0 else m[:0]
+                    for m, hid in zip(mems, hids)]
+        return self.nll(h.reshape(-1, d), tgt.reshape(-1)).view(q_len, bsz), new_mems
+
+    def empty_mems(self, bsz, dtype):
+        import torch
+        return [torch.zeros(0, bsz, self.c["d_model"], dtype=dtype) for _ in range(self.c["n_layer"])]
+
+
+def txl_loss(c, sd, ids, tgt_len, mem_len, pre_lnorm, same_length, clamp_len):
+    """MemTransformerLM in evaluation, in float64: one stream, memory empty at the start and carried
+    across segments, every token after the first scored. Returns the mean NLL in nats."""
+    import torch
+    model = Txl(c, {n: t.double() for n, t in sd.items()}, mem_len, pre_lnorm, same_length, clamp_len)
+    mems = model.empty_mems(1, torch.float64)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(ids) - 1, tgt_len):
+            x = torch.tensor(ids[start:start + tgt_len + 1])[:, None]
+            losses, mems = model.segment(x[:-1], x[1:], mems)
+            total += losses.sum().item()
+            count += losses.numel()
     return total / count
+
+
+def txl_train(c, sd, ids, bsz, tgt_len, mem_len, steps, lr, clip, pre_lnorm, same_length, clamp_len, chunks):
+    """train.py's loop, in float64, without dropout: LMOrderedIterator's streams (the split cut into
+    bsz rows, segments of tgt_len), the mean NLL of a segment (with batch_chunk, each chunk's mean
+    over `chunks`, each chunk with its own memories), clip_grad_norm_, torch.optim.Adam, the cosine
+    schedule to 0 over `steps` (scheduler.step(train_step) after each update). Yields each update's
+    loss and gradient norm (before clipping)."""
+    import math
+    import torch
+    m = torch_model(c)
+    m.load_state_dict(sd)
+    m.double()
+    params = list(m.parameters())  # each tied tensor once
+    model = Txl(c, m.state_dict(keep_vars=True), mem_len, pre_lnorm, same_length, clamp_len)
+    opt = torch.optim.Adam(params, lr=lr)
+    data = torch.tensor(ids)
+    n = data.size(0) // bsz
+    data = data[:n * bsz].view(bsz, -1).t().contiguous()
+    mems = [model.empty_mems(bsz // chunks, torch.float64) for _ in range(chunks)]
+    for step, i in enumerate(range(0, data.size(0) - 1, tgt_len)):
+        if step == steps:
+            break
+        seq_len = min(tgt_len, data.size(0) - 1 - i)
+        inputs = torch.chunk(data[i:i + seq_len], chunks, 1)
+        targets = torch.chunk(data[i + 1:i + 1 + seq_len], chunks, 1)
+        opt.zero_grad()
+        total = 0.0
+        for k in range(chunks):
+            losses, mems[k] = model.segment(inputs[k].contiguous(), targets[k].contiguous(), mems[k])
+            loss = losses.mean() / chunks
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        for g in opt.param_groups:  # CosineAnnealingLR's closed form at train_step
+            g["lr"] = lr * (1 + math.cos(math.pi * (step + 1) / steps)) / 2
+        yield total, norm.item()
 
 
 cmd = args[0]
@@ -430,13 +505,21 @@ elif cmd == "compare":
     for n in a:
         if a[n] != b[n]:
             sys.exit("tensor %s differs" % n)
-elif cmd == "loss":
+elif cmd in ("loss", "train"):
     import h5py, torch
-    flags = args[7:]
+    n = 7 if cmd == "loss" else 11
+    flags = args[n:]
     clamp = int(flags[flags.index("--clamp-len") + 1]) if "--clamp-len" in flags else 0
+    model_flags = ("--pre-lnorm" in flags, "--same-length" in flags, clamp)
+    chunks = int(flags[flags.index("--batch-chunk") + 1]) if "--batch-chunk" in flags else 1
+    c, sd = json.load(open(args[1])), torch.load(args[2])
     ids = [int(i) for i in h5py.File(args[3], "r")["splits"][args[4]][:]]
-    print("%.12f" % txl_loss(json.load(open(args[1])), torch.load(args[2]), ids, int(args[5]), int(args[6]),
-                             "--pre-lnorm" in flags, "--same-length" in flags, clamp))
+    if cmd == "loss":
+        print("%.12f" % txl_loss(c, sd, ids, int(args[5]), int(args[6]), *model_flags))
+    else:
+        for loss, norm in txl_train(c, sd, ids, *[int(a) for a in args[5:9]], float(args[9]), float(args[10]),
+                                    *model_flags, chunks):
+            print("%.12f %.12f" % (loss, norm))
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

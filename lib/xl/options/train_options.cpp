@@ -44,7 +44,7 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("sch-beta", cli::real_value(d.sch_beta), "stochastic cross-head attention probability (0: off; phase 2 keeps phase 1's unless given)");
   if (phase == Phase::kTwo) {
     cli.add("Phase 2")
-        ("init", po::value<std::string>(), "phase-1 checkpoint to start from (required; - reads a pipe)")
+        ("init", po::value<std::string>(), "phase-1 checkpoint, pruned or imported model to start from (required; - reads a pipe)")
         ("reset-optimizer", po::bool_switch(), "start with fresh Adam moments")
         ("schedule-from", po::value<std::string>()->default_value(d.schedule_from),
          "phase: a learning-rate schedule of its own over this phase's budget; run: phase 1's schedule continues");

@@ -54,7 +54,7 @@ model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig sav
     const std::string option = parse::kebab_case(field);
     if (listed(kModelBehaviour, field)) {
       merged[field] = want[field];
-      notes->push_back("phase 2: " + option + " = " + want[field].dump() + " (phase 1 trained with " + have[field].dump() + ")");
+      notes->push_back("phase 2: " + option + " = " + want[field].dump() + " (" + file + " has " + have[field].dump() + ")");
       continue;
     }
     XL_FAIL(kExitConfig, option << " = " << want[field].dump() << " is set for this run, but " << file << " holds a model with "
@@ -123,11 +123,15 @@ PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
   return p;
 }
 
-PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& phase1, const std::string& file) {
-  XL_CHECK(phase1.phase == "phase1", kExitDataErr,
-           file << ": is a " << (phase1.phase.empty() ? "non-xl" : phase1.phase) << " checkpoint; phase 2 starts from a phase-1 checkpoint");
+PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& from, const std::string& file) {
+  const bool imported = from.phase == "imported";
+  XL_CHECK(from.phase == "phase1" || from.phase == "pruned" || imported, kExitDataErr,
+           file << ": is " << (from.phase.empty() ? "not an xl checkpoint" : "a " + from.phase + " checkpoint")
+                << "; phase 2 starts from a phase-1 checkpoint, a pruned model or an imported one"
+                << (from.phase == "phase2" ? " (--resume continues a phase-2 run)" : ""));
   PhaseStart p;
-  const TrainConfig saved = TrainConfig::from_json(phase1.train_config, file);
+  // An imported model was trained elsewhere: the settings start from xl's defaults.
+  const TrainConfig saved = from.train_config.is_null() ? TrainConfig() : TrainConfig::from_json(from.train_config, file);
   // Phase 2's own schedule takes lr, warmup-steps and schedule-steps from the command line, or from
   // a config file that sets them otherwise than phase 1 had them; a shared config's copies of
   // phase 1's values are phase 1's schedule, not phase 2's.
@@ -145,8 +149,8 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& p
   c.phase = "phase2";
   c.skip_schedule = "none";
   c.validate("settings");
-  p.model = checked_model(req, model::ModelConfig::from_json(phase1.model_config, file), file, &p.notes);
-  p.state = phase1.state;
+  p.model = checked_model(req, model::ModelConfig::from_json(from.model_config, file), file, &p.notes);
+  p.state = from.state;
   p.state.best_loss.reset();
   p.state.best_step = -1;
   p.state.history.clear();
@@ -157,22 +161,33 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& p
            "phase 2: " << spent << " before it starts (at step " << p.state.step
                        << "): give a larger budget, or count it from this phase (--budget-from phase, the default)");
 
-  // The data stream and the memories continue when the streams are the same.
-  p.keep_cursor = saved.batch_size == c.batch_size && saved.train_split == c.train_split;
-  if (!p.keep_cursor)
-    p.notes.push_back("phase 2: other streams than phase 1's (batch-size " + std::to_string(c.batch_size) + " vs " +
-                      std::to_string(saved.batch_size) + ", train-split " + c.train_split + " vs " + saved.train_split +
-                      "): reading the training split from its start, with empty memories");
-  p.keep_memories = p.keep_cursor && saved.batch_chunk == c.batch_chunk && c.mem_len > 0 && !phase1.memory.empty();
-  if (p.keep_memories)
-    p.notes.push_back("phase 2: continues phase 1's data cursor and starts from its final memories");
-  else if (p.keep_cursor)
-    p.notes.push_back(std::string("phase 2: continues phase 1's data cursor with empty memories (") +
-                      (c.mem_len == 0 ? "mem-len is 0" : phase1.memory.empty() ? "the checkpoint holds none"
-                                                                               : "--batch-chunk changed") + ")");
+  // What the checkpoint holds of the training state continues; the rest starts afresh.
+  p.keep_optimizer = !req.reset_optimizer && !from.optimizer.empty();
+  p.keep_generators = !from.rng.empty();
+  if (req.reset_optimizer)
+    p.notes.push_back("phase 2: fresh optimizer state (--reset-optimizer)");
+  else if (!p.keep_optimizer)
+    p.notes.push_back("phase 2: fresh optimizer state (" + file + ", " + (imported ? "an imported" : "a pruned") + " model, holds none)");
+  if (imported) {
+    p.notes.push_back("phase 2: " + file + " was trained elsewhere: reading the training split from its start, with empty memories");
+  } else {
+    // The data stream and the memories continue when the streams are the same.
+    p.keep_cursor = saved.batch_size == c.batch_size && saved.train_split == c.train_split;
+    if (!p.keep_cursor)
+      p.notes.push_back("phase 2: other streams than phase 1's (batch-size " + std::to_string(c.batch_size) + " vs " +
+                        std::to_string(saved.batch_size) + ", train-split " + c.train_split + " vs " + saved.train_split +
+                        "): reading the training split from its start, with empty memories");
+    p.keep_memories = p.keep_cursor && saved.batch_chunk == c.batch_chunk && c.mem_len > 0 && !from.memory.empty();
+    if (p.keep_memories)
+      p.notes.push_back("phase 2: continues phase 1's data cursor and starts from its final memories");
+    else if (p.keep_cursor)
+      p.notes.push_back(std::string("phase 2: continues phase 1's data cursor with empty memories (") +
+                        (c.mem_len == 0 ? "mem-len is 0" : from.memory.empty() ? "the checkpoint holds none"
+                                                                                : "--batch-chunk changed") + ")");
+  }
 
   // The learning-rate schedule.
-  const checkpoint::PhaseRecord* p1 = phase1.state.current();
+  const checkpoint::PhaseRecord* p1 = from.state.current();
   if (c.schedule_from == "run") {
     if (!schedule_given.count("schedule_steps")) c.schedule_steps = saved.schedule_steps;
     p.schedule = c.schedule(c.schedule_steps);
@@ -236,7 +251,7 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
   XL_CHECK(p.state.current() && p.state.current()->phase == p.config.phase, kExitDataErr,
            file << ": the run state does not record its " << p.config.phase << " (written by an older xl?)");
   p.schedule = p.config.schedule(p.config.schedule_steps);
-  p.keep_cursor = p.keep_memories = true;
+  p.keep_cursor = p.keep_memories = p.keep_optimizer = p.keep_generators = true;
   return p;
 }
 

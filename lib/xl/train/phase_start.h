@@ -36,11 +36,15 @@ struct PhaseStart {
   LrSchedule schedule;           // update k of the phase uses schedule.at(step - state.schedule_origin)
   bool keep_cursor = false;      // phase 2: continue phase 1's data cursor
   bool keep_memories = false;    // phase 2: start from phase 1's final memories
+  bool keep_optimizer = false;   // Adam's moments and step counts continue from the checkpoint
+  bool keep_generators = false;  // the random streams continue from the checkpoint
   std::vector<std::string> notes;  // what was decided, one line each, for the log
 };
 
 PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size);
-PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& phase1, const std::string& file);
+// Phase 2 starts from a phase-1 checkpoint, or from a model trained elsewhere (imported) or pruned:
+// what such a file lacks (optimizer state, generators, memories, data cursor) starts afresh.
+PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& from, const std::string& file);
 PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& latest, const std::string& file);
 
 // Why the phase stops now, or "" to go on: its step, token or time budget, counted from the

@@ -156,12 +156,11 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& p : model_->named_parameters(true)) params.emplace_back(p.key(), p.value());
   adam_ = std::make_unique<Adam>(params, o);
-  if (from && (resume || !req_.reset_optimizer)) adam_->load_state(from->optimizer, file);
-  if (from && !resume && req_.reset_optimizer) XL_INFO("phase 2: fresh optimizer state (--reset-optimizer)");
+  if (start.keep_optimizer) adam_->load_state(from->optimizer, file);
 
   // The run's random streams continue across the phase boundary, as they do across a resume.
   gen_ = Generators::seeded(cfg_.seed, dist_.rank);
-  if (from && !gen_.load(from->rng, file, dist_.rank))
+  if (start.keep_generators && !gen_.load(from->rng, file, dist_.rank))
     XL_WARN(file << " was written by fewer ranks: rank " << dist_.rank << "'s dropout masks draw afresh");
   if (start.keep_cursor) {
     cursor_.epoch = state_.epoch;
