@@ -1,5 +1,6 @@
 // The torch.save reader behind xl-import-torch (zip archive + pickle, parsed by hand): any bytes
-// are refused cleanly, or give named tensors whose Transformer-XL config is inferred and imported.
+// are refused cleanly, or give named tensors (of a state_dict or a pickled module) whose
+// Transformer-XL config is inferred and imported.
 #include "fuzz_support.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_state_dict.h"
@@ -7,10 +8,13 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   xl::fuzz::expect_clean_refusal([&] {
-    const auto state_dict = xl::interop::parse_torch_state_dict(bytes, "", "fuzz.pt");
+    const auto contents = xl::interop::parse_torch_file(bytes, "", "fuzz.pt");
+    xl::interop::TorchHyperParams params;
+    const auto state_dict =
+        contents.module_classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, "fuzz.pt");
     for (const auto& [name, tensor] : state_dict)
       if (!tensor.defined()) xl::fuzz::finding("undefined tensor " + name);
-    const auto cfg = xl::interop::torch_config(state_dict, {}, "fuzz.pt");
+    const auto cfg = xl::interop::torch_config(state_dict, params, "fuzz.pt");
     (void)xl::interop::import_torch_tensors(state_dict, cfg, "fuzz.pt");
   });
   return 0;

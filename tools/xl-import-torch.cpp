@@ -1,4 +1,4 @@
-// xl-import-torch: a PyTorch Transformer-XL state_dict -> an xl checkpoint, and back with --export.
+// xl-import-torch: a PyTorch Transformer-XL model or state_dict -> an xl checkpoint, and back with --export.
 #include <algorithm>
 #include <iostream>
 
@@ -73,30 +73,33 @@ int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
 int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl-import-torch", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
-        {"xl-import-torch", "Convert a PyTorch Transformer-XL state_dict into an xl checkpoint, or back.",
+        {"xl-import-torch", "Convert a PyTorch Transformer-XL model or state_dict into an xl checkpoint, or back.",
          "[OPTIONS] (--vocab FILE | --tokens FILE | --export) INPUT -o OUTPUT",
-         "Reads INPUT, a file written by torch.save(model.state_dict(), f) with the PyTorch Transformer-XL\n"
-         "(kimiyoung/transformer-xl, pytorch/mem_transformer.py; zip format of PyTorch >= 1.6) and writes an xl\n"
-         "checkpoint (phase \"imported\") with the vocab embedded. The vocab (--vocab, or the one embedded in\n"
-         "--tokens) must list the model's symbols in its id order. The model flags are read off the tensor\n"
-         "shapes where they can be (layers, widths, heads, clusters, tying); each one given is checked against\n"
-         "the file, and a mismatch, an unknown or missing tensor, or a wrong shape stops with exit 65 naming it.\n"
-         "Flags the shapes cannot show (--pre-lnorm, --same-length, --clamp-len) must match how the model was\n"
-         "trained. Tied tensors, stored under both names by PyTorch, must be equal and are kept once.\n"
+         "Reads INPUT, a file written by torch.save(model.state_dict(), f) or torch.save(model, f) (train.py's\n"
+         "model.pt) with the PyTorch Transformer-XL (kimiyoung/transformer-xl, pytorch/mem_transformer.py; zip\n"
+         "format of PyTorch >= 1.6), without Python, and writes an xl checkpoint (phase \"imported\") with the\n"
+         "vocab embedded. The vocab (--vocab, or the one embedded in --tokens) must list the model's symbols in\n"
+         "its id order. The model flags are read off the tensor shapes where they can be (layers, widths,\n"
+         "heads, clusters, tying); each one given is checked against the file, and a mismatch, an unknown or\n"
+         "missing tensor, or a wrong shape stops with exit 65 naming it. A whole model also gives what the\n"
+         "shapes cannot show (--pre-lnorm, --same-length, --clamp-len, --cutoffs of a div-val 1 model,\n"
+         "dropouts); with a state_dict those must be given as the model was trained. Tied tensors, stored\n"
+         "under both names by PyTorch, must be equal and are kept once.\n"
          "\n"
          "--export writes the xl checkpoint INPUT as a state_dict that MemTransformerLM.load_state_dict() takes\n"
          "(tied tensors under both names) and prints the matching flags and constructor call. Per-layer u, v\n"
          "biases (untie_r, or pruned heads) need --untie-r true (a target with per-layer biases) unless all layers\n"
          "hold the same ones; layers with different head counts cannot be exported (exit 65).",
-         "  xl-import-torch --vocab enwik8-txl.tsv --same-length true --clamp-len 820 enwik8-base.pt -o enwik8-base.h5\n"
+         "  xl-import-torch --vocab enwik8-txl.tsv LM-TFM-enwik8/model.pt -o enwik8-base.h5\n"
+         "  xl-import-torch --vocab enwik8-txl.tsv --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
          "  xl-import-torch --tokens wt103.h5 --cutoffs 20000,40000,200000 wt103-base.pt -o wt103-base.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
-        ("input", po::value<std::string>()->default_value("-"), "the state_dict (the checkpoint with --export); - is stdin")
+        ("input", po::value<std::string>()->default_value("-"), "the model or state_dict (the checkpoint with --export); - is stdin")
         ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab)")
         ("tokens", po::value<std::string>(), "take the vocab embedded in this tokens file instead")
-        ("key", po::value<std::string>(), "the state_dict is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
+        ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from every tensor name (module.: DataParallel)")
         ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict");
     cli.add("Vocab size")("n-token", po::value<int64_t>(), "vocab size (read off the tensors when left out)");
@@ -128,7 +131,10 @@ int main(int argc, char** argv) {
       vocab = xl::h5::TokensFile::open(cli.get<std::string>("tokens")).vocab();
     }
     const std::string display = xl::io::display_name(input);
-    auto sd = xl::interop::read_torch_state_dict(input, cli.has("key") ? cli.get<std::string>("key") : "");
+    auto contents = xl::interop::read_torch_file(input, cli.has("key") ? cli.get<std::string>("key") : "");
+    auto params = hyper_params(cli);
+    // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
+    auto sd = contents.module_classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
     // DataParallel writes module.<name>; strip a prefix every name has, or the one asked for.
     std::string prefix = cli.has("prefix") ? cli.get<std::string>("prefix") : "";
     if (prefix.empty() && !sd.empty() &&
@@ -137,7 +143,7 @@ int main(int argc, char** argv) {
     if (!prefix.empty())
       for (auto& [name, t] : sd)
         if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-    auto ckpt = xl::interop::import_torch_checkpoint(sd, hyper_params(cli), vocab, display);
+    auto ckpt = xl::interop::import_torch_checkpoint(sd, params, vocab, display);
     ckpt.state.command_line = xl::cli::command_line(argc, argv);
     xl::checkpoint::save(cli.output(), ckpt, cli.force());
     auto cfg = xl::model::ModelConfig::from_json(ckpt.model_config, display);

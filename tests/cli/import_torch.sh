@@ -126,6 +126,42 @@ char.json char.pt char.h5 tokens.h5 1
 word.json word.pt word_eos.h5 words.h5 2
 div1.json div1.pt div1c.h5 words.h5 1 --pre-lnorm --same-length --clamp-len 5
 LIST
+
+    step "[$mode] a whole pickled model (train.py's model.pt) says what its tensors cannot"
+    # torch.save(model, f) of div1.pt's model as mem_transformer.py pickles it: pre_lnorm, same_length,
+    # clamp_len, the cutoffs of its div_val 1 softmax and the dropouts come from its attributes,
+    # so it imports without flags as the state_dict did with them; also inside DataParallel.
+    python3 -c 'import json; c = json.load(open("div1.json")); c.update(tgt_len=16, mem_len=24, pre_lnorm=True,
+same_length=True, clamp_len=5, dropout=0.2, dropatt=0.05); json.dump(c, open("div1m.json", "w"))'
+    "$PY" txl_sd.py module div1m.json div1.pt model.pt
+    "$PY" txl_sd.py module div1m.json div1.pt dp.pt --data-parallel
+    expect 0 xl-import-torch -f --vocab word_eos.tsv model.pt -o model.h5
+    grep -q "trained with tgt_len 16 and mem_len 24" err || fail "xl-import-torch does not report the training shape: $(cat err)"
+    expect 0 xl-import-torch -f --vocab word_eos.tsv dp.pt -o dp.h5
+    config() { xl-inspect --json "$1" | json /dev/stdin 'j["checkpoint"]["model_config"]'; }
+    python3 -c 'import json, sys
+m, dp, sd = (json.loads(a) for a in sys.argv[1:])
+assert m == dp, (m, dp)
+assert (m["dropout"], m["dropatt"]) == (0.2, 0.05), m
+m.update(dropout=sd["dropout"], dropatt=sd["dropatt"])
+assert m == sd, (m, sd)' "$(config model.h5)" "$(config dp.h5)" "$(config div1c.h5)" ||
+      fail "the pickled model imports otherwise than its state_dict with the flags"
+    expect 0 xl-import-torch -f --export --untie-r true model.h5 -o model-back.pt
+    expect 0 xl-import-torch -f --export --untie-r true div1c.h5 -o div1c-back.pt
+    "$PY" txl_sd.py compare model-back.pt div1c-back.pt || fail "the pickled model's tensors differ from its state_dict's"
+    expect 65 xl-import-torch -f --vocab word_eos.tsv --pre-lnorm false model.pt -o x.h5
+    stderr_is_one_line model.pt "--pre-lnorm false" "pre_lnorm = true"
+    # Behaviour may change, as eval.py sets same_length and clamp_len on the model it loads.
+    expect 0 xl-import-torch -f --vocab word_eos.tsv --same-length false --clamp-len 7 model.pt -o override.h5
+    [ "$(config override.h5 | json /dev/stdin '[j["same_length"], j["clamp_len"]]')" = "[false, 7]" ] ||
+      fail "--same-length and --clamp-len do not override the pickled model's: $(config override.h5)"
+    python3 -c 'import json; c = json.load(open("div1m.json")); c.update(attn_type=2); json.dump(c, open("abs.json", "w"))'
+    "$PY" txl_sd.py module abs.json div1.pt abs.pt
+    expect 65 xl-import-torch -f --vocab word_eos.tsv abs.pt -o x.h5
+    stderr_is_one_line abs.pt "attn_type 2"
+    "$PY" -c 'import torch; torch.save(torch.nn.Linear(2, 2), "linear.pt")'
+    expect 65 xl-import-torch -f --vocab word_eos.tsv linear.pt -o x.h5
+    stderr_is_one_line linear.pt "torch.nn.modules.linear.Linear" MemTransformerLM
   fi
 
   if [ "$mode" = --fake ]; then

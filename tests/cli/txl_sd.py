@@ -1,5 +1,9 @@
 # Writes and reads PyTorch Transformer-XL state_dicts, with torch or (--fake) without it.
 #   make CONFIG.json OUT.pt [--drop NAME] [--extra NAME] [--reshape NAME] [--untie NAME]
+#   module CONFIG.json SD.pt OUT.pt [--data-parallel]
+#                               (torch) torch.save(model, f) of a model holding SD.pt, pickled as
+#                               mem_transformer.py's MemTransformerLM (CONFIG adds tgt_len, mem_len,
+#                               pre_lnorm, same_length, clamp_len, dropout, dropatt, attn_type)
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
 #   loss CONFIG.json F.pt TOKENS.h5 SPLIT TGT_LEN MEM_LEN [--pre-lnorm] [--same-length] [--clamp-len N]
@@ -283,6 +287,41 @@ def torch_model(c):
     return m
 
 
+def torch_module(c, sd, data_parallel):
+    """torch_model(c) holding `sd`, as mem_transformer.py's classes pickle it for torch.save(model, f)
+    (train.py's model.pt): module mem_transformer, the reference's class names and the attributes
+    its constructors set (same_length, clamp_len, pre_lnorm, the dropouts, cutoffs, ...)."""
+    import torch
+    from torch import nn
+    m = torch_model(c)
+    m.load_state_dict(sd)
+    names = {"LM": "MemTransformerLM", "Attn": "RelPartialLearnableMultiHeadAttn", "FF": "PositionwiseFF",
+             "Layer": "RelPartialLearnableDecoderLayer", "Emb": "AdaptiveEmbedding",
+             "Crit": "ProjectedAdaptiveLogSoftmax", "Pos": "PositionalEmbedding"}
+    fake = types.ModuleType("mem_transformer")
+    for mod in m.modules():
+        cls = type(mod)
+        if cls.__name__ in names:
+            cls.__name__ = cls.__qualname__ = names[cls.__name__]
+            cls.__module__ = "mem_transformer"
+            setattr(fake, cls.__name__, cls)
+    sys.modules["mem_transformer"] = fake
+    cut = c.get("cutoffs", [])
+    for k in ("n_token", "d_model", "n_head", "d_head", "n_layer"):
+        setattr(m, k, c[k])
+    m.d_embed, m.tgt_len, m.mem_len, m.ext_len = c.get("d_embed") or c["d_model"], c["tgt_len"], c["mem_len"], 0
+    m.attn_type, m.sample_softmax = c.get("attn_type", 0), c.get("sample_softmax", -1)
+    m.same_length, m.clamp_len = c.get("same_length", False), c.get("clamp_len", -1)
+    m.drop = nn.Dropout(c.get("dropout", 0.1))
+    for layer in m.layers:
+        layer.dec_attn.pre_lnorm = layer.pos_ff.pre_lnorm = c.get("pre_lnorm", False)
+        layer.dec_attn.dropatt = nn.Dropout(c.get("dropatt", 0.0))
+        layer.pos_ff.d_inner = c["d_inner"]
+    m.word_emb.div_val = m.crit.div_val = c.get("div_val", 1)
+    m.word_emb.cutoffs = m.crit.cutoffs = cut + [c["n_token"]]
+    return nn.DataParallel(m) if data_parallel else m
+
+
 def torch_save(c, opts, path):
     import torch
     sd = torch_model(c).state_dict()
@@ -520,6 +559,10 @@ elif cmd in ("loss", "train"):
         for loss, norm in txl_train(c, sd, ids, *[int(a) for a in args[5:9]], float(args[9]), float(args[10]),
                                     *model_flags, chunks):
             print("%.12f %.12f" % (loss, norm))
+elif cmd == "module":
+    import torch
+    c = json.load(open(args[1]))
+    torch.save(torch_module(c, torch.load(args[2]), "--data-parallel" in args), args[3])
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

@@ -133,7 +133,7 @@ TEST(TorchPickle, ReadsAnOrderedDictStateDictAsTorchSaveWritesIt) {
   std::vector<uint16_t> h{0x3c00};  // 1.0 in half precision
   std::string file = zip({{"data.pkl", p.s}, {"data/0", raw(f)}, {"data/1", raw(d)}, {"data/2", raw(h)}});
 
-  TensorList sd = parse_torch_state_dict(file, "", "sd.pt");
+  TensorList sd = parse_torch_file(file, "", "sd.pt").tensors;
   ASSERT_EQ(sd.size(), 5u);
   EXPECT_EQ(sd[0].first, "a");
   EXPECT_TRUE(torch::equal(sd[0].second, torch::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}).view({2, 3})));
@@ -163,20 +163,144 @@ TEST(TorchPickle, ReadsAnOrderedDictStateDictAsTorchSaveWritesIt) {
   outer.op('u');
   outer.op('.');
   std::string ckpt = zip({{"data.pkl", outer.s}, {"data/0", raw(f)}});
-  TensorList inner = parse_torch_state_dict(ckpt, "model_state", "ck.pt");
+  TensorList inner = parse_torch_file(ckpt, "model_state", "ck.pt").tensors;
   ASSERT_EQ(inner.size(), 1u);
   EXPECT_TRUE(torch::equal(inner[0].second, torch::arange(8, torch::kFloat)));
   std::string msg;
-  EXPECT_EQ(error_code([&] { parse_torch_state_dict(ckpt, "", "ck.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_EQ(error_code([&] { parse_torch_file(ckpt, "", "ck.pt"); }, &msg), xl::kExitDataErr);
   EXPECT_NE(msg.find("--key"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model_state"), std::string::npos) << msg;
-  EXPECT_EQ(error_code([&] { parse_torch_state_dict(ckpt, "state_dict", "ck.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_EQ(error_code([&] { parse_torch_file(ckpt, "state_dict", "ck.pt"); }, &msg), xl::kExitDataErr);
   EXPECT_NE(msg.find("state_dict"), std::string::npos) << msg;
+}
+
+namespace {
+
+// A pickled nn.Module as torch.save(model, f) writes it (protocol 2): NEWOBJ of its class, then
+// BUILD with its __dict__, whose items `items` writes.
+template <typename Items>
+void module(Pickle& p, const std::string& module_name, const std::string& cls, uint8_t memo, Items items) {
+  p.global(module_name, cls);
+  p.op(')');
+  p.op(0x81);  // NEWOBJ
+  p.put(memo);
+  p.op('}');
+  p.op('(');
+  p.str("training");
+  p.op(0x88);
+  items();
+  p.op('u');
+  p.op('b');  // BUILD
+}
+
+}  // namespace
+
+TEST(TorchPickle, ReadsAPickledModuleAsItsStateDictNamesIt) {
+  // MemTransformerLM-like: a parameter, a persistent and a non-persistent buffer, plain attributes,
+  // a submodule whose weight is the root's parameter (tied: a memo reference) and a None submodule.
+  auto build = [](bool cyclic) {
+    Pickle p;
+    p.op(0x80);
+    p.op(2);
+    module(p, "mem_transformer", "MemTransformerLM", 0, [&] {
+      p.str("_parameters");
+      p.ordered_dict();
+      p.op('(');
+      p.str("r_w_bias");
+      p.global("torch._utils", "_rebuild_parameter");
+      p.op('(');
+      p.tensor("FloatStorage", "0", 8, 0, {2, 3}, {3, 1});
+      p.op(0x88);
+      p.ordered_dict();
+      p.op('t');
+      p.op('R');
+      p.put(1);
+      p.str("absent");
+      p.op('N');
+      p.op('u');
+      p.str("_buffers");
+      p.ordered_dict();
+      p.op('(');
+      p.str("inv_freq");
+      p.tensor("FloatStorage", "0", 8, 6, {2}, {1});
+      p.str("cache");
+      p.tensor("FloatStorage", "0", 8, 0, {8}, {1});
+      p.op('u');
+      p.str("_non_persistent_buffers_set");
+      p.global("builtins", "set");
+      p.op('(');
+      p.op(']');
+      p.op('(');
+      p.str("cache");
+      p.op('e');
+      p.op('t');
+      p.op('R');
+      p.str("same_length");
+      p.op(0x88);
+      p.str("clamp_len");
+      p.int1(5);
+      p.str("cutoffs");
+      p.op(']');
+      p.op('(');
+      p.int1(2);
+      p.int1(4);
+      p.op('e');
+      p.str("_modules");
+      p.ordered_dict();
+      p.op('(');
+      p.str("emb");
+      module(p, "torch.nn.modules.linear", "Linear", 2, [&] {
+        p.str("_parameters");
+        p.ordered_dict();
+        p.op('(');
+        p.str("weight");
+        p.get(1);
+        p.op('u');
+        p.str("_buffers");
+        p.ordered_dict();
+        p.str("_modules");
+        p.ordered_dict();
+        if (cyclic) {  // the root again, as its own grandchild
+          p.op('(');
+          p.str("loop");
+          p.get(0);
+          p.op('u');
+        }
+        p.str("in_features");
+        p.int1(3);
+      });
+      p.str("none");
+      p.op('N');
+      p.op('u');
+    });
+    p.op('.');
+    std::vector<float> f{0, 1, 2, 3, 4, 5, 6, 7};
+    return zip({{"data.pkl", p.s}, {"data/0", raw(f)}});
+  };
+  TorchFile m = parse_torch_file(build(false), "", "model.pt");
+  ASSERT_EQ(m.tensors.size(), 3u);
+  EXPECT_EQ(m.tensors[0].first, "r_w_bias");
+  EXPECT_TRUE(torch::equal(m.tensors[0].second, torch::arange(6, torch::kFloat).view({2, 3})));
+  EXPECT_EQ(m.tensors[1].first, "inv_freq");
+  EXPECT_TRUE(torch::equal(m.tensors[1].second, torch::tensor({6.f, 7.f})));
+  EXPECT_EQ(m.tensors[2].first, "emb.weight");
+  EXPECT_TRUE(m.tensors[2].second.is_same(m.tensors[0].second));
+  EXPECT_EQ(m.module_classes.at(""), "mem_transformer.MemTransformerLM");
+  EXPECT_EQ(m.module_classes.at("emb"), "torch.nn.modules.linear.Linear");
+  EXPECT_EQ(m.module_classes.size(), 2u);
+  EXPECT_EQ(m.attributes.at("same_length"), true);
+  EXPECT_EQ(m.attributes.at("clamp_len"), 5);
+  EXPECT_EQ(m.attributes.at("cutoffs"), nlohmann::json({2, 4}));
+  EXPECT_EQ(m.attributes.at("emb.in_features"), 3);
+  EXPECT_FALSE(m.attributes.count("training"));
+  std::string msg;
+  EXPECT_EQ(error_code([&] { parse_torch_file(build(true), "", "model.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("64 deep"), std::string::npos) << msg;
 }
 
 TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {
   std::string msg;
-  auto code = [&](const std::string& bytes) { return error_code([&] { parse_torch_state_dict(bytes, "", "x.pt"); }, &msg); };
+  auto code = [&](const std::string& bytes) { return error_code([&] { parse_torch_file(bytes, "", "x.pt"); }, &msg); };
   EXPECT_EQ(code(""), xl::kExitDataErr);
   EXPECT_EQ(code("hello world, not a zip"), xl::kExitDataErr);
   EXPECT_NE(msg.find("x.pt"), std::string::npos) << msg;
@@ -188,7 +312,7 @@ TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {
   EXPECT_NE(msg.find("data.pkl"), std::string::npos) << msg;
   // A pickle of something other than a dict, and a truncated pickle.
   EXPECT_EQ(code(zip({{"data.pkl", std::string("\x80\x02K\x05.", 5)}})), xl::kExitDataErr);
-  EXPECT_NE(msg.find("not a state_dict"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("neither a state_dict nor a module"), std::string::npos) << msg;
   EXPECT_EQ(code(zip({{"data.pkl", std::string("\x80\x02}(X\x01\x00\x00", 8)}})), xl::kExitDataErr);
   // A storage record missing from the archive.
   Pickle p;

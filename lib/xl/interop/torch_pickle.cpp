@@ -31,7 +31,7 @@ struct PyVal {
   double f = 0;
   std::string s;                            // str, bytes, global "module.name", object's class
   std::vector<Val> items;                   // tuple, list
-  std::vector<std::pair<Val, Val>> dict;    // dict (insertion order)
+  std::vector<std::pair<Val, Val>> dict;    // dict (insertion order); an object's state (__dict__)
   torch::Tensor tensor;                     // storage (1-D, its dtype) or tensor
 };
 
@@ -73,6 +73,11 @@ const char* kind_name(PyVal::Kind k) {
 std::string describe(const Val& v) {
   if (v->kind == PyVal::Kind::kObject || v->kind == PyVal::Kind::kGlobal) return std::string(kind_name(v->kind)) + " " + v->s;
   return kind_name(v->kind);
+}
+// describe() after "a" or "an".
+std::string a_describe(const Val& v) {
+  const std::string d = describe(v);
+  return (std::string("aeiou").find(d[0]) == std::string::npos ? "a " : "an ") + d;
 }
 
 torch::Dtype storage_dtype(const std::string& type, const std::string& file) {
@@ -209,9 +214,12 @@ class Unpickler {
           push(call(callable, args));
           break;
         }
-        case 'b': {                                      // BUILD: state of an object; not needed
-          pop();
-          top();
+        case 'b': {                                      // BUILD: an object's state
+          Val state = pop();
+          const Val& object = top();
+          // (dict, slots) or a dict: kept for a module's parameters, buffers, submodules, attributes.
+          if (state->kind == PyVal::Kind::kTuple && !state->items.empty()) state = state->items[0];
+          if (object->kind == PyVal::Kind::kObject && state->kind == PyVal::Kind::kDict) object->dict = state->dict;
           break;
         }
         case 'Q': push(persistent(pop())); break;        // BINPERSID
@@ -291,13 +299,13 @@ class Unpickler {
   }
   Val list_top() {
     Val v = top();
-    XL_CHECK(v->kind == PyVal::Kind::kList, kExitDataErr, file_ << ": malformed data.pkl (append to " << describe(v) << ")");
+    XL_CHECK(v->kind == PyVal::Kind::kList, kExitDataErr, file_ << ": malformed data.pkl (append to " << a_describe(v) << ")");
     return v;
   }
   Val dict_top() {
     Val v = top();
     XL_CHECK(v->kind == PyVal::Kind::kDict, kExitDataErr,
-             file_ << ": data.pkl sets items of a " << describe(v) << ", not of a dict");
+             file_ << ": data.pkl sets items of " << a_describe(v) << ", not of a dict");
     return v;
   }
   void set_items(const Val& dict, const std::vector<Val>& kv) {
@@ -337,10 +345,10 @@ class Unpickler {
 
   std::vector<int64_t> ints(const Val& v, const char* what) {
     XL_CHECK(v->kind == PyVal::Kind::kTuple || v->kind == PyVal::Kind::kList, kExitDataErr,
-             file_ << ": tensor " << what << " is a " << describe(v) << ", not a tuple");
+             file_ << ": tensor " << what << " is " << a_describe(v) << ", not a tuple");
     std::vector<int64_t> out;
     for (const auto& x : v->items) {
-      XL_CHECK(x->kind == PyVal::Kind::kInt, kExitDataErr, file_ << ": tensor " << what << " holds a " << describe(x));
+      XL_CHECK(x->kind == PyVal::Kind::kInt, kExitDataErr, file_ << ": tensor " << what << " holds " << a_describe(x));
       out.push_back(x->i);
     }
     return out;
@@ -377,6 +385,11 @@ class Unpickler {
       v->tensor = numel == 0 ? torch::empty(size, storage.options()) : storage.as_strided(size, stride, offset);
       return v;
     }
+    if (fn == "builtins.set" || fn == "builtins.frozenset") {  // a module's non-persistent buffer names
+      auto v = make(PyVal::Kind::kList);
+      if (!a.empty() && a[0]->kind == PyVal::Kind::kList) v->items = a[0]->items;
+      return v;
+    }
     if (fn == "torch.jit._pickle.restore_type_tag") {  // torch::pickle_save wraps its value in a type tag
       XL_CHECK(!a.empty(), kExitDataErr, file_ << ": malformed " << fn << " call");
       return a[0];
@@ -385,8 +398,8 @@ class Unpickler {
       XL_CHECK(!a.empty() && a[0]->kind == PyVal::Kind::kTensor, kExitDataErr, file_ << ": malformed " << fn << " call");
       return a[0];
     }
-    // Anything else (argparse.Namespace, numpy scalars...) is kept opaque: fine unless a tensor
-    // is expected where it sits.
+    // Anything else (a module's class, argparse.Namespace, numpy scalars...) is an object of that
+    // class whose state BUILD may fill in: fine unless a tensor is expected where it sits.
     return make_str(PyVal::Kind::kObject, fn);
   }
 
@@ -400,11 +413,81 @@ class Unpickler {
   std::map<std::string, Val> storages_;
 };
 
-// The state_dict of a parsed file: `root` itself or its entry `key`.
-checkpoint::TensorList state_dict_of(const Val& root, const std::string& key, const std::string& file) {
+Val state_entry(const Val& object, const std::string& name) {
+  for (const auto& [k, v] : object->dict)
+    if (k->kind == PyVal::Kind::kStr && k->s == name) return v;
+  return nullptr;
+}
+
+bool is_module(const Val& v) {
+  return v->kind == PyVal::Kind::kObject && state_entry(v, "_parameters") && state_entry(v, "_modules");
+}
+
+// A scalar, or a list or tuple of scalars, as JSON; null for anything else.
+nlohmann::json plain_value(const Val& v) {
+  switch (v->kind) {
+    case PyVal::Kind::kBool: return v->i != 0;
+    case PyVal::Kind::kInt: return v->i;
+    case PyVal::Kind::kFloat: return v->f;
+    case PyVal::Kind::kStr: return v->s;
+    case PyVal::Kind::kTuple:
+    case PyVal::Kind::kList: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& x : v->items) {
+        nlohmann::json item = plain_value(x);
+        if (item.is_null() || item.is_array()) return nullptr;
+        out.push_back(item);
+      }
+      return out;
+    }
+    default: return nullptr;
+  }
+}
+
+// A pickled nn.Module as Module.state_dict() names it: its parameters, its persistent buffers,
+// then each submodule's under "name."; with its class and plain attributes by dotted name.
+void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
+  XL_CHECK(depth < 64, kExitDataErr, file << ": modules nested more than 64 deep in data.pkl");
+  XL_CHECK(out->module_classes.size() < 100000, kExitDataErr, file << ": more than 100000 modules in data.pkl");
+  out->module_classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = m->s;
+  std::set<std::string> transient;
+  if (Val names = state_entry(m, "_non_persistent_buffers_set"); names && names->kind == PyVal::Kind::kList)
+    for (const auto& n : names->items)
+      if (n->kind == PyVal::Kind::kStr) transient.insert(n->s);
+  for (const char* group : {"_parameters", "_buffers"}) {
+    const Val d = state_entry(m, group);
+    XL_CHECK(d && d->kind == PyVal::Kind::kDict, kExitDataErr, file << ": module " << m->s << " has no " << group << " dict");
+    for (const auto& [k, v] : d->dict) {
+      XL_CHECK(k->kind == PyVal::Kind::kStr, kExitDataErr, file << ": a " << group << " key of " << m->s << " is " << a_describe(k));
+      if (v->kind == PyVal::Kind::kNone || transient.count(k->s)) continue;
+      XL_CHECK(v->kind == PyVal::Kind::kTensor, kExitDataErr,
+               file << ": " << prefix << k->s << " is " << a_describe(v) << ", not a tensor");
+      out->tensors.emplace_back(prefix + k->s, v->tensor);
+    }
+  }
+  for (const auto& [k, v] : m->dict)
+    if (k->kind == PyVal::Kind::kStr && !k->s.empty() && k->s[0] != '_' && k->s != "training")
+      if (nlohmann::json value = plain_value(v); !value.is_null()) out->attributes[prefix + k->s] = value;
+  const Val children = state_entry(m, "_modules");
+  XL_CHECK(children->kind == PyVal::Kind::kDict, kExitDataErr, file << ": module " << m->s << " has no _modules dict");
+  for (const auto& [k, v] : children->dict) {
+    XL_CHECK(k->kind == PyVal::Kind::kStr, kExitDataErr, file << ": a submodule name of " << m->s << " is " << a_describe(k));
+    if (v->kind == PyVal::Kind::kNone) continue;
+    XL_CHECK(is_module(v), kExitDataErr, file << ": submodule " << prefix << k->s << " is " << a_describe(v) << ", not a module");
+    walk_module(v, prefix + k->s + ".", depth + 1, out, file);
+  }
+}
+
+// What a parsed file holds: a pickled module, or a state_dict (`root` itself or its entry `key`).
+TorchFile torch_file_of(const Val& root, const std::string& key, const std::string& file) {
+  TorchFile out;
+  if (key.empty() && is_module(root)) {
+    walk_module(root, "", 0, &out, file);
+    return out;
+  }
   Val d = root;
   XL_CHECK(d->kind == PyVal::Kind::kDict, kExitDataErr,
-           file << ": holds a " << describe(d) << ", not a state_dict (torch.save(model.state_dict(), f) writes one)");
+           file << ": holds " << a_describe(d) << ", neither a state_dict nor a module (torch.save(model.state_dict(), f) and torch.save(model, f) write them)");
   if (!key.empty()) {
     Val found;
     std::string keys;
@@ -414,28 +497,31 @@ checkpoint::TensorList state_dict_of(const Val& root, const std::string& key, co
       keys += (keys.empty() ? "" : ", ") + k->s;
     }
     XL_CHECK(found, kExitDataErr, file << ": has no entry '" << key << "' (its entries: " << keys << ")");
-    XL_CHECK(found->kind == PyVal::Kind::kDict, kExitDataErr, file << ": entry '" << key << "' is a " << describe(found) << ", not a state_dict");
+    if (is_module(found)) {
+      walk_module(found, "", 0, &out, file);
+      return out;
+    }
+    XL_CHECK(found->kind == PyVal::Kind::kDict, kExitDataErr, file << ": entry '" << key << "' is " << a_describe(found) << ", not a state_dict");
     d = found;
   }
-  checkpoint::TensorList out;
   for (const auto& [k, v] : d->dict) {
-    XL_CHECK(k->kind == PyVal::Kind::kStr, kExitDataErr, file << ": a state_dict key is a " << describe(k) << ", not a string");
+    XL_CHECK(k->kind == PyVal::Kind::kStr, kExitDataErr, file << ": a state_dict key is " << a_describe(k) << ", not a string");
     if (v->kind != PyVal::Kind::kTensor) {
       // A checkpoint dict around the state_dict: name the entries that could be it.
       std::string hint;
       for (const auto& [k2, v2] : d->dict)
-        if (k2->kind == PyVal::Kind::kStr && v2->kind == PyVal::Kind::kDict) hint += (hint.empty() ? "" : ", ") + k2->s;
-      XL_FAIL(kExitDataErr, file << ": entry '" << k->s << "' is a " << describe(v) << ", not a tensor"
-                                 << (hint.empty() ? "" : " (a checkpoint? pick its state_dict with --key: " + hint + ")"));
+        if (k2->kind == PyVal::Kind::kStr && (v2->kind == PyVal::Kind::kDict || is_module(v2))) hint += (hint.empty() ? "" : ", ") + k2->s;
+      XL_FAIL(kExitDataErr, file << ": entry '" << k->s << "' is " << a_describe(v) << ", not a tensor"
+                                 << (hint.empty() ? "" : " (a checkpoint? pick its state_dict or model with --key: " + hint + ")"));
     }
-    out.emplace_back(k->s, v->tensor);
+    out.tensors.emplace_back(k->s, v->tensor);
   }
   return out;
 }
 
 }  // namespace
 
-checkpoint::TensorList parse_torch_state_dict(const std::string& bytes, const std::string& key, const std::string& display) {
+TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display) {
   XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
   // Before PyTorch 1.6 torch.save wrote pickles back to back: magic number first (LONG1 10 bytes).
   static const std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14);
@@ -463,15 +549,15 @@ checkpoint::TensorList parse_torch_state_dict(const std::string& bytes, const st
   }
   try {
     Unpickler unpickler(pkl, *reader, display);
-    return state_dict_of(unpickler.run(), key, display);
+    return torch_file_of(unpickler.run(), key, display);
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
     XL_FAIL(kExitDataErr, display << ": cannot read a tensor (" << what.substr(0, what.find('\n')) << ")");
   }
 }
 
-checkpoint::TensorList read_torch_state_dict(const std::string& path, const std::string& key) {
-  return parse_torch_state_dict(io::read_raw(path), key, io::display_name(path));
+TorchFile read_torch_file(const std::string& path, const std::string& key) {
+  return parse_torch_file(io::read_raw(path), key, io::display_name(path));
 }
 
 std::string torch_state_dict_bytes(const checkpoint::TensorList& tensors) {

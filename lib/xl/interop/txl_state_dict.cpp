@@ -9,6 +9,7 @@
 
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
+#include "xl/util/log.h"
 
 namespace xl::interop {
 
@@ -269,6 +270,76 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
   if (given.dropatt) c.dropatt = *given.dropatt;
   c.validate(file + " (hyper-parameters)");
   return c;
+}
+
+// ================================================================================================
+// Pickled modules
+// ================================================================================================
+
+checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* given, const std::string& file) {
+  // The MemTransformerLM: the root or the shallowest submodule of that class (a DataParallel's).
+  auto depth = [](const std::string& path) { return path.empty() ? 0 : 1 + std::count(path.begin(), path.end(), '.'); };
+  std::optional<std::string> path;
+  for (const auto& [p, cls] : f.module_classes) {
+    const bool txl = cls == "MemTransformerLM" ||
+                     (cls.size() > 17 && cls.compare(cls.size() - 17, 17, ".MemTransformerLM") == 0);
+    if (txl && (!path || depth(p) < depth(*path))) path = p;
+  }
+  const auto root = f.module_classes.find("");
+  XL_CHECK(path, kExitDataErr,
+           file << ": a pickled " << (root == f.module_classes.end() ? "?" : root->second)
+                << " module, not mem_transformer.py's MemTransformerLM (give its state_dict: torch.save(model.state_dict(), f))");
+  const std::string prefix = path->empty() ? "" : *path + ".";
+  auto attr = [&](const std::string& name) {
+    auto it = f.attributes.find(prefix + name);
+    return it == f.attributes.end() ? nlohmann::json() : it->second;
+  };
+  const nlohmann::json attn_type = attr("attn_type"), sample_softmax = attr("sample_softmax");
+  XL_CHECK(attn_type.is_null() || attn_type == 0, kExitDataErr,
+           file << ": the model has attn_type " << attn_type.dump()
+                << "; xl implements Transformer-XL's relative attention (attn_type 0) only");
+  XL_CHECK(!sample_softmax.is_number() || sample_softmax.get<double>() <= 0, kExitDataErr,
+           file << ": the model has sample_softmax " << sample_softmax.dump()
+                << "; xl implements the full and adaptive softmax, not the sampled one");
+
+  // What the tensors cannot show comes from the attributes. A flag given must agree on the
+  // architecture (pre_lnorm); on behaviour (as eval.py sets same_length and clamp_len) it wins.
+  auto take = [&](const char* flag, const std::string& name, auto& field, auto value, bool architecture) {
+    if (field && *field != value) {
+      std::ostringstream given_value, file_value;
+      given_value << std::boolalpha << *field;
+      file_value << std::boolalpha << value;
+      XL_CHECK(!architecture, kExitDataErr, file << ": --" << flag << " " << given_value.str() << " is given, but the pickled model has "
+                                                  << name << " = " << file_value.str());
+      XL_INFO(file << ": --" << flag << " " << given_value.str() << " (the pickled model has " << name << " = " << file_value.str() << ")");
+      return;
+    }
+    field = value;
+  };
+  if (const auto v = attr("layers.0.dec_attn.pre_lnorm"); v.is_boolean())
+    take("pre-lnorm", "pre_lnorm", given->pre_lnorm, v.get<bool>(), true);
+  if (const auto v = attr("same_length"); v.is_boolean()) take("same-length", "same_length", given->same_length, v.get<bool>(), false);
+  if (const auto v = attr("clamp_len"); v.is_number_integer())  // PyTorch's -1 is off, xl's 0
+    take("clamp-len", "clamp_len", given->clamp_len, std::max<int64_t>(0, v.get<int64_t>()), false);
+  if (const auto v = attr("drop.p"); v.is_number()) take("dropout", "dropout", given->dropout, v.get<double>(), false);
+  if (const auto v = attr("layers.0.dec_attn.dropatt.p"); v.is_number())
+    take("dropatt", "dropatt", given->dropatt, v.get<double>(), false);
+  // The criterion's cutoffs end with n_token; a div_val 1 model's clusters are invisible otherwise.
+  if (const auto v = attr("crit.cutoffs"); v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_number_integer(); })) {
+    std::vector<int64_t> cutoffs = v.get<std::vector<int64_t>>();
+    cutoffs.pop_back();
+    if (given->cutoffs && *given->cutoffs != cutoffs)
+      XL_FAIL(kExitDataErr, file << ": --cutoffs is given, but the pickled model has cutoffs " << nlohmann::json(cutoffs).dump());
+    given->cutoffs = cutoffs;
+  }
+  if (const auto t = attr("tgt_len"), m = attr("mem_len"); t.is_number_integer() && m.is_number_integer())
+    XL_INFO(file << ": a pickled " << f.module_classes.at(*path) << ", trained with tgt_len " << t.get<int64_t>() << " and mem_len "
+                 << m.get<int64_t>() << "; its pre_lnorm, same_length, clamp_len, cutoffs and dropouts come from it");
+
+  checkpoint::TensorList out;
+  for (const auto& [name, t] : f.tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), t);
+  return out;
 }
 
 // ================================================================================================

@@ -1,6 +1,6 @@
 // Moving models between xl checkpoints and the PyTorch Transformer-XL (kimiyoung/transformer-xl,
-// `pytorch/mem_transformer.py`): its `torch.save(model.state_dict(), f)` files are read without
-// Python, and an xl checkpoint is written back as a state_dict that `model.load_state_dict` takes.
+// `pytorch/mem_transformer.py`): its `torch.save(model.state_dict(), f)` and `torch.save(model, f)`
+// files are read without Python, and an xl checkpoint is written back as a state_dict that `model.load_state_dict` takes.
 //
 // Parameter names are the same on both sides (xl follows the PyTorch names). The differences:
 // - PyTorch lists tied tensors under every name (crit.out_layers.{i}.weight beside
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "xl/checkpoint/checkpoint.h"
+#include "xl/interop/torch_pickle.h"
 #include "xl/model/config.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/text/vocab.h"
@@ -51,6 +52,13 @@ model::ModelConfig torch_config(const checkpoint::TensorList& state_dict, const 
 // one line naming the tensor for an unknown or missing name, a wrong shape, a non-float dtype, tied
 // twins that differ, or a pos_emb.inv_freq that is not the sinusoid of d_model.
 checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_dict, const model::ModelConfig& cfg, const std::string& file);
+
+// The state_dict of a pickled MemTransformerLM (torch.save(model, f): train.py's model.pt), or of the
+// one a wrapper such as DataParallel holds, with what its attributes say and its tensors cannot
+// (pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs) filled into `given` where not
+// given. A given pre_lnorm or cutoffs that disagrees fails with 65 naming it (the others are
+// behaviour, which the flags may change), and so does an attn_type other than 0 or a sampled softmax.
+checkpoint::TensorList module_state_dict(const TorchFile& file_contents, TorchHyperParams* given, const std::string& file);
 
 // A complete checkpoint (phase "imported", no optimizer state) from a state_dict. The vocab must
 // have n_token entries in the PyTorch model's id order (65 otherwise).
