@@ -1,17 +1,23 @@
 // The torch.save reader behind xl-import-torch (zip archive + pickle, parsed by hand): any bytes
 // are refused cleanly, or give named tensors (of a state_dict or a pickled module) whose
-// Transformer-XL config is inferred and imported.
+// Transformer-XL config is inferred and imported, or a corpus cache's vocab and splits.
 #include "fuzz_support.h"
 #include "xl/interop/torch_pickle.h"
+#include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   xl::fuzz::expect_clean_refusal([&] {
     const auto contents = xl::interop::parse_torch_file(bytes, "", "fuzz.pt");
+    const auto root = contents.classes.find("");
+    if (root != contents.classes.end() && root->second.find("Corpus") != std::string::npos) {
+      (void)xl::interop::corpus_from_cache(contents, "fuzz.pt");
+      return;
+    }
     xl::interop::TorchHyperParams params;
     const auto state_dict =
-        contents.module_classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, "fuzz.pt");
+        contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, "fuzz.pt");
     for (const auto& [name, tensor] : state_dict)
       if (!tensor.defined()) xl::fuzz::finding("undefined tensor " + name);
     const auto cfg = xl::interop::torch_config(state_dict, params, "fuzz.pt");

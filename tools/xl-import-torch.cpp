@@ -7,6 +7,7 @@
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/interop/torch_pickle.h"
+#include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
 #include "xl/options/model_options.h"
 #include "xl/util/error.h"
@@ -68,13 +69,29 @@ int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
   return 0;
 }
 
+// Transformer-XL's corpus cache -> an xl tokens file with its vocab and ids.
+int import_corpus(const xl::cli::Options& cli, const std::string& input, int argc, char** argv) {
+  const std::string display = xl::io::display_name(input);
+  xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
+  const auto corpus = xl::interop::corpus_from_cache(xl::interop::read_torch_file(input), display);
+  xl::h5::TokensMeta meta;
+  meta.created_by = std::string("xl-import-torch ") + XL_VERSION;
+  meta.command_line = xl::cli::command_line(argc, argv);
+  xl::h5::write_tokens(out.file(), corpus.vocab, corpus.splits, meta);
+  out.commit();
+  XL_INFO(display << ": " << (corpus.dataset.empty() ? "a" : corpus.dataset) << " corpus, word vocab of " << corpus.vocab.size()
+                  << " (" << corpus.vocab.specials() << " special), train " << corpus.splits[0].ids.size() << ", valid "
+                  << corpus.splits[1].ids.size() << ", test " << corpus.splits[2].ids.size() << " tokens");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl-import-torch", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
-        {"xl-import-torch", "Convert a PyTorch Transformer-XL model or state_dict into an xl checkpoint, or back.",
-         "[OPTIONS] (--vocab FILE | --tokens FILE | --export) INPUT -o OUTPUT",
+        {"xl-import-torch", "Convert a PyTorch Transformer-XL model, state_dict or corpus cache into xl's files, or back.",
+         "[OPTIONS] (--vocab FILE | --tokens FILE | --export | --corpus) INPUT -o OUTPUT",
          "Reads INPUT, a file written by torch.save(model.state_dict(), f) or torch.save(model, f) (train.py's\n"
          "model.pt) with the PyTorch Transformer-XL (kimiyoung/transformer-xl, pytorch/mem_transformer.py; zip\n"
          "format of PyTorch >= 1.6), without Python, and writes an xl checkpoint (phase \"imported\") with the\n"
@@ -86,6 +103,10 @@ int main(int argc, char** argv) {
          "dropouts); with a state_dict those must be given as the model was trained. Tied tensors, stored\n"
          "under both names by PyTorch, must be equal and are kept once.\n"
          "\n"
+         "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
+         "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
+         "embedded vocab then serves --tokens.\n"
+         "\n"
          "--export writes the xl checkpoint INPUT as a state_dict that MemTransformerLM.load_state_dict() takes\n"
          "(tied tensors under both names) and prints the matching flags and constructor call. Per-layer u, v\n"
          "biases (untie_r, or pruned heads) need --untie-r true (a target with per-layer biases) unless all layers\n"
@@ -93,6 +114,8 @@ int main(int argc, char** argv) {
          "  xl-import-torch --vocab enwik8-txl.tsv LM-TFM-enwik8/model.pt -o enwik8-base.h5\n"
          "  xl-import-torch --vocab enwik8-txl.tsv --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
          "  xl-import-torch --tokens wt103.h5 --cutoffs 20000,40000,200000 wt103-base.pt -o wt103-base.h5\n"
+         "  xl-import-torch --corpus data/wikitext-103/cache.pt -o wt103.h5\n"
+         "  xl-import-torch --tokens wt103.h5 LM-TFM-wt103/model.pt -o wt103-base.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
@@ -101,7 +124,8 @@ int main(int argc, char** argv) {
         ("tokens", po::value<std::string>(), "take the vocab embedded in this tokens file instead")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from every tensor name (module.: DataParallel)")
-        ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict");
+        ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict")
+        ("corpus", po::bool_switch(), "write the corpus cache INPUT (data_utils.py's cache.pt) as a tokens file");
     cli.add("Vocab size")("n-token", po::value<int64_t>(), "vocab size (read off the tensors when left out)");
     // The model options of every tool: read off the tensors when left out, checked when given.
     // pre-lnorm, same-length and clamp-len are not visible in the tensors; with --export,
@@ -112,6 +136,13 @@ int main(int argc, char** argv) {
     if (!cli.parse(argc, argv)) return 0;
 
     const std::string input = cli.get<std::string>("input");
+    XL_CHECK(!(cli.get<bool>("export") && cli.get<bool>("corpus")), xl::kExitUsage, "give --export or --corpus, not both");
+    if (cli.get<bool>("corpus")) {
+      for (const char* flag : {"vocab", "tokens", "key", "prefix", "n-token"})
+        XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --corpus (the cache holds its vocab)");
+      XL_CHECK(xl::options::given_model(cli).fields.empty(), xl::kExitUsage, "model flags do not apply to --corpus (a corpus has no model)");
+      return import_corpus(cli, input, argc, argv);
+    }
     if (cli.get<bool>("export")) {
       for (const char* flag : {"vocab", "tokens", "key", "prefix", "n-token"})
         XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --export (the checkpoint has its config)");
@@ -134,7 +165,7 @@ int main(int argc, char** argv) {
     auto contents = xl::interop::read_torch_file(input, cli.has("key") ? cli.get<std::string>("key") : "");
     auto params = hyper_params(cli);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
-    auto sd = contents.module_classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
+    auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
     // DataParallel writes module.<name>; strip a prefix every name has, or the one asked for.
     std::string prefix = cli.has("prefix") ? cli.get<std::string>("prefix") : "";
     if (prefix.empty() && !sd.empty() &&

@@ -162,6 +162,30 @@ assert m == sd, (m, sd)' "$(config model.h5)" "$(config dp.h5)" "$(config div1c.
     "$PY" -c 'import torch; torch.save(torch.nn.Linear(2, 2), "linear.pt")'
     expect 65 xl-import-torch -f --vocab word_eos.tsv linear.pt -o x.h5
     stderr_is_one_line linear.pt "torch.nn.modules.linear.Linear" MemTransformerLM
+
+    step "[$mode] a corpus cache (data_utils.py's cache.pt) becomes a tokens file with its vocab and ids"
+    "$PY" txl_sd.py corpus words.txt cache.pt
+    expect 0 xl-import-torch --corpus cache.pt -o corpus.h5
+    "$PY" - <<'EOF' || fail "the tokens file does not hold the cache's vocab and ids"
+import h5py, sys, torch, types
+for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):  # the cache's classes
+    sys.modules[module] = types.ModuleType(module)
+    setattr(sys.modules[module], name, type(name, (), {}))
+c, f = torch.load("cache.pt"), h5py.File("corpus.h5", "r")
+for s in ("train", "valid", "test"):
+    assert f["splits"][s][:].astype("int64").tolist() == getattr(c, s).tolist(), s
+# xl-tokenize --decode ends a line at each <eos>.
+open("valid.txt", "w").write(" ".join(c.vocab.idx2sym[i] for i in c.valid.tolist() if c.vocab.idx2sym[i] != "<eos>"))
+EOF
+    expect 0 xl-tokenize --decode valid corpus.h5
+    [ "$(tr '\n' ' ' <out | sed 's/ *$//')" = "$(cat valid.txt)" ] || fail "the decoded split is not the cache's symbols"
+    expect 0 xl-import-torch -f --tokens corpus.h5 word.pt -o word-corpus.h5
+    expect 65 xl-import-torch --tokens corpus.h5 cache.pt -o x.h5
+    stderr_is_one_line cache.pt "--corpus"
+    expect 65 xl-import-torch --corpus word.pt -o x.h5
+    stderr_is_one_line word.pt "corpus cache"
+    expect 64 xl-import-torch --corpus --vocab word.tsv cache.pt -o x.h5
+    stderr_is_one_line "--vocab"
   fi
 
   if [ "$mode" = --fake ]; then

@@ -4,6 +4,7 @@
 #                               (torch) torch.save(model, f) of a model holding SD.pt, pickled as
 #                               mem_transformer.py's MemTransformerLM (CONFIG adds tgt_len, mem_len,
 #                               pre_lnorm, same_length, clamp_len, dropout, dropatt, attn_type)
+#   corpus TEXT OUT.pt          (torch) a corpus cache of TEXT as pytorch/data_utils.py saves cache.pt
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
 #   loss CONFIG.json F.pt TOKENS.h5 SPLIT TGT_LEN MEM_LEN [--pre-lnorm] [--same-length] [--clamp-len N]
@@ -322,6 +323,41 @@ def torch_module(c, sd, data_parallel):
     return nn.DataParallel(m) if data_parallel else m
 
 
+def txl_corpus_cache(text_path, out_path):
+    """torch.save of a Corpus as pytorch/data_utils.py pickles its cache.pt for ptb: the lines of
+    text_path cut 80/10/10, a Vocab (utils/vocabulary.py) with '<eos>' special and the symbols of all
+    splits by falling count, each split's ids with '<eos>' after each line, as LongTensors."""
+    import collections
+    import torch
+    lines = [l.split() for l in open(text_path)]
+    cut = [0, len(lines) * 8 // 10, len(lines) * 9 // 10, len(lines)]
+    parts = [lines[cut[i]:cut[i + 1]] for i in range(3)]
+
+    class Vocab(object):
+        pass
+
+    class Corpus(object):
+        pass
+
+    for cls, module in ((Vocab, "vocabulary"), (Corpus, "data_utils")):
+        cls.__module__, cls.__qualname__ = module, cls.__name__
+        sys.modules[module] = types.ModuleType(module)
+        setattr(sys.modules[module], cls.__name__, cls)
+    v = Vocab()
+    v.counter = collections.Counter(w for part in parts for l in part for w in l + ["<eos>"])
+    v.special, v.min_freq, v.max_size, v.lower_case, v.delimiter, v.vocab_file = ["<eos>"], 0, None, True, None, None
+    v.idx2sym, v.sym2idx = [], collections.OrderedDict()
+    for sym in ["<eos>"] + [w for w, _ in v.counter.most_common()]:
+        if sym not in v.sym2idx:
+            v.sym2idx[sym] = len(v.idx2sym)
+            v.idx2sym.append(sym)
+    v.eos_idx = 0
+    c = Corpus()
+    c.dataset, c.vocab = "ptb", v
+    c.train, c.valid, c.test = (torch.LongTensor([v.sym2idx[w] for l in part for w in l + ["<eos>"]]) for part in parts)
+    torch.save(c, out_path)
+
+
 def torch_save(c, opts, path):
     import torch
     sd = torch_model(c).state_dict()
@@ -563,6 +599,8 @@ elif cmd == "module":
     import torch
     c = json.load(open(args[1]))
     torch.save(torch_module(c, torch.load(args[2]), "--data-parallel" in args), args[3])
+elif cmd == "corpus":
+    txl_corpus_cache(args[1], args[2])
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

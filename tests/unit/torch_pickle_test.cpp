@@ -285,9 +285,9 @@ TEST(TorchPickle, ReadsAPickledModuleAsItsStateDictNamesIt) {
   EXPECT_TRUE(torch::equal(m.tensors[1].second, torch::tensor({6.f, 7.f})));
   EXPECT_EQ(m.tensors[2].first, "emb.weight");
   EXPECT_TRUE(m.tensors[2].second.is_same(m.tensors[0].second));
-  EXPECT_EQ(m.module_classes.at(""), "mem_transformer.MemTransformerLM");
-  EXPECT_EQ(m.module_classes.at("emb"), "torch.nn.modules.linear.Linear");
-  EXPECT_EQ(m.module_classes.size(), 2u);
+  EXPECT_EQ(m.classes.at(""), "mem_transformer.MemTransformerLM");
+  EXPECT_EQ(m.classes.at("emb"), "torch.nn.modules.linear.Linear");
+  EXPECT_EQ(m.classes.size(), 2u);
   EXPECT_EQ(m.attributes.at("same_length"), true);
   EXPECT_EQ(m.attributes.at("clamp_len"), 5);
   EXPECT_EQ(m.attributes.at("cutoffs"), nlohmann::json({2, 4}));
@@ -296,6 +296,58 @@ TEST(TorchPickle, ReadsAPickledModuleAsItsStateDictNamesIt) {
   std::string msg;
   EXPECT_EQ(error_code([&] { parse_torch_file(build(true), "", "model.pt"); }, &msg), xl::kExitDataErr);
   EXPECT_NE(msg.find("64 deep"), std::string::npos) << msg;
+}
+
+TEST(TorchPickle, ReadsAnyOtherPickledObjectByAttribute) {
+  // data_utils.py's corpus cache: a Corpus holding a Vocab (symbols, a Counter) and split tensors.
+  auto object = [](Pickle& p, const std::string& module_name, const std::string& cls, auto items) {
+    p.global(module_name, cls);
+    p.op(')');
+    p.op(0x81);
+    p.op('}');
+    p.op('(');
+    items();
+    p.op('u');
+    p.op('b');
+  };
+  Pickle p;
+  p.op(0x80);
+  p.op(2);
+  object(p, "data_utils", "Corpus", [&] {
+    p.str("dataset");
+    p.str("ptb");
+    p.str("vocab");
+    object(p, "vocabulary", "Vocab", [&] {
+      p.str("idx2sym");
+      p.op(']');
+      p.op('(');
+      p.str("<eos>");
+      p.str("the");
+      p.op('e');
+      p.str("counter");
+      p.global("collections", "Counter");
+      p.op('}');
+      p.op('(');
+      p.str("the");
+      p.int1(7);
+      p.op('u');
+      p.op(0x85);  // TUPLE1
+      p.op('R');
+    });
+    p.str("train");
+    p.tensor("LongStorage", "0", 3, 0, {3}, {1});
+  });
+  p.op('.');
+  std::vector<int64_t> ids{1, 0, 1};
+  TorchFile f = parse_torch_file(zip({{"data.pkl", p.s}, {"data/0", raw(ids)}}), "", "cache.pt");
+  EXPECT_EQ(f.classes.at(""), "data_utils.Corpus");
+  EXPECT_EQ(f.classes.at("vocab"), "vocabulary.Vocab");
+  EXPECT_EQ(f.attributes.at("dataset"), "ptb");
+  EXPECT_EQ(f.attributes.at("vocab.idx2sym"), nlohmann::json({"<eos>", "the"}));
+  EXPECT_EQ(f.attributes.at("vocab.counter"), nlohmann::json({{"the", 7}}));
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].first, "train");
+  EXPECT_TRUE(torch::equal(f.tensors[0].second, torch::tensor({1, 0, 1}, torch::kInt64)));
 }
 
 TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {

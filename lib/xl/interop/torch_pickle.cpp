@@ -385,6 +385,9 @@ class Unpickler {
       v->tensor = numel == 0 ? torch::empty(size, storage.options()) : storage.as_strided(size, stride, offset);
       return v;
     }
+    if (fn == "collections.Counter") {  // Counter.__reduce__: (Counter, (dict(self),))
+      return !a.empty() && a[0]->kind == PyVal::Kind::kDict ? a[0] : make(PyVal::Kind::kDict);
+    }
     if (fn == "builtins.set" || fn == "builtins.frozenset") {  // a module's non-persistent buffer names
       auto v = make(PyVal::Kind::kList);
       if (!a.empty() && a[0]->kind == PyVal::Kind::kList) v->items = a[0]->items;
@@ -423,7 +426,7 @@ bool is_module(const Val& v) {
   return v->kind == PyVal::Kind::kObject && state_entry(v, "_parameters") && state_entry(v, "_modules");
 }
 
-// A scalar, or a list or tuple of scalars, as JSON; null for anything else.
+// A scalar, a list or tuple of scalars, or a dict of str -> scalar, as JSON; null for anything else.
 nlohmann::json plain_value(const Val& v) {
   switch (v->kind) {
     case PyVal::Kind::kBool: return v->i != 0;
@@ -440,7 +443,33 @@ nlohmann::json plain_value(const Val& v) {
       }
       return out;
     }
+    case PyVal::Kind::kDict: {
+      nlohmann::json out = nlohmann::json::object();
+      for (const auto& [k, x] : v->dict) {
+        nlohmann::json item = plain_value(x);
+        if (k->kind != PyVal::Kind::kStr || item.is_null() || item.is_structured()) return nullptr;
+        out[k->s] = item;
+      }
+      return out;
+    }
     default: return nullptr;
+  }
+}
+
+void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* out, const std::string& file);
+
+// Any other pickled object (a corpus cache's Corpus and its Vocab): its tensors, plain attributes
+// and nested objects and modules, by dotted name.
+void walk_object(const Val& o, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
+  XL_CHECK(depth < 64, kExitDataErr, file << ": objects nested more than 64 deep in data.pkl");
+  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 objects in data.pkl");
+  out->classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = o->s;
+  for (const auto& [k, v] : o->dict) {
+    if (k->kind != PyVal::Kind::kStr) continue;
+    if (is_module(v)) walk_module(v, prefix + k->s + ".", depth + 1, out, file);
+    else if (v->kind == PyVal::Kind::kTensor) out->tensors.emplace_back(prefix + k->s, v->tensor);
+    else if (v->kind == PyVal::Kind::kObject && !v->dict.empty()) walk_object(v, prefix + k->s + ".", depth + 1, out, file);
+    else if (nlohmann::json value = plain_value(v); !value.is_null()) out->attributes[prefix + k->s] = value;
   }
 }
 
@@ -448,8 +477,8 @@ nlohmann::json plain_value(const Val& v) {
 // then each submodule's under "name."; with its class and plain attributes by dotted name.
 void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
   XL_CHECK(depth < 64, kExitDataErr, file << ": modules nested more than 64 deep in data.pkl");
-  XL_CHECK(out->module_classes.size() < 100000, kExitDataErr, file << ": more than 100000 modules in data.pkl");
-  out->module_classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = m->s;
+  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 modules in data.pkl");
+  out->classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = m->s;
   std::set<std::string> transient;
   if (Val names = state_entry(m, "_non_persistent_buffers_set"); names && names->kind == PyVal::Kind::kList)
     for (const auto& n : names->items)
@@ -485,9 +514,13 @@ TorchFile torch_file_of(const Val& root, const std::string& key, const std::stri
     walk_module(root, "", 0, &out, file);
     return out;
   }
+  if (key.empty() && root->kind == PyVal::Kind::kObject && !root->dict.empty()) {
+    walk_object(root, "", 0, &out, file);
+    return out;
+  }
   Val d = root;
   XL_CHECK(d->kind == PyVal::Kind::kDict, kExitDataErr,
-           file << ": holds " << a_describe(d) << ", neither a state_dict nor a module (torch.save(model.state_dict(), f) and torch.save(model, f) write them)");
+           file << ": holds " << a_describe(d) << ", neither a state_dict nor a module nor an object (torch.save(model.state_dict(), f) and torch.save(model, f) write them)");
   if (!key.empty()) {
     Val found;
     std::string keys;

@@ -280,15 +280,18 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
   // The MemTransformerLM: the root or the shallowest submodule of that class (a DataParallel's).
   auto depth = [](const std::string& path) { return path.empty() ? 0 : 1 + std::count(path.begin(), path.end(), '.'); };
   std::optional<std::string> path;
-  for (const auto& [p, cls] : f.module_classes) {
+  for (const auto& [p, cls] : f.classes) {
     const bool txl = cls == "MemTransformerLM" ||
                      (cls.size() > 17 && cls.compare(cls.size() - 17, 17, ".MemTransformerLM") == 0);
     if (txl && (!path || depth(p) < depth(*path))) path = p;
   }
-  const auto root = f.module_classes.find("");
+  const auto root = f.classes.find("");
+  const std::string cls = root == f.classes.end() ? "?" : root->second;
+  const bool corpus = cls.size() > 7 && cls.compare(cls.size() - 7, 7, ".Corpus") == 0;
   XL_CHECK(path, kExitDataErr,
-           file << ": a pickled " << (root == f.module_classes.end() ? "?" : root->second)
-                << " module, not mem_transformer.py's MemTransformerLM (give its state_dict: torch.save(model.state_dict(), f))");
+           file << ": a pickled " << cls << ", not mem_transformer.py's MemTransformerLM"
+                << (corpus ? " (a corpus cache: --corpus makes a tokens file of it)"
+                           : " (give its state_dict: torch.save(model.state_dict(), f))"));
   const std::string prefix = path->empty() ? "" : *path + ".";
   auto attr = [&](const std::string& name) {
     auto it = f.attributes.find(prefix + name);
@@ -333,7 +336,7 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
     given->cutoffs = cutoffs;
   }
   if (const auto t = attr("tgt_len"), m = attr("mem_len"); t.is_number_integer() && m.is_number_integer())
-    XL_INFO(file << ": a pickled " << f.module_classes.at(*path) << ", trained with tgt_len " << t.get<int64_t>() << " and mem_len "
+    XL_INFO(file << ": a pickled " << f.classes.at(*path) << ", trained with tgt_len " << t.get<int64_t>() << " and mem_len "
                  << m.get<int64_t>() << "; its pre_lnorm, same_length, clamp_len, cutoffs and dropouts come from it");
 
   checkpoint::TensorList out;
