@@ -104,7 +104,8 @@ LIST
     step "[$mode] an imported model trains on in phase 2 as train.py trains it"
     # Each update's loss and gradient norm (before clipping) against train.py's loop written out in
     # torch (txl_sd.py train, float64, dropout off): its streams, each chunk's memories across
-    # segments, clip_grad_norm_, Adam, the cosine schedule. xl with dropout and SCH off, float32.
+    # segments, clip_grad_norm_, Adam, the cosine schedule. xl with dropout off (and SCH off, as it
+    # is by default for a model trained elsewhere), float32.
     cat >compare_updates.py <<'EOF'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if '"event":"train"' in l]
@@ -116,7 +117,7 @@ print("  %d updates, loss %.6f -> %.6f, largest relative difference %.1e" % (len
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
     while read -r json pt h5 tokens chunks flags; do
-      expect 0 xl-train-phase2 -f --init $h5 $tokens -o tuned.h5 --dropout 0 --sch-beta 0 --batch-size 4 --batch-chunk $chunks \
+      expect 0 xl-train-phase2 -f --init $h5 $tokens -o tuned.h5 --dropout 0 --batch-size 4 --batch-chunk $chunks \
         --tgt-len 8 --mem-len 12 --max-steps 12 --lr 0.002 --clip 0.25 --log-interval 1 --eval-interval 0 --metrics tuned.jsonl
       grep -q "fresh optimizer state ($h5, an imported model" err || fail "phase 2 does not say that $h5 starts a fresh optimizer: $(cat err)"
       "$PY" txl_sd.py train $json $pt $tokens train 4 8 12 12 0.002 0.25 --batch-chunk $chunks $flags >theirs.txt

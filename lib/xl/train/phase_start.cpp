@@ -130,8 +130,11 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
                 << "; phase 2 starts from a phase-1 checkpoint, a pruned model or an imported one"
                 << (from.phase == "phase2" ? " (--resume continues a phase-2 run)" : ""));
   PhaseStart p;
-  // An imported model was trained elsewhere: the settings start from xl's defaults.
-  const TrainConfig saved = from.train_config.is_null() ? TrainConfig() : TrainConfig::from_json(from.train_config, file);
+  // An imported model was trained elsewhere: the settings start from xl's defaults, without the
+  // cross-head attention it was not trained with (phase 2 keeps the beta it started from).
+  TrainConfig saved;
+  if (!from.train_config.is_null()) saved = TrainConfig::from_json(from.train_config, file);
+  else saved.sch_beta = 0;
   // Phase 2's own schedule takes lr, warmup-steps and schedule-steps from the command line, or from
   // a config file that sets them otherwise than phase 1 had them; a shared config's copies of
   // phase 1's values are phase 1's schedule, not phase 2's.
