@@ -520,7 +520,7 @@ TorchFile torch_file_of(const Val& root, const std::string& key, const std::stri
   }
   Val d = root;
   XL_CHECK(d->kind == PyVal::Kind::kDict, kExitDataErr,
-           file << ": holds " << a_describe(d) << ", neither a state_dict nor a module nor an object (torch.save(model.state_dict(), f) and torch.save(model, f) write them)");
+           file << ": holds " << a_describe(d) << ", not a state_dict or a module (torch.save(model.state_dict(), f) and torch.save(model, f) write those)");
   if (!key.empty()) {
     Val found;
     std::string keys;
