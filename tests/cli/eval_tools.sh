@@ -119,6 +119,10 @@ expect 65 xl-eval-longctx ckpt.h5 </dev/null
 stderr_is_one_line "stdin"
 expect 66 xl-eval-longctx ckpt.h5 missing.h5
 stderr_is_one_line
+expect 65 xl-eval-longctx tokens.h5 ckpt.h5
+stderr_is_one_line "ckpt.h5: is an 'xl-checkpoint' file, not an xl tokens file" "the checkpoint comes first"
+expect 65 xl-generate tokens.h5
+stderr_is_one_line "tokens.h5: is an 'xl-tokens' file, not an xl checkpoint" "the checkpoint comes first"
 
 step "xl-generate: reproducible with a seed, top-k 1 is greedy"
 gen() { xl-generate --threads 1 --prompt 'the ' --length 40 --mem-len 32 "$@" ckpt.h5; }

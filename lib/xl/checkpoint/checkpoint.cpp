@@ -254,7 +254,8 @@ Checkpoint load(const std::string& path, const std::string& expected_vocab_sha25
   auto format = read_attr_string(root, "xl_format");
   if (!format) fail(name, kExitDataErr, "not an xl checkpoint (no xl_format attribute)");
   if (*format != kCheckpointFormat)
-    fail(name, kExitDataErr, "is an '" + *format + "' file, not an xl checkpoint");
+    fail(name, kExitDataErr, "is an '" + *format + "' file, not an xl checkpoint" +
+                                 (*format == h5::kTokensFormat ? " (where a tool takes both, the checkpoint comes first)" : ""));
   auto version = read_attr_int(root, "xl_format_version");
   if (!version || *version < 1) fail(name, kExitDataErr, "not an xl checkpoint (no valid xl_format_version)");
   if (*version > kCheckpointFormatVersion)

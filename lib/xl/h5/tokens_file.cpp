@@ -99,7 +99,8 @@ TokensFile TokensFile::open(const std::string& path) {
   auto format = read_attr_string(t.file_, "xl_format");
   if (!format) fail(name, kExitDataErr, "not an xl tokens file (no xl_format attribute)");
   if (*format != kTokensFormat)
-    fail(name, kExitDataErr, "is an '" + *format + "' file, not an xl tokens file");
+    fail(name, kExitDataErr, "is an '" + *format + "' file, not an xl tokens file" +
+                                 (*format == kCheckpointFormat ? " (where a tool takes both, the checkpoint comes first)" : ""));
   auto version = read_attr_int(t.file_, "xl_format_version");
   if (!version || *version > kTokensFormatVersion)
     fail(name, kExitDataErr, "tokens format version " + std::to_string(version.value_or(-1)) +
