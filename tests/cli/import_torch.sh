@@ -172,7 +172,7 @@ import h5py, sys, torch, types
 for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):  # the cache's classes
     sys.modules[module] = types.ModuleType(module)
     setattr(sys.modules[module], name, type(name, (), {}))
-c, f = torch.load("cache.pt"), h5py.File("corpus.h5", "r")
+c, f = torch.load("cache.pt", weights_only=False), h5py.File("corpus.h5", "r")  # an object, not tensors only
 for s in ("train", "valid", "test"):
     assert f["splits"][s][:].astype("int64").tolist() == getattr(c, s).tolist(), s
 # xl-tokenize --decode ends a line at each <eos>.
