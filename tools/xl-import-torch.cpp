@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
         ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab)")
         ("tokens", po::value<std::string>(), "take the vocab embedded in this tokens file instead")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
-        ("prefix", po::value<std::string>(), "strip PREFIX from every tensor name (module.: DataParallel)")
+        ("prefix", po::value<std::string>(), "strip PREFIX from the tensor names (module.: DataParallel, transformer.: Hugging Face; both found by themselves)")
         ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict")
         ("corpus", po::bool_switch(), "write the corpus cache INPUT (data_utils.py's cache.pt) as a tokens file");
     cli.add("Vocab size")("n-token", po::value<int64_t>(), "vocab size (read off the tensors when left out)");
@@ -166,11 +166,16 @@ int main(int argc, char** argv) {
     auto params = hyper_params(cli);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
-    // DataParallel writes module.<name>; strip a prefix every name has, or the one asked for.
+    // DataParallel writes module.<name>, Hugging Face's TransfoXLLMHeadModel transformer.<name>
+    // beside crit.<name>: strip such a prefix, or the one asked for.
     std::string prefix = cli.has("prefix") ? cli.get<std::string>("prefix") : "";
-    if (prefix.empty() && !sd.empty() &&
-        std::all_of(sd.begin(), sd.end(), [](const auto& p) { return p.first.rfind("module.", 0) == 0; }))
-      prefix = "module.";
+    auto all_start = [&](std::initializer_list<const char*> heads) {
+      return !sd.empty() && std::all_of(sd.begin(), sd.end(), [&](const auto& p) {
+        return std::any_of(heads.begin(), heads.end(), [&](const char* h) { return p.first.rfind(h, 0) == 0; });
+      });
+    };
+    if (prefix.empty() && all_start({"module."})) prefix = "module.";
+    if (prefix.empty() && all_start({"transformer.", "crit."}) && !all_start({"crit."})) prefix = "transformer.";
     if (!prefix.empty())
       for (auto& [name, t] : sd)
         if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());

@@ -164,6 +164,14 @@ assert m == sd, (m, sd)' "$(config model.h5)" "$(config dp.h5)" "$(config div1c.
     expect 65 xl-import-torch -f --vocab word_eos.tsv linear.pt -o x.h5
     stderr_is_one_line linear.pt "torch.nn.modules.linear.Linear" MemTransformerLM
 
+    step "[$mode] Hugging Face's names (transformer.<name> beside crit.<name>) import as they are"
+    "$PY" -c 'import collections, torch
+sd = torch.load("div1.pt")
+torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer." + n, t) for n, t in sd.items()), "hf.pt")'
+    expect 0 xl-import-torch -f --vocab word_eos.tsv --cutoffs 8,20 --pre-lnorm true --same-length true --clamp-len 5 hf.pt -o hf.h5
+    expect 0 xl-import-torch -f --export --untie-r true hf.h5 -o hf-back.pt
+    "$PY" txl_sd.py compare hf-back.pt div1c-back.pt || fail "Hugging Face's names import otherwise than the reference's"
+
     step "[$mode] a corpus cache (data_utils.py's cache.pt) becomes a tokens file with its vocab and ids"
     "$PY" txl_sd.py corpus words.txt cache.pt
     expect 0 xl-import-torch --corpus cache.pt -o corpus.h5
