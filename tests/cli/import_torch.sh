@@ -77,6 +77,8 @@ for mode in "${modes[@]}"; do
   expect 0 xl-import-torch --vocab byte.tsv char.pt -o char.h5
   expect 0 xl-inspect --json char.h5
   grep -q imported out || fail "xl-inspect does not show phase imported: $(head -c 300 out)"
+  expect 0 xl-inspect char.h5
+  grep -q "imported from char.pt" out || fail "xl-inspect does not say where char.h5 came from: $(head -c 300 out)"
   expect 0 xl-import-torch --tokens tokens.h5 char.pt -o char2.h5
   expect 0 xl-import-torch --vocab word.tsv word.pt -o word.h5
   expect 0 xl-import-torch --vocab word.tsv --cutoffs 8,20 div1.pt -o div1.h5
@@ -120,6 +122,8 @@ EOF
       expect 0 xl-train-phase2 -f --init $h5 $tokens -o tuned.h5 --dropout 0 --batch-size 4 --batch-chunk $chunks \
         --tgt-len 8 --mem-len 12 --max-steps 12 --lr 0.002 --clip 0.25 --log-interval 1 --eval-interval 0 --metrics tuned.jsonl
       grep -q "fresh optimizer state ($h5, an imported model" err || fail "phase 2 does not say that $h5 starts a fresh optimizer: $(cat err)"
+      expect 0 xl-inspect tuned.h5
+      grep -q "imported from $pt" out || fail "the tuned model does not say where it came from: $(head -c 300 out)"
       "$PY" txl_sd.py train $json $pt $tokens train 4 8 12 12 0.002 0.25 --batch-chunk $chunks $flags >theirs.txt
       python3 compare_updates.py tuned.jsonl theirs.txt || fail "$h5: xl's updates are not train.py's"
     done <<'LIST'

@@ -175,8 +175,10 @@ void checkpoint_text(std::ostream& os, const nlohmann::json& k) {
     if (k.contains(key))
       position += std::string(position.empty() ? "" : ", ") + key + " " + short_value(k[key]);
   if (!position.empty()) os << "  " << position << "\n";
-  // Each phase of the run: its steps and the learning-rate schedule it trained with.
   const auto& state = k["state"];
+  // A model trained elsewhere, and every phase trained on it since, say where it came from.
+  if (state.is_object() && state.contains("imported_from")) os << "  imported from " << short_value(state["imported_from"]) << "\n";
+  // Each phase of the run: its steps and the learning-rate schedule it trained with.
   if (state.is_object() && state.contains("phases") && state["phases"].is_array()) {
     const auto& phases = state["phases"];
     for (size_t i = 0; i < phases.size(); ++i) {
