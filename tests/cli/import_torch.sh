@@ -168,6 +168,18 @@ assert m == sd, (m, sd)' "$(config model.h5)" "$(config dp.h5)" "$(config div1c.
     expect 65 xl-import-torch -f --vocab word_eos.tsv linear.pt -o x.h5
     stderr_is_one_line linear.pt "torch.nn.modules.linear.Linear" MemTransformerLM
 
+    step "[$mode] the legacy format (torch.save before PyTorch 1.6) imports as the zip format does"
+    "$PY" txl_sd.py module div1m.json div1.pt legacy-model.pt --legacy
+    "$PY" txl_sd.py legacy div1.pt legacy-sd.pt
+    expect 0 xl-import-torch -f --vocab word_eos.tsv legacy-model.pt -o legacy-model.h5
+    expect 0 xl-import-torch -f --vocab word_eos.tsv --cutoffs 8,20 --pre-lnorm true --same-length true --clamp-len 5 \
+      legacy-sd.pt -o legacy-sd.h5
+    [ "$(config legacy-model.h5)" = "$(config model.h5)" ] || fail "the legacy model's config differs: $(config legacy-model.h5)"
+    for h5 in legacy-model legacy-sd; do
+      expect 0 xl-import-torch -f --export --untie-r true $h5.h5 -o $h5-back.pt
+      "$PY" txl_sd.py compare $h5-back.pt div1c-back.pt || fail "$h5.pt imports otherwise than the zip format"
+    done
+
     step "[$mode] Hugging Face's names (transformer.<name> beside crit.<name>) import as they are"
     "$PY" -c 'import collections, torch
 sd = torch.load("div1.pt")

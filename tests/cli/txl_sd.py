@@ -1,10 +1,11 @@
 # Writes and reads PyTorch Transformer-XL state_dicts, with torch or (--fake) without it.
 #   make CONFIG.json OUT.pt [--drop NAME] [--extra NAME] [--reshape NAME] [--untie NAME]
-#   module CONFIG.json SD.pt OUT.pt [--data-parallel]
+#   module CONFIG.json SD.pt OUT.pt [--data-parallel] [--legacy (the format before PyTorch 1.6)]
 #                               (torch) torch.save(model, f) of a model holding SD.pt, pickled as
 #                               mem_transformer.py's MemTransformerLM (CONFIG adds tgt_len, mem_len,
 #                               pre_lnorm, same_length, clamp_len, dropout, dropatt, attn_type)
 #   corpus TEXT OUT.pt          (torch) a corpus cache of TEXT as pytorch/data_utils.py saves cache.pt
+#   legacy IN.pt OUT.pt         (torch) IN.pt's state_dict in the format of torch.save before PyTorch 1.6
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
 #   loss CONFIG.json F.pt TOKENS.h5 SPLIT TGT_LEN MEM_LEN [--pre-lnorm] [--same-length] [--clamp-len N]
@@ -598,7 +599,11 @@ elif cmd in ("loss", "train"):
 elif cmd == "module":
     import torch
     c = json.load(open(args[1]))
-    torch.save(torch_module(c, torch.load(args[2]), "--data-parallel" in args), args[3])
+    torch.save(torch_module(c, torch.load(args[2]), "--data-parallel" in args), args[3],
+               _use_new_zipfile_serialization="--legacy" not in args)
+elif cmd == "legacy":
+    import torch
+    torch.save(torch.load(args[1]), args[2], _use_new_zipfile_serialization=False)
 elif cmd == "corpus":
     txl_corpus_cache(args[1], args[2])
 elif cmd == "load-strict":

@@ -350,6 +350,74 @@ TEST(TorchPickle, ReadsAnyOtherPickledObjectByAttribute) {
   EXPECT_TRUE(torch::equal(f.tensors[0].second, torch::tensor({1, 0, 1}, torch::kInt64)));
 }
 
+TEST(TorchPickle, ReadsTheLegacyFormatOfPyTorchBefore16) {
+  // Pickles back to back (magic number, protocol 1001, sys_info, the state_dict, its storage keys),
+  // then each storage: its element count (int64) and its bytes.
+  auto file = [](int64_t count) {
+    std::string out("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15);
+    Pickle version;
+    version.op(0x80);
+    version.op(2);
+    version.op('M');
+    version.op(1001 & 0xff);
+    version.op(1001 >> 8);
+    version.op('.');
+    Pickle info;
+    info.op(0x80);
+    info.op(2);
+    info.op('}');
+    info.str("little_endian");
+    info.op(0x88);
+    info.op('s');
+    info.op('.');
+    Pickle sd;  // {"w": 2 x 2 floats of storage "7" (persistent id with view_metadata None)}
+    sd.op(0x80);
+    sd.op(2);
+    sd.op('}');
+    sd.str("w");
+    sd.global("torch._utils", "_rebuild_tensor_v2");
+    sd.op('(');
+    sd.op('(');
+    sd.str("storage");
+    sd.global("torch", "FloatStorage");
+    sd.str("7");
+    sd.str("cpu");
+    sd.int1(4);
+    sd.op('N');
+    sd.op('t');
+    sd.op('Q');
+    sd.int1(0);
+    sd.ints({2, 2});
+    sd.ints({2, 1});
+    sd.op(0x89);
+    sd.ordered_dict();
+    sd.op('t');
+    sd.op('R');
+    sd.op('s');
+    sd.op('.');
+    Pickle keys;
+    keys.op(0x80);
+    keys.op(2);
+    keys.op(']');
+    keys.str("7");
+    keys.op('a');
+    keys.op('.');
+    std::vector<int64_t> n{count};
+    std::vector<float> data{1, 2, 3, 4};
+    return out + version.s + info.s + sd.s + keys.s + raw(n) + raw(data);
+  };
+  TorchFile f = parse_torch_file(file(4), "", "old.pt");
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].first, "w");
+  EXPECT_TRUE(torch::equal(f.tensors[0].second, torch::tensor({1.f, 2.f, 3.f, 4.f}).view({2, 2})));
+  std::string msg;
+  EXPECT_EQ(error_code([&] { parse_torch_file(file(5), "", "old.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("holds 5 elements"), std::string::npos) << msg;
+  std::string cut = file(4);
+  EXPECT_EQ(error_code([&] { parse_torch_file(cut.substr(0, cut.size() - 1), "", "old.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("ends inside storage 7"), std::string::npos) << msg;
+}
+
 TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {
   std::string msg;
   auto code = [&](const std::string& bytes) { return error_code([&] { parse_torch_file(bytes, "", "x.pt"); }, &msg); };

@@ -96,19 +96,25 @@ torch::Dtype storage_dtype(const std::string& type, const std::string& file) {
 
 class Unpickler {
  public:
-  Unpickler(const std::string& data, caffe2::serialize::PyTorchStreamReader& reader, std::string file)
-      : data_(data), reader_(reader), file_(std::move(file)) {}
+  // Reads the pickle at `start` of `data`. Storages come from the zip archive `reader`; without one
+  // (the legacy format) they are allocated empty, to be filled from the bytes after the pickles.
+  Unpickler(const std::string& data, size_t start, caffe2::serialize::PyTorchStreamReader* reader, std::string file,
+            std::string pkl_name)
+      : data_(data), reader_(reader), file_(std::move(file)), pkl_(std::move(pkl_name)), pos_(start) {}
+
+  size_t end() const { return pos_; }  // where the pickle read by run() ended
+  const std::map<std::string, Val>& storages() const { return storages_; }
 
   Val run() {
     while (true) {
-      XL_CHECK(pos_ < data_.size(), kExitDataErr, file_ << ": data.pkl ends without a STOP opcode");
+      XL_CHECK(pos_ < data_.size(), kExitDataErr, file_ << ": " << pkl_ << " ends without a STOP opcode");
       const size_t at = pos_;
       const uint8_t op = byte();
       switch (op) {
         case 0x80: byte(); break;                        // PROTO
         case 0x95: bytes(8); break;                      // FRAME
         case '.':                                        // STOP
-          XL_CHECK(stack_.size() == 1, kExitDataErr, file_ << ": data.pkl leaves " << stack_.size() << " objects");
+          XL_CHECK(stack_.size() == 1, kExitDataErr, file_ << ": " << pkl_ << " leaves " << stack_.size() << " objects");
           return stack_.back();
         case '(': marks_.push_back(stack_.size()); break;  // MARK
         case '0': pop(); break;                          // POP
@@ -198,7 +204,7 @@ class Unpickler {
         case 0x93: {                                                          // STACK_GLOBAL
           Val name = pop(), module = pop();
           XL_CHECK(name->kind == PyVal::Kind::kStr && module->kind == PyVal::Kind::kStr, kExitDataErr,
-                   file_ << ": bad STACK_GLOBAL in data.pkl");
+                   file_ << ": bad STACK_GLOBAL in " << pkl_);
           push(make_str(PyVal::Kind::kGlobal, module->s + "." + name->s));
           break;
         }
@@ -225,18 +231,18 @@ class Unpickler {
         case 'Q': push(persistent(pop())); break;        // BINPERSID
         default:
           XL_FAIL(kExitDataErr, file_ << ": unsupported pickle opcode 0x" << std::hex << int(op) << std::dec
-                                      << " at byte " << at << " of data.pkl");
+                                      << " at byte " << at << " of " << pkl_);
       }
     }
   }
 
  private:
   uint8_t byte() {
-    XL_CHECK(pos_ < data_.size(), kExitDataErr, file_ << ": data.pkl is truncated");
+    XL_CHECK(pos_ < data_.size(), kExitDataErr, file_ << ": " << pkl_ << " is truncated");
     return static_cast<uint8_t>(data_[pos_++]);
   }
   std::string bytes(uint64_t n) {
-    XL_CHECK(n <= data_.size() - pos_, kExitDataErr, file_ << ": data.pkl is truncated");
+    XL_CHECK(n <= data_.size() - pos_, kExitDataErr, file_ << ": " << pkl_ << " is truncated");
     std::string s = data_.substr(pos_, n);
     pos_ += n;
     return s;
@@ -247,7 +253,7 @@ class Unpickler {
     return v;
   }
   int64_t long_int(uint64_t n) {  // little-endian two's complement of n bytes
-    XL_CHECK(n <= 8, kExitDataErr, file_ << ": integer of " << n << " bytes in data.pkl is too large");
+    XL_CHECK(n <= 8, kExitDataErr, file_ << ": integer of " << n << " bytes in " << pkl_ << " is too large");
     if (n == 0) return 0;
     uint64_t v = le(static_cast<int>(n));
     if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);
@@ -256,12 +262,12 @@ class Unpickler {
   // The decimal memo index of a text-mode PUT or GET.
   uint64_t memo_index(const std::string& text) {
     XL_CHECK(!text.empty() && text.size() <= 18 && text.find_first_not_of("0123456789") == std::string::npos, kExitDataErr,
-             file_ << ": bad memo index in data.pkl");
+             file_ << ": bad memo index in " << pkl_);
     return std::stoull(text);
   }
   std::string line() {
     auto end = data_.find('\n', pos_);
-    XL_CHECK(end != std::string::npos, kExitDataErr, file_ << ": data.pkl is truncated");
+    XL_CHECK(end != std::string::npos, kExitDataErr, file_ << ": " << pkl_ << " is truncated");
     std::string s = data_.substr(pos_, end - pos_);
     pos_ = end + 1;
     return s;
@@ -269,23 +275,23 @@ class Unpickler {
   void push(Val v) { stack_.push_back(std::move(v)); }
   Val pop() {
     XL_CHECK(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()), kExitDataErr,
-             file_ << ": malformed data.pkl (stack underflow)");
+             file_ << ": malformed " << pkl_ << " (stack underflow)");
     Val v = stack_.back();
     stack_.pop_back();
     return v;
   }
   const Val& top() {
-    XL_CHECK(!stack_.empty(), kExitDataErr, file_ << ": malformed data.pkl (stack underflow)");
+    XL_CHECK(!stack_.empty(), kExitDataErr, file_ << ": malformed " << pkl_ << " (stack underflow)");
     return stack_.back();
   }
   std::vector<Val> pop_n(size_t n) {
-    XL_CHECK(stack_.size() >= n, kExitDataErr, file_ << ": malformed data.pkl (stack underflow)");
+    XL_CHECK(stack_.size() >= n, kExitDataErr, file_ << ": malformed " << pkl_ << " (stack underflow)");
     std::vector<Val> out(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
     stack_.resize(stack_.size() - n);
     return out;
   }
   std::vector<Val> pop_mark() {
-    XL_CHECK(!marks_.empty(), kExitDataErr, file_ << ": malformed data.pkl (no mark)");
+    XL_CHECK(!marks_.empty(), kExitDataErr, file_ << ": malformed " << pkl_ << " (no mark)");
     size_t m = marks_.back();
     marks_.pop_back();
     std::vector<Val> out(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
@@ -294,22 +300,22 @@ class Unpickler {
   }
   Val memo(uint64_t k) {
     auto it = memo_.find(k);
-    XL_CHECK(it != memo_.end(), kExitDataErr, file_ << ": malformed data.pkl (memo " << k << " unset)");
+    XL_CHECK(it != memo_.end(), kExitDataErr, file_ << ": malformed " << pkl_ << " (memo " << k << " unset)");
     return it->second;
   }
   Val list_top() {
     Val v = top();
-    XL_CHECK(v->kind == PyVal::Kind::kList, kExitDataErr, file_ << ": malformed data.pkl (append to " << a_describe(v) << ")");
+    XL_CHECK(v->kind == PyVal::Kind::kList, kExitDataErr, file_ << ": malformed " << pkl_ << " (append to " << a_describe(v) << ")");
     return v;
   }
   Val dict_top() {
     Val v = top();
     XL_CHECK(v->kind == PyVal::Kind::kDict, kExitDataErr,
-             file_ << ": data.pkl sets items of " << a_describe(v) << ", not of a dict");
+             file_ << ": " << pkl_ << " sets items of " << a_describe(v) << ", not of a dict");
     return v;
   }
   void set_items(const Val& dict, const std::vector<Val>& kv) {
-    XL_CHECK(kv.size() % 2 == 0, kExitDataErr, file_ << ": malformed data.pkl (odd SETITEMS)");
+    XL_CHECK(kv.size() % 2 == 0, kExitDataErr, file_ << ": malformed " << pkl_ << " (odd SETITEMS)");
     for (size_t k = 0; k < kv.size(); k += 2) {
       bool replaced = false;
       if (kv[k]->kind == PyVal::Kind::kStr)
@@ -319,24 +325,40 @@ class Unpickler {
     }
   }
 
-  // ('storage', storage_type, key, location, numel): the tensor data in record data/<key>.
+  // ('storage', storage_type, key, location, numel[, view_metadata]): the tensor data in record
+  // data/<key>, or (legacy format) in the storage section after the pickles. The legacy format's
+  // module classes are persistent too.
   Val persistent(const Val& pid) {
+    // The legacy format names a module's class as ('module', class, source file, source).
+    if (!reader_ && pid->kind == PyVal::Kind::kTuple && pid->items.size() >= 2 && pid->items[0]->kind == PyVal::Kind::kStr &&
+        pid->items[0]->s == "module" && pid->items[1]->kind == PyVal::Kind::kGlobal)
+      return pid->items[1];
     XL_CHECK(pid->kind == PyVal::Kind::kTuple && pid->items.size() >= 5 && pid->items[0]->kind == PyVal::Kind::kStr &&
                  pid->items[0]->s == "storage" && pid->items[1]->kind == PyVal::Kind::kGlobal &&
                  pid->items[2]->kind == PyVal::Kind::kStr && pid->items[4]->kind == PyVal::Kind::kInt,
-             kExitDataErr, file_ << ": unsupported persistent object in data.pkl (not a tensor storage)");
+             kExitDataErr, file_ << ": unsupported persistent object in " << pkl_ << " (not a tensor storage)");
     const std::string key = pid->items[2]->s;
     auto cached = storages_.find(key);
     if (cached != storages_.end()) return cached->second;
     torch::Dtype dtype = storage_dtype(pid->items[1]->s, file_);
     const int64_t numel = pid->items[4]->i;
+    const size_t element = c10::elementSize(dtype);
+    auto v = make(PyVal::Kind::kStorage);
+    if (!reader_) {
+      XL_CHECK(pid->items.size() < 6 || pid->items[5]->kind == PyVal::Kind::kNone, kExitDataErr,
+               file_ << ": storage " << key << " is a view of another (PyTorch 0.4's format), which is not supported");
+      XL_CHECK(numel >= 0 && static_cast<uint64_t>(numel) <= data_.size() / element, kExitDataErr,
+               file_ << ": storage " << key << " of " << numel << " elements is larger than the file");
+      v->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));  // filled by fill_legacy_storages
+      storages_.emplace(key, v);
+      return v;
+    }
     const std::string record = "data/" + key;
-    XL_CHECK(reader_.hasRecord(record), kExitDataErr, file_ << ": the archive lacks record " << record);
-    auto [ptr, size] = reader_.getRecord(record);
-    const size_t want = static_cast<size_t>(numel) * c10::elementSize(dtype);
+    XL_CHECK(reader_->hasRecord(record), kExitDataErr, file_ << ": the archive lacks record " << record);
+    auto [ptr, size] = reader_->getRecord(record);
+    const size_t want = static_cast<size_t>(numel) * element;
     XL_CHECK(size == want, kExitDataErr,
              file_ << ": record " << record << " holds " << size << " bytes, its storage needs " << want);
-    auto v = make(PyVal::Kind::kStorage);
     v->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
     if (size) std::memcpy(v->tensor.data_ptr(), ptr.get(), size);
     storages_.emplace(key, v);
@@ -355,7 +377,7 @@ class Unpickler {
   }
 
   Val call(const Val& callable, const Val& args) {
-    XL_CHECK(args->kind == PyVal::Kind::kTuple, kExitDataErr, file_ << ": malformed data.pkl (call without a tuple)");
+    XL_CHECK(args->kind == PyVal::Kind::kTuple, kExitDataErr, file_ << ": malformed " << pkl_ << " (call without a tuple)");
     const auto& a = args->items;
     if (callable->kind != PyVal::Kind::kGlobal) return make_str(PyVal::Kind::kObject, "?");
     const std::string& fn = callable->s;
@@ -368,7 +390,7 @@ class Unpickler {
     }
     if (fn == "torch._utils._rebuild_tensor_v2" || fn == "torch._utils._rebuild_tensor") {
       XL_CHECK(a.size() >= 4 && a[0]->kind == PyVal::Kind::kStorage && a[1]->kind == PyVal::Kind::kInt, kExitDataErr,
-               file_ << ": malformed " << fn << " call in data.pkl");
+               file_ << ": malformed " << fn << " call in " << pkl_);
       const torch::Tensor& storage = a[0]->tensor;
       const int64_t offset = a[1]->i;
       auto size = ints(a[2], "size"), stride = ints(a[3], "stride");
@@ -407,8 +429,8 @@ class Unpickler {
   }
 
   const std::string& data_;
-  caffe2::serialize::PyTorchStreamReader& reader_;
-  std::string file_;
+  caffe2::serialize::PyTorchStreamReader* reader_;
+  std::string file_, pkl_;
   size_t pos_ = 0;
   std::vector<Val> stack_;
   std::vector<size_t> marks_;
@@ -461,8 +483,8 @@ void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* 
 // Any other pickled object (a corpus cache's Corpus and its Vocab): its tensors, plain attributes
 // and nested objects and modules, by dotted name.
 void walk_object(const Val& o, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
-  XL_CHECK(depth < 64, kExitDataErr, file << ": objects nested more than 64 deep in data.pkl");
-  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 objects in data.pkl");
+  XL_CHECK(depth < 64, kExitDataErr, file << ": objects nested more than 64 deep");
+  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 objects");
   out->classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = o->s;
   for (const auto& [k, v] : o->dict) {
     if (k->kind != PyVal::Kind::kStr) continue;
@@ -476,8 +498,8 @@ void walk_object(const Val& o, const std::string& prefix, int depth, TorchFile* 
 // A pickled nn.Module as Module.state_dict() names it: its parameters, its persistent buffers,
 // then each submodule's under "name."; with its class and plain attributes by dotted name.
 void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
-  XL_CHECK(depth < 64, kExitDataErr, file << ": modules nested more than 64 deep in data.pkl");
-  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 modules in data.pkl");
+  XL_CHECK(depth < 64, kExitDataErr, file << ": modules nested more than 64 deep");
+  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 modules");
   out->classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = m->s;
   std::set<std::string> transient;
   if (Val names = state_entry(m, "_non_persistent_buffers_set"); names && names->kind == PyVal::Kind::kList)
@@ -552,17 +574,67 @@ TorchFile torch_file_of(const Val& root, const std::string& key, const std::stri
   return out;
 }
 
+// Before PyTorch 1.6 torch.save wrote pickles back to back: the magic number, the protocol version,
+// the machine's sizes, the object (storages by key), the sorted storage keys, then each storage as
+// its element count (int64, little-endian) and its bytes.
+Val parse_legacy(const std::string& bytes, const std::string& display) {
+  // The magic number's pickle (PROTO 2, LONG1 of 10 bytes, STOP), matched by the caller.
+  XL_CHECK(bytes.size() > 15 && bytes[14] == '.', kExitDataErr, display << ": a legacy torch.save file cut short");
+  size_t pos = 15;
+  auto next = [&]() {
+    Unpickler u(bytes, pos, nullptr, display, "the legacy file's header");
+    Val v = u.run();
+    pos = u.end();
+    return v;
+  };
+  const Val version = next(), sys_info = next();
+  XL_CHECK(version->kind == PyVal::Kind::kInt && version->i == 1001, kExitDataErr,
+           display << ": legacy torch.save protocol " << (version->kind == PyVal::Kind::kInt ? std::to_string(version->i) : "?")
+                   << ", not 1001");
+  Val little = sys_info->kind == PyVal::Kind::kDict ? state_entry(sys_info, "little_endian") : nullptr;
+  XL_CHECK(little && little->kind == PyVal::Kind::kBool && little->i == 1, kExitDataErr,
+           display << ": tensors stored big-endian (or of unknown order) are not supported");
+  Unpickler main(bytes, pos, nullptr, display, "the pickle");
+  const Val root = main.run();
+  pos = main.end();
+  Unpickler keys_reader(bytes, pos, nullptr, display, "the storage keys");
+  const Val keys = keys_reader.run();
+  pos = keys_reader.end();
+  XL_CHECK(keys->kind == PyVal::Kind::kList, kExitDataErr, display << ": the storage keys are " << a_describe(keys) << ", not a list");
+  for (const Val& k : keys->items) {
+    XL_CHECK(k->kind == PyVal::Kind::kStr, kExitDataErr, display << ": a storage key is " << a_describe(k));
+    auto it = main.storages().find(k->s);
+    XL_CHECK(it != main.storages().end(), kExitDataErr, display << ": storage " << k->s << " is stored but not used");
+    torch::Tensor& t = it->second->tensor;
+    const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+    XL_CHECK(bytes.size() - pos >= 8 + n, kExitDataErr, display << ": the file ends inside storage " << k->s);
+    int64_t count = 0;
+    for (int b = 0; b < 8; ++b) count |= static_cast<int64_t>(static_cast<uint8_t>(bytes[pos + b])) << (8 * b);
+    XL_CHECK(count == t.numel(), kExitDataErr,
+             display << ": storage " << k->s << " holds " << count << " elements, its tensors need " << t.numel());
+    if (n) std::memcpy(t.data_ptr(), bytes.data() + pos + 8, n);
+    pos += 8 + n;
+  }
+  XL_CHECK(keys->items.size() == main.storages().size(), kExitDataErr, display << ": a storage the pickle uses is not stored");
+  return root;
+}
+
 }  // namespace
 
 TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display) {
   XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
-  // Before PyTorch 1.6 torch.save wrote pickles back to back: magic number first (LONG1 10 bytes).
+  // The legacy format starts with its magic number (LONG1 of 10 bytes) at protocol 2.
   static const std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14);
-  XL_CHECK(bytes.compare(0, legacy.size(), legacy) != 0, kExitDataErr,
-           display << ": a legacy (pre-1.6) torch.save file; re-save it with a newer PyTorch: "
-                      "torch.save(torch.load(f), g, _use_new_zipfile_serialization=True)");
+  if (bytes.compare(0, legacy.size(), legacy) == 0) {
+    try {
+      return torch_file_of(parse_legacy(bytes, display), key, display);
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      XL_FAIL(kExitDataErr, display << ": cannot read a tensor (" << what.substr(0, what.find('\n')) << ")");
+    }
+  }
   XL_CHECK(bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0, kExitDataErr,
-           display << ": not a PyTorch file (torch.save writes a zip archive)");
+           display << ": not a PyTorch file (torch.save writes a zip archive, or before PyTorch 1.6 pickles)");
   std::istringstream in(bytes);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   std::string pkl;
@@ -581,7 +653,7 @@ TorchFile parse_torch_file(const std::string& bytes, const std::string& key, con
     XL_FAIL(kExitDataErr, display << ": not a readable torch.save archive (" << what.substr(0, what.find('\n')) << ")");
   }
   try {
-    Unpickler unpickler(pkl, *reader, display);
+    Unpickler unpickler(pkl, 0, reader.get(), display, "data.pkl");
     return torch_file_of(unpickler.run(), key, display);
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();

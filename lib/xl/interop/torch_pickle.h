@@ -25,12 +25,13 @@ struct TorchFile {
   std::map<std::string, nlohmann::json> attributes;
 };
 
-// Reads a file written by torch.save in the zip format (PyTorch >= 1.6): a state_dict or a module,
-// or with `key` the entry `key` of a dict holding one (NVIDIA's checkpoints keep a state_dict under
-// model_state). Tensors come back on the CPU in their stored dtype, in file order (a module's in
-// state_dict order); tensors sharing storage stay shared. "-" reads stdin. Nothing is executed:
-// classes are names. Fails with 65 naming the file: not a zip archive (the legacy pre-1.6 format
-// gets a hint), objects other than tensors, dicts and modules where they sit, a missing key.
+// Reads a file written by torch.save in the zip format (PyTorch 1.6 and later) or the legacy one
+// before it (pickles back to back, then the storages): a state_dict or a module, or with `key` the
+// entry `key` of a dict holding one (NVIDIA's checkpoints keep a state_dict under model_state).
+// Tensors come back on the CPU in their stored dtype, in file order (a module's in state_dict
+// order); tensors sharing storage stay shared. "-" reads stdin. Nothing is executed: classes are
+// names. Fails with 65 naming the file: not a torch.save file, objects other than tensors, dicts and
+// modules where they sit, a missing key, storages that do not add up.
 TorchFile read_torch_file(const std::string& path, const std::string& key = "");
 // The same from the bytes of such a file; `display` names it in errors.
 TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display);
