@@ -346,10 +346,10 @@ class Unpickler {
     auto v = make(PyVal::Kind::kStorage);
     if (!reader_) {
       XL_CHECK(pid->items.size() < 6 || pid->items[5]->kind == PyVal::Kind::kNone, kExitDataErr,
-               file_ << ": storage " << key << " is a view of another (PyTorch 0.4's format), which is not supported");
+               file_ << ": storage " << key << " is a view of another storage, which is not supported");
       XL_CHECK(numel >= 0 && static_cast<uint64_t>(numel) <= data_.size() / element, kExitDataErr,
                file_ << ": storage " << key << " of " << numel << " elements is larger than the file");
-      v->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));  // filled by fill_legacy_storages
+      v->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));  // parse_legacy fills it
       storages_.emplace(key, v);
       return v;
     }
