@@ -5,13 +5,14 @@
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
+#include "xl/util/parse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   xl::fuzz::expect_clean_refusal([&] {
     const auto contents = xl::interop::parse_torch_file(bytes, "", "fuzz.pt");
     const auto root = contents.classes.find("");
-    if (root != contents.classes.end() && root->second.find("Corpus") != std::string::npos) {
+    if (root != contents.classes.end() && xl::parse::ends_with(root->second, "Corpus")) {
       (void)xl::interop::corpus_from_cache(contents, "fuzz.pt");
       return;
     }

@@ -23,6 +23,10 @@ TEST(Parse, ListsCountsDurationsAndBooleans) {
   EXPECT_THROW(parse::int_list("1,x", "--cutoffs"), Error);
   EXPECT_EQ(parse::split_list(" a, b,,c "), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(parse::split_list("a,,b", ',', true), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_TRUE(parse::ends_with("mem_transformer.MemTransformerLM", ".MemTransformerLM"));
+  EXPECT_TRUE(parse::ends_with("x.h5", "x.h5"));
+  EXPECT_FALSE(parse::ends_with("h5", ".h5"));
+  EXPECT_FALSE(parse::ends_with("x.h5.tmp", ".h5"));
   EXPECT_EQ(parse::count("90M", "x"), 90000000u);
   EXPECT_EQ(parse::count("64K", "x"), 64000u);
   EXPECT_EQ(parse::count("1.5k", "x"), 1500u);

@@ -480,12 +480,18 @@ nlohmann::json plain_value(const Val& v) {
 
 void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* out, const std::string& file);
 
-// Any other pickled object (a corpus cache's Corpus and its Vocab): its tensors, plain attributes
-// and nested objects and modules, by dotted name.
-void walk_object(const Val& o, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
+// Records the class of the object or module at `prefix` ("a.b." or "" for the root), within bounds
+// on depth and count that cycles and shared objects in a pickle could otherwise break.
+void enter(const Val& o, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
   XL_CHECK(depth < 64, kExitDataErr, file << ": objects nested more than 64 deep");
   XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 objects");
   out->classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = o->s;
+}
+
+// Any other pickled object (a corpus cache's Corpus and its Vocab): its tensors, plain attributes
+// and nested objects and modules, by dotted name.
+void walk_object(const Val& o, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
+  enter(o, prefix, depth, out, file);
   for (const auto& [k, v] : o->dict) {
     if (k->kind != PyVal::Kind::kStr) continue;
     if (is_module(v)) walk_module(v, prefix + k->s + ".", depth + 1, out, file);
@@ -498,9 +504,7 @@ void walk_object(const Val& o, const std::string& prefix, int depth, TorchFile* 
 // A pickled nn.Module as Module.state_dict() names it: its parameters, its persistent buffers,
 // then each submodule's under "name."; with its class and plain attributes by dotted name.
 void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* out, const std::string& file) {
-  XL_CHECK(depth < 64, kExitDataErr, file << ": modules nested more than 64 deep");
-  XL_CHECK(out->classes.size() < 100000, kExitDataErr, file << ": more than 100000 modules");
-  out->classes[prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1)] = m->s;
+  enter(m, prefix, depth, out, file);
   std::set<std::string> transient;
   if (Val names = state_entry(m, "_non_persistent_buffers_set"); names && names->kind == PyVal::Kind::kList)
     for (const auto& n : names->items)

@@ -3,15 +3,11 @@
 #include <unordered_set>
 
 #include "xl/util/error.h"
+#include "xl/util/parse.h"
 
 namespace xl::interop {
-namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-}  // namespace
+using parse::ends_with;
 
 ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file) {
   auto cls = [&](const std::string& path) {

@@ -10,6 +10,7 @@
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
 #include "xl/util/log.h"
+#include "xl/util/parse.h"
 
 namespace xl::interop {
 
@@ -281,13 +282,12 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
   auto depth = [](const std::string& path) { return path.empty() ? 0 : 1 + std::count(path.begin(), path.end(), '.'); };
   std::optional<std::string> path;
   for (const auto& [p, cls] : f.classes) {
-    const bool txl = cls == "MemTransformerLM" ||
-                     (cls.size() > 17 && cls.compare(cls.size() - 17, 17, ".MemTransformerLM") == 0);
+    const bool txl = cls == "MemTransformerLM" || parse::ends_with(cls, ".MemTransformerLM");
     if (txl && (!path || depth(p) < depth(*path))) path = p;
   }
   const auto root = f.classes.find("");
   const std::string cls = root == f.classes.end() ? "?" : root->second;
-  const bool corpus = cls.size() > 7 && cls.compare(cls.size() - 7, 7, ".Corpus") == 0;
+  const bool corpus = parse::ends_with(cls, ".Corpus");
   XL_CHECK(path, kExitDataErr,
            file << ": a pickled " << cls << ", not mem_transformer.py's MemTransformerLM"
                 << (corpus ? " (a corpus cache: --corpus makes a tokens file of it)"

@@ -5,6 +5,7 @@
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/precision.h"
 #include "xl/util/error.h"
+#include "xl/util/parse.h"
 
 namespace xl::model {
 
@@ -48,9 +49,7 @@ void TransformerXLImpl::reset_parameters(uint64_t seed) {
   for (auto& item : named_parameters(true)) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
-    auto ends_with = [&](const std::string& s) {
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
+    auto ends_with = [&](const std::string& tail) { return parse::ends_with(name, tail); };
     if (name.find("layer_norm.weight") != std::string::npos) normal(p, 1.0, config.init_std);
     // The variants' (attention_variants.h): as the MGK and all-attention code start them.
     else if (ends_with("mgk_pi") || ends_with("span_z")) p.zero_();

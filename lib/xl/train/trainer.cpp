@@ -36,7 +36,7 @@ namespace xl::train {
 
 std::string best_path(const std::string& output) {
   const std::string ext = ".h5";
-  if (output.size() > ext.size() && output.compare(output.size() - ext.size(), ext.size(), ext) == 0)
+  if (output.size() > ext.size() && parse::ends_with(output, ext))
     return output.substr(0, output.size() - ext.size()) + ".best.h5";
   return output + ".best";
 }

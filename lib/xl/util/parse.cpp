@@ -15,6 +15,10 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 std::vector<std::string> split_list(const std::string& text, char sep, bool keep_empty) {
   std::vector<std::string> out;
   std::stringstream ss(text);

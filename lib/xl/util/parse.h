@@ -8,6 +8,8 @@
 namespace xl::parse {
 
 std::string trim(const std::string& text);
+// Whether `text` ends with `tail` (names: "x.h5", "mem_transformer.MemTransformerLM").
+bool ends_with(const std::string& text, const std::string& tail);
 // "a, b,,c" -> {"a", "b", "c"}: split at `sep`, trimmed, empty items dropped (or kept).
 std::vector<std::string> split_list(const std::string& text, char sep = ',', bool keep_empty = false);
 
