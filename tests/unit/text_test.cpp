@@ -1,6 +1,8 @@
 // Vocab building, TSV escaping and identity, tokenization round trips on tricky input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "xl/text/escape.h"
 #include "xl/text/tokenizer.h"
 #include "xl/text/vocab.h"
@@ -148,4 +150,37 @@ TEST(Vocab, MalformedTsvIsRefusedWithLineNumbers) {
   EXPECT_EQ(code_of("#xl-vocab 1 type=char size=2 specials=0\n0\ta\t1\n").first, xl::kExitDataErr);
   EXPECT_EQ(code_of("#xl-vocab 1 type=char size=2 specials=0\n0\ta\t1\n1\ta\t1\n").first, xl::kExitDataErr);
   EXPECT_EQ(code_of("#xl-vocab 9 type=char\n").first, xl::kExitDataErr);
+  // Pieces the type cannot hold, named by id.
+  const auto two_bytes = code_of("#xl-vocab 1 type=byte size=2 specials=0\n0\ta\t1\n1\tbc\t1\n");
+  EXPECT_EQ(two_bytes.first, xl::kExitDataErr);
+  EXPECT_NE(two_bytes.second.find("entry 1 ('bc') is not one byte"), std::string::npos) << two_bytes.second;
+  EXPECT_EQ(code_of("#xl-vocab 1 type=byte size=1 specials=1\n0\ta\t1\n").first, xl::kExitDataErr);
+  EXPECT_NE(code_of("#xl-vocab 1 type=char size=2 specials=1\n0\t<unk>\t1\n1\tab\t1\n").second.find("not one character"),
+            std::string::npos);
+  EXPECT_NE(code_of("#xl-vocab 1 type=char size=1 specials=0\n0\t\\xc3\t1\n").second.find("not one character"),
+            std::string::npos);
+  EXPECT_EQ(code_of("#xl-vocab 1 type=word size=1 specials=2\n0\ta\t1\n").first, xl::kExitDataErr);
+  EXPECT_EQ(code_of("#xl-vocab 1 type=char size=2 specials=1\n0\t<unk>\t1\n1\t\xc3\xa9\t1\n").first, 0);
+}
+
+// A byte vocab in another order, without some bytes: Transformer-XL's enwik8 symbols (its most
+// frequent bytes first, no newline) as xl-import-torch --corpus writes them.
+TEST(Vocab, ByteVocabOfSomeBytesInItsOwnOrder) {
+  const std::string text = "the cat\xc3\xa9";
+  std::vector<std::string> pieces;
+  for (char c : std::string(" taehc\xc3\xa9")) pieces.emplace_back(1, c);
+  const Vocab v(VocabType::kByte, pieces, {}, 0);
+  v.check("v");
+  std::vector<int32_t> expected;
+  for (char c : text) expected.push_back(static_cast<int32_t>(std::find(pieces.begin(), pieces.end(), std::string(1, c)) - pieces.begin()));
+  EXPECT_EQ(encode(v, text), expected);
+  EXPECT_EQ(expected[3], 0);  // the space, its first byte
+  EXPECT_EQ(Tokenizer(v).decode(expected), text);
+  try {
+    encode(v, "cat\nhat");
+    FAIL() << "a byte outside the vocab was encoded";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitDataErr);
+    EXPECT_NE(std::string(e.what()).find("'\\n' is not in the vocab"), std::string::npos) << e.what();
+  }
 }

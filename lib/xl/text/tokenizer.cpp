@@ -1,5 +1,6 @@
 #include "xl/text/tokenizer.h"
 
+#include "xl/text/escape.h"
 #include "xl/text/segmenter.h"
 #include "xl/util/utf8.h"
 #include "xl/util/error.h"
@@ -8,6 +9,12 @@ namespace xl::text {
 
 Tokenizer::Tokenizer(const Vocab& vocab, bool allow_invalid_utf8)
     : vocab_(vocab), allow_invalid_(allow_invalid_utf8) {
+  if (vocab.type() == VocabType::kByte) {
+    byte_table_.assign(256, -1);
+    for (size_t id = 0; id < vocab.size(); ++id)
+      if (vocab.piece(static_cast<int32_t>(id)).size() == 1)
+        byte_table_[static_cast<unsigned char>(vocab.piece(static_cast<int32_t>(id))[0])] = static_cast<int32_t>(id);
+  }
   if (vocab.type() == VocabType::kChar) {
     char_table_.assign(0x110000, -1);
     for (size_t id = static_cast<size_t>(vocab.specials()); id < vocab.size(); ++id) {
@@ -21,22 +28,25 @@ Tokenizer::Tokenizer(const Vocab& vocab, bool allow_invalid_utf8)
 void Tokenizer::encode(std::string_view text, const std::string& source_name, std::vector<int32_t>* out,
                        EncodeStats* stats) const {
   const size_t start = out->size();
-  if (vocab_.type() == VocabType::kByte) {
-    XL_CHECK(vocab_.size() == 256 && vocab_.specials() == 0, kExitDataErr,
-             "byte vocab must have exactly 256 entries and no specials");
-    out->resize(start + text.size());
-    int32_t* dst = out->data() + start;
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(text.data());
-    for (size_t i = 0; i < text.size(); ++i) dst[i] = src[i];
-    stats->tokens += static_cast<int64_t>(text.size());
-    return;
-  }
   const int32_t unk = vocab_.unk_id();
   auto unknown = [&](std::string_view piece) {
-    XL_CHECK(unk >= 0, kExitDataErr, source_name << ": '" << std::string(piece) << "' is not in the vocab, which has no <unk>");
+    XL_CHECK(unk >= 0, kExitDataErr, source_name << ": '" << escape_piece(piece) << "' is not in the vocab, which has no <unk>");
     ++stats->unknown;
     return unk;
   };
+  if (vocab_.type() == VocabType::kByte) {
+    // xl's byte vocab holds every byte; one imported from Transformer-XL's enwik8 only those of
+    // its training text, most frequent first (no newline).
+    out->resize(start + text.size());
+    int32_t* dst = out->data() + start;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(text.data());
+    for (size_t i = 0; i < text.size(); ++i) {
+      dst[i] = byte_table_[src[i]];
+      if (dst[i] < 0) dst[i] = unknown(text.substr(i, 1));
+    }
+    stats->tokens += static_cast<int64_t>(text.size());
+    return;
+  }
   out->reserve(start + text.size() / (vocab_.type() == VocabType::kWord ? 5 : 1));
   Segmenter seg(vocab_.type(), text, allow_invalid_, source_name);
   std::string_view piece;

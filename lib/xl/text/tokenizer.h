@@ -27,6 +27,7 @@ class Tokenizer {
  private:
   const Vocab& vocab_;
   bool allow_invalid_;
+  std::vector<int32_t> byte_table_;  // byte -> id for byte vocabs (-1: not in the vocab)
   std::vector<int32_t> char_table_;  // code point -> id for char vocabs (-1: unknown)
 };
 

@@ -143,8 +143,24 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
            file << ": header says size=" << size << " but " << pieces.size() << " entries follow");
   XL_CHECK(!pieces.empty(), kExitDataErr, file << ": empty vocab");
   Vocab v(type, std::move(pieces), std::move(counts), static_cast<int>(specials));
-  XL_CHECK(v.index_.size() == v.pieces_.size(), kExitDataErr, file << ": duplicate pieces");
+  v.check(file);
   return v;
+}
+
+void Vocab::check(const std::string& file) const {
+  XL_CHECK(index_.size() == pieces_.size(), kExitDataErr, file << ": duplicate pieces in the vocab");
+  XL_CHECK(specials_ >= 0 && static_cast<size_t>(specials_) <= pieces_.size(), kExitDataErr,
+           file << ": the vocab says " << specials_ << " specials of " << pieces_.size() << " entries");
+  if (type_ == VocabType::kByte) XL_CHECK(specials_ == 0, kExitDataErr, file << ": a byte vocab has no specials");
+  for (size_t id = static_cast<size_t>(specials_); id < pieces_.size(); ++id) {
+    const std::string& p = pieces_[id];
+    uint32_t cp;
+    const bool ok = type_ == VocabType::kByte   ? p.size() == 1
+                    : type_ == VocabType::kChar ? !p.empty() && utf8_decode(p, 0, &cp) == static_cast<int>(p.size())
+                                                : !p.empty();
+    XL_CHECK(ok, kExitDataErr, file << ": vocab entry " << id << " ('" << escape_piece(p) << "') is not "
+                                    << (type_ == VocabType::kByte ? "one byte" : type_ == VocabType::kChar ? "one character" : "a word"));
+  }
 }
 
 Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,

@@ -1,4 +1,4 @@
-// Vocabularies: byte (fixed 256 ids), char (Unicode code points) and word (whitespace tokens),
+// Vocabularies: byte (single bytes; xl's own: all 256 in byte order), char (Unicode code points) and word (whitespace tokens),
 // their TSV form (man 5 xl-vocab) and their SHA-256 identity.
 #pragma once
 #include <cstdint>
@@ -37,6 +37,11 @@ class Vocab {
   int32_t find(std::string_view piece) const;
   int32_t unk_id() const { return unk_id_; }
   int32_t eos_id() const { return eos_id_; }
+
+  // Fails (65, naming `file`) on what the type cannot hold: duplicate pieces, a byte vocab with
+  // specials or pieces other than single bytes, a char vocab piece (after the specials) other than
+  // one code point.
+  void check(const std::string& file) const;
 
   // Identity over type and pieces (not counts): equal hashes mean interchangeable ids.
   std::string sha256() const;
