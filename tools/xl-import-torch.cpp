@@ -79,7 +79,8 @@ int import_corpus(const xl::cli::Options& cli, const std::string& input, int arg
   meta.command_line = xl::cli::command_line(argc, argv);
   xl::h5::write_tokens(out.file(), corpus.vocab, corpus.splits, meta);
   out.commit();
-  XL_INFO(display << ": " << (corpus.dataset.empty() ? "a" : corpus.dataset) << " corpus, word vocab of " << corpus.vocab.size()
+  XL_INFO(display << ": " << (corpus.dataset.empty() ? "a" : corpus.dataset) << " corpus, "
+                  << xl::text::to_string(corpus.vocab.type()) << " vocab of " << corpus.vocab.size()
                   << " (" << corpus.vocab.specials() << " special), train " << corpus.splits[0].ids.size() << ", valid "
                   << corpus.splits[1].ids.size() << ", test " << corpus.splits[2].ids.size() << " tokens");
   return 0;

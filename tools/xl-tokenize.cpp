@@ -38,16 +38,18 @@ int main(int argc, char** argv) {
     xl::cli::Options cli({"xl-tokenize", "Turn text into an xl tokens file (HDF5), or decode one.", "[OPTIONS] [INPUT]",
                           "Tokenizes one INPUT cut into train/valid/test by --split, or separate --train/--valid/\n"
                           "--test inputs. Inputs are files or - (stdin), plain, gzip or bzip2. The vocab comes from\n"
-                          "--vocab, or is built from the train split with --mode. The output (an HDF5 file, also\n"
-                          "through a pipe) embeds the vocab. Pieces missing from the vocab become <unk> and are\n"
-                          "counted. --decode turns a split of a tokens file back into text.",
+                          "--vocab (a TSV, or the vocab a tokens file or checkpoint embeds), or is built from the\n"
+                          "train split with --mode. The output (an HDF5 file, also through a pipe) embeds the vocab.\n"
+                          "Pieces missing from the vocab become <unk> and are counted. --decode turns a split of a\n"
+                          "tokens file back into text.",
                           "  xl-tokenize --vocab v.tsv --split 90M,5M,5M enwik8 -o enwik8.h5\n"
                           "  xl-tokenize --mode byte --split 0.9,0.05,0.05 corpus.txt.gz | xl-inspect -\n"
                           "  xl-tokenize --mode word --train wiki.train.tokens --valid wiki.valid.tokens -o wt.h5\n"
+                          "  xl-tokenize --vocab wt.h5 --test new.txt -o new.h5\n"
                           "  xl-tokenize --decode all enwik8.h5 > enwik8.txt"});
     cli.add("Tokenize")
         ("input", po::value<std::string>()->default_value("-"), "input text (or tokens file with --decode)")
-        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab)")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use")
         ("mode,m", po::value<std::string>(), "without --vocab: build a byte, char or word vocab from the train split")
         ("min-count", po::value<int64_t>()->default_value(1), "with --mode: rarer pieces become <unk>")
         ("max-size", po::value<int64_t>()->default_value(0), "with --mode: at most this many entries (0: all)")
@@ -77,8 +79,7 @@ int main(int argc, char** argv) {
     }
     XL_CHECK(cli.has("vocab") != cli.has("mode"), xl::kExitUsage, "give exactly one of --vocab FILE or --mode byte|char|word");
     if (cli.has("vocab")) {
-      std::string path = cli.get<std::string>("vocab");
-      req.vocab = xl::text::Vocab::from_tsv(xl::io::read_text(path), path);
+      req.vocab = xl::h5::load_vocab(cli.get<std::string>("vocab"));
     } else {
       req.build.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
       req.build.min_count = cli.get<int64_t>("min-count");

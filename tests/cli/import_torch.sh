@@ -211,6 +211,62 @@ EOF
     stderr_is_one_line word.pt "corpus cache"
     expect 64 xl-import-torch --corpus --vocab word.tsv cache.pt -o x.h5
     stderr_is_one_line "--vocab"
+
+    step "[$mode] enwik8's and text8's caches become byte and char vocabs in the same id order, and report bpc"
+    # Their symbols are one character each (prep_enwik8.py: a byte as its decimal value; prep_text8.py:
+    # '_' for the space), and the reference reports bpc for them.
+    python3 -c 'import random; r = random.Random(8); w = ["the", "cat", "sat", "on", "a", "mat", "zebra", "quixotic"]
+open("t8.txt", "w").write(" " + " ".join(r.choice(w) for _ in range(3000)))'
+    "$PY" txl_sd.py corpus text.txt e8.pt enwik8
+    "$PY" txl_sd.py corpus t8.txt t8.pt text8
+    expect 0 xl-import-torch --corpus e8.pt -o e8.h5
+    grep -q "enwik8 corpus, byte vocab of" err || fail "the enwik8 cache is not a byte vocab: $(cat err)"
+    expect 0 xl-import-torch --corpus t8.pt -o t8.h5
+    grep -q "text8 corpus, char vocab of 17 (0 special)" err || fail "the text8 cache is not a char vocab: $(cat err)"
+    # What each split is as text: the prep scripts' input less what they and data_utils.py drop
+    # (enwik8: the newline bytes; text8: the spaces around each part).
+    "$PY" - <<'PY' || fail "the tokens files do not hold the caches' ids"
+import h5py, sys, torch, types
+for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
+    sys.modules[module] = types.ModuleType(module)
+    setattr(sys.modules[module], name, type(name, (), {}))
+e8, t8 = open("text.txt", "rb").read(), open("t8.txt").read()
+for ds, data in (("e8", e8), ("t8", t8)):
+    c, f = torch.load(ds + ".pt", weights_only=False), h5py.File(ds + ".h5", "r")
+    cut = [0, len(data) * 8 // 10, len(data) * 9 // 10, len(data)]
+    for i, s in enumerate(("train", "valid", "test")):
+        assert f["splits"][s][:].astype("int64").tolist() == getattr(c, s).tolist(), (ds, s)
+        part = data[cut[i]:cut[i + 1]]
+        if ds == "e8":
+            open("e8-%s.txt" % s, "wb").write(part.replace(b"\n", b""))
+        else:
+            open("t8-%s.txt" % s, "w").write(part.strip())
+PY
+    for ds in e8 t8; do
+      for s in train valid test; do
+        expect 0 xl-tokenize --decode $s $ds.h5
+        cmp -s out $ds-$s.txt || fail "$ds.h5's $s split does not decode to its text"
+      done
+      # The vocab tokenizes that text to the very ids of the cache.
+      expect 0 xl-tokenize --vocab $ds.h5 --train $ds-train.txt --valid $ds-valid.txt --test $ds-test.txt -o $ds-again.h5
+      "$PY" -c 'import h5py, sys; a, b = (h5py.File(f, "r")["splits"] for f in sys.argv[1:])
+sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $ds.h5 $ds-again.h5 ||
+        fail "xl-tokenize --vocab $ds.h5 gives other ids than the cache"
+    done
+    expect 65 xl-tokenize -q --vocab e8.h5 --test text.txt -o x.h5
+    stderr_is_one_line text.txt "'\\n' is not in the vocab"
+    # A model of the enwik8 vocab: its loss is the reference's, reported in bits per byte.
+    python3 -c 'import json, sys; c = json.load(open("char.json")); c["n_token"] = int(sys.argv[1]); json.dump(c, open("e8.json", "w"))' \
+      "$(xl-inspect --json e8.h5 | json /dev/stdin 'j["vocab"]["size"]')"
+    "$PY" txl_sd.py make e8.json e8m.pt
+    expect 0 xl-import-torch --tokens e8.h5 e8m.pt -o e8m.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 e8m.h5 e8.h5
+    ours=$(json out '[j["loss"], j["bpc"]]')
+    theirs=$("$PY" txl_sd.py loss e8.json e8m.pt e8.h5 valid 16 24)
+    python3 -c "import math, sys; (a, bpc), b = $ours, $theirs
+sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) and abs(bpc - a / math.log(2)) < 1e-9 else 1)" ||
+      fail "the enwik8 model: xl's loss and bpc $ours, PyTorch's loss $theirs"
+    echo "  enwik8 model: xl loss and bpc $ours, PyTorch loss $theirs"
   fi
 
   if [ "$mode" = --fake ]; then

@@ -4,7 +4,9 @@
 #                               (torch) torch.save(model, f) of a model holding SD.pt, pickled as
 #                               mem_transformer.py's MemTransformerLM (CONFIG adds tgt_len, mem_len,
 #                               pre_lnorm, same_length, clamp_len, dropout, dropatt, attn_type)
-#   corpus TEXT OUT.pt          (torch) a corpus cache of TEXT as pytorch/data_utils.py saves cache.pt
+#   corpus TEXT OUT.pt [ptb|enwik8|text8]
+#                               (torch) a corpus cache of TEXT as pytorch/data_utils.py saves cache.pt,
+#                               its splits written first as the reference's prep scripts write them
 #   legacy IN.pt OUT.pt         (torch) IN.pt's state_dict in the format of torch.save before PyTorch 1.6
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
@@ -324,15 +326,34 @@ def torch_module(c, sd, data_parallel):
     return nn.DataParallel(m) if data_parallel else m
 
 
-def txl_corpus_cache(text_path, out_path):
-    """torch.save of a Corpus as pytorch/data_utils.py pickles its cache.pt for ptb: the lines of
-    text_path cut 80/10/10, a Vocab (utils/vocabulary.py) with '<eos>' special and the symbols of all
-    splits by falling count, each split's ids with '<eos>' after each line, as LongTensors."""
+def txl_corpus_cache(text_path, out_path, dataset="ptb"):
+    """torch.save of a Corpus as pytorch/data_utils.py pickles its cache.pt. The text is cut
+    80/10/10 (ptb: by lines; enwik8: by bytes; text8: by characters) and each part made into the
+    lines data_utils.py reads: ptb's as they are, enwik8's as awd-lstm's prep_enwik8.py writes them
+    (each byte as its decimal value, a newline byte as a line end), text8's as prep_text8.py does
+    ('_' for the space, a symbol per character, one line). The Vocab (utils/vocabulary.py) counts
+    the symbols of all splits and orders them by falling count after its specials ('<eos>' for
+    ptb, none for the character sets); each split's ids are a LongTensor, with '<eos>' after each
+    line for ptb only (encode_file(add_eos=False) for enwik8 and text8, so their newlines vanish)."""
     import collections
     import torch
-    lines = [l.split() for l in open(text_path)]
-    cut = [0, len(lines) * 8 // 10, len(lines) * 9 // 10, len(lines)]
-    parts = [lines[cut[i]:cut[i + 1]] for i in range(3)]
+    if dataset == "enwik8":
+        data = open(text_path, "rb").read()
+    else:
+        data = open(text_path, encoding="utf-8").read()
+    if dataset == "ptb":
+        lines = data.splitlines()
+        cut = [0, len(lines) * 8 // 10, len(lines) * 9 // 10, len(lines)]
+        texts = ["\n".join(lines[cut[i]:cut[i + 1]]) for i in range(3)]
+    else:
+        cut = [0, len(data) * 8 // 10, len(data) * 9 // 10, len(data)]
+        parts = [data[cut[i]:cut[i + 1]] for i in range(3)]
+        if dataset == "enwik8":
+            texts = [" ".join(str(c) if c != ord("\n") else "\n" for c in p) for p in parts]
+        else:
+            texts = [" ".join("_" if c == " " else c for c in p.strip()) for p in parts]
+    eos = ["<eos>"] if dataset == "ptb" else []
+    splits = [[l.strip().split() + eos for l in t.split("\n")] for t in texts]
 
     class Vocab(object):
         pass
@@ -345,17 +366,18 @@ def txl_corpus_cache(text_path, out_path):
         sys.modules[module] = types.ModuleType(module)
         setattr(sys.modules[module], cls.__name__, cls)
     v = Vocab()
-    v.counter = collections.Counter(w for part in parts for l in part for w in l + ["<eos>"])
-    v.special, v.min_freq, v.max_size, v.lower_case, v.delimiter, v.vocab_file = ["<eos>"], 0, None, True, None, None
+    v.counter = collections.Counter(w for part in splits for l in part for w in l)
+    v.special, v.min_freq, v.max_size, v.lower_case, v.delimiter, v.vocab_file = eos, 0, None, True, None, None
     v.idx2sym, v.sym2idx = [], collections.OrderedDict()
-    for sym in ["<eos>"] + [w for w, _ in v.counter.most_common()]:
+    for sym in eos + [w for w, _ in v.counter.most_common()]:
         if sym not in v.sym2idx:
             v.sym2idx[sym] = len(v.idx2sym)
             v.idx2sym.append(sym)
-    v.eos_idx = 0
+    if eos:
+        v.eos_idx = 0
     c = Corpus()
-    c.dataset, c.vocab = "ptb", v
-    c.train, c.valid, c.test = (torch.LongTensor([v.sym2idx[w] for l in part for w in l + ["<eos>"]]) for part in parts)
+    c.dataset, c.vocab = dataset, v
+    c.train, c.valid, c.test = (torch.LongTensor([v.sym2idx[w] for l in part for w in l]) for part in splits)
     torch.save(c, out_path)
 
 
@@ -605,7 +627,7 @@ elif cmd == "legacy":
     import torch
     torch.save(torch.load(args[1]), args[2], _use_new_zipfile_serialization=False)
 elif cmd == "corpus":
-    txl_corpus_cache(args[1], args[2])
+    txl_corpus_cache(args[1], args[2], *args[3:4])
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 
 namespace xl::h5 {
 namespace {
@@ -49,7 +50,16 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
                     static_cast<int>(*specials));
   auto sha = read_attr_string(g, "sha256");
   if (sha && *sha != vocab.sha256()) fail(file, kExitDataErr, "embedded vocab does not match its sha256");
+  vocab.check(file);
   return vocab;
+}
+
+text::Vocab load_vocab(const std::string& path) {
+  const std::string name = io::display_name(path), bytes = io::read_text(path);
+  if (!has_hdf5_signature(bytes)) return text::Vocab::from_tsv(bytes, name);
+  File f = File::open_image(bytes, name, "a vocab, tokens file or checkpoint");
+  if (!exists(f, "vocab")) fail(name, kExitDataErr, "an HDF5 file without a vocab (expected a vocab, tokens file or checkpoint)");
+  return read_vocab(f, "vocab", name);
 }
 
 void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenSplit>& splits,

@@ -40,6 +40,9 @@ void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenS
 // Writes the vocab under `group` (also used by checkpoints).
 void write_vocab(hid_t loc, const std::string& group, const text::Vocab& vocab);
 text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& file);
+// The vocab of `path` ("-": stdin): a TSV (man 5 xl-vocab), or the one embedded in an xl tokens
+// file or checkpoint (65 naming the file for an HDF5 file without one).
+text::Vocab load_vocab(const std::string& path);
 
 class TokensFile {
  public:

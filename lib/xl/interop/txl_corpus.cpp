@@ -1,13 +1,44 @@
 #include "xl/interop/txl_corpus.h"
 
+#include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
+#include "xl/util/utf8.h"
 
 namespace xl::interop {
 
 using parse::ends_with;
+
+namespace {
+
+// Transformer-XL writes its character corpora as words of one symbol each: enwik8's bytes as their
+// decimal values (prep_enwik8.py; a newline byte becomes a line end, which data_utils.py drops),
+// text8's letters with '_' for the space (prep_text8.py). Taken as xl's byte and char vocabs in
+// the same id order, they decode to the text and report bpc, as the reference does. Anything else
+// (specials, other symbols) stays a word vocab.
+std::optional<text::Vocab> character_vocab(const std::string& dataset, const std::vector<std::string>& symbols,
+                                           const std::vector<int64_t>& counts, int specials) {
+  if (specials > 0 || (dataset != "enwik8" && dataset != "text8")) return std::nullopt;
+  std::vector<std::string> pieces;
+  for (const auto& s : symbols) {
+    if (dataset == "enwik8") {
+      const bool decimal = s.size() <= 3 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                           (s.size() == 1 || s[0] != '0') && std::stoi(s) < 256;
+      if (!decimal) return std::nullopt;
+      pieces.emplace_back(1, static_cast<char>(std::stoi(s)));
+    } else {
+      uint32_t cp;
+      if (utf8_decode(s, 0, &cp) != static_cast<int>(s.size())) return std::nullopt;
+      pieces.push_back(s == "_" ? " " : s);
+    }
+  }
+  return text::Vocab(dataset == "enwik8" ? text::VocabType::kByte : text::VocabType::kChar, std::move(pieces), counts, 0);
+}
+
+}  // namespace
 
 ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file) {
   auto cls = [&](const std::string& path) {
@@ -42,8 +73,13 @@ ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file
     while (specials < static_cast<int>(special.size()) && specials < static_cast<int>(pieces.size()) &&
            special[static_cast<size_t>(specials)] == pieces[static_cast<size_t>(specials)])
       ++specials;
-  // Through the TSV reader, which checks the symbols as it checks any word vocab's.
-  out.vocab = text::Vocab::from_tsv(text::Vocab(text::VocabType::kWord, pieces, counts, specials).to_tsv(), file);
+  if (auto chars = character_vocab(out.dataset, pieces, counts, specials)) {
+    out.vocab = std::move(*chars);
+    out.vocab.check(file);
+  } else {
+    // Through the TSV reader, which checks the symbols as it checks any word vocab's.
+    out.vocab = text::Vocab::from_tsv(text::Vocab(text::VocabType::kWord, pieces, counts, specials).to_tsv(), file);
+  }
 
   // The splits: LongTensors of ids (encode_file(ordered=True)).
   for (const char* name : {"train", "valid", "test"}) {

@@ -13,7 +13,9 @@ namespace xl::interop {
 
 struct ImportedCorpus {
   std::string dataset;  // ptb, wt2, wt103, enwik8, text8
-  text::Vocab vocab;    // word vocab: the symbols in id order, the Vocab's specials first
+  // The symbols in id order, the Vocab's specials first: a word vocab, or for enwik8 and text8 a
+  // byte and a char vocab (symbols of one character each).
+  text::Vocab vocab;
   std::vector<h5::TokenSplit> splits;  // train, valid, test
 };
 
