@@ -405,6 +405,23 @@ TEST(TokensFile, MissingSplitNamesTheFileAndTheSplitsItHas) {
   EXPECT_NE(what.find("train, valid"), std::string::npos) << what;
 }
 
+TEST(TokensFile, LoadVocabTakesATsvOrTheVocabAnHdf5FileEmbeds) {
+  TempDir dir;
+  const auto vocab = word_vocab(6);
+  write_file(dir.file("v.tsv"), vocab.to_tsv());
+  {
+    File f = File::create(dir.file("t.h5"), "t.h5");
+    write_tokens(f, vocab, {split("train", {1, 5})}, meta());
+    File plain = File::create(dir.file("plain.h5"), "plain.h5");
+    write_attr(plain, "unrelated", int64_t{1});
+  }
+  EXPECT_EQ(load_vocab(dir.file("v.tsv")).sha256(), vocab.sha256());
+  EXPECT_EQ(load_vocab(dir.file("t.h5")).sha256(), vocab.sha256());
+  std::string what;
+  EXPECT_EQ(error_code([&] { load_vocab(dir.file("plain.h5")); }, &what), xl::kExitDataErr);
+  EXPECT_NE(what.find("plain.h5: an HDF5 file without a vocab"), std::string::npos) << what;
+}
+
 TEST(TokensFile, RefusesOtherFilesAndBadContent) {
   TempDir dir;
   std::string what;
