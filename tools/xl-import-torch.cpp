@@ -92,37 +92,38 @@ int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl-import-torch", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-import-torch", "Convert a PyTorch Transformer-XL model, state_dict or corpus cache into xl's files, or back.",
-         "[OPTIONS] (--vocab FILE | --tokens FILE | --export | --corpus) INPUT -o OUTPUT",
+         "[OPTIONS] (--vocab FILE | --export | --corpus) INPUT -o OUTPUT",
          "Reads INPUT, a file written by torch.save(model.state_dict(), f) or torch.save(model, f) (train.py's\n"
          "model.pt) with the PyTorch Transformer-XL (kimiyoung/transformer-xl, pytorch/mem_transformer.py; the\n"
          "zip format of PyTorch 1.6 and later or the legacy one before it), without Python, and writes an xl\n"
-         "checkpoint (phase \"imported\") with the vocab embedded. The vocab (--vocab, or the one embedded in\n"
-         "--tokens) must list the model's symbols in its id order. The model flags are read off the tensor\n"
-         "shapes where they can be (layers, widths, heads, clusters, tying); each one given is checked against\n"
-         "the file, and a mismatch, an unknown or missing tensor, or a wrong shape stops with exit 65 naming\n"
-         "it. A whole model also gives what the shapes cannot show (--pre-lnorm, --same-length, --clamp-len,\n"
-         "--cutoffs of a div-val 1 model, dropouts); with a state_dict those must be given as the model was\n"
-         "trained. Tied tensors, stored under both names by PyTorch, must be equal and are kept once.\n"
+         "checkpoint (phase \"imported\") with the vocab embedded. The vocab (--vocab: a TSV, or what a tokens\n"
+         "file or checkpoint embeds) must list the model's symbols in its id order. The model flags are read\n"
+         "off the tensor shapes where they can be (layers, widths, heads, clusters, tying); each one given is\n"
+         "checked against the file, and a mismatch, an unknown or missing tensor, or a wrong shape stops with\n"
+         "exit 65 naming it. A whole model also gives what the shapes cannot show (--pre-lnorm,\n"
+         "--same-length, --clamp-len, --cutoffs of a div-val 1 model, dropouts); with a state_dict those must\n"
+         "be given as the model was trained. Tied tensors, stored under both names by PyTorch, must be equal\n"
+         "and are kept once.\n"
          "\n"
          "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
          "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
-         "embedded vocab then serves --tokens.\n"
+         "vocab then serves --vocab. The enwik8 and text8 caches, whose symbols are one character each, become\n"
+         "a byte and a char vocab in the same id order (the tools report bpc, as Transformer-XL does).\n"
          "\n"
          "--export writes the xl checkpoint INPUT as a state_dict that MemTransformerLM.load_state_dict() takes\n"
          "(tied tensors under both names) and prints the matching flags and constructor call. Per-layer u, v\n"
          "biases (untie_r, or pruned heads) need --untie-r true (a target with per-layer biases) unless all layers\n"
          "hold the same ones; layers with different head counts cannot be exported (exit 65).",
-         "  xl-import-torch --vocab enwik8-txl.tsv LM-TFM-enwik8/model.pt -o enwik8-base.h5\n"
-         "  xl-import-torch --vocab enwik8-txl.tsv --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
-         "  xl-import-torch --tokens wt103.h5 --cutoffs 20000,40000,200000 wt103-base.pt -o wt103-base.h5\n"
+         "  xl-import-torch --corpus data/enwik8/cache.pt -o enwik8-txl.h5\n"
+         "  xl-import-torch --vocab enwik8-txl.h5 LM-TFM-enwik8/model.pt -o enwik8-base.h5\n"
+         "  xl-import-torch --vocab enwik8-txl.h5 --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
          "  xl-import-torch --corpus data/wikitext-103/cache.pt -o wt103.h5\n"
-         "  xl-import-torch --tokens wt103.h5 LM-TFM-wt103/model.pt -o wt103-base.h5\n"
+         "  xl-import-torch --vocab wt103.h5 --cutoffs 20000,40000,200000 wt103-base-sd.pt -o wt103-base.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
         ("input", po::value<std::string>()->default_value("-"), "the model or state_dict (the checkpoint with --export); - is stdin")
-        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab)")
-        ("tokens", po::value<std::string>(), "take the vocab embedded in this tokens file instead")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from the tensor names (module.: DataParallel, transformer.: Hugging Face; both found by themselves)")
         ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict")
@@ -139,13 +140,13 @@ int main(int argc, char** argv) {
     const std::string input = cli.get<std::string>("input");
     XL_CHECK(!(cli.get<bool>("export") && cli.get<bool>("corpus")), xl::kExitUsage, "give --export or --corpus, not both");
     if (cli.get<bool>("corpus")) {
-      for (const char* flag : {"vocab", "tokens", "key", "prefix", "n-token"})
+      for (const char* flag : {"vocab", "key", "prefix", "n-token"})
         XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --corpus (the cache holds its vocab)");
       XL_CHECK(xl::options::given_model(cli).fields.empty(), xl::kExitUsage, "model flags do not apply to --corpus (a corpus has no model)");
       return import_corpus(cli, input, argc, argv);
     }
     if (cli.get<bool>("export")) {
-      for (const char* flag : {"vocab", "tokens", "key", "prefix", "n-token"})
+      for (const char* flag : {"vocab", "key", "prefix", "n-token"})
         XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --export (the checkpoint has its config)");
       for (const auto& field : xl::options::given_model(cli).fields)
         XL_CHECK(field == "untie_r", xl::kExitUsage,
@@ -153,15 +154,8 @@ int main(int argc, char** argv) {
       return export_state_dict(cli, input);
     }
 
-    XL_CHECK(cli.has("vocab") != cli.has("tokens"), xl::kExitUsage,
-             "give exactly one of --vocab FILE or --tokens FILE (the checkpoint embeds the vocab)");
-    xl::text::Vocab vocab;
-    if (cli.has("vocab")) {
-      std::string path = cli.get<std::string>("vocab");
-      vocab = xl::text::Vocab::from_tsv(xl::io::read_text(path), path);
-    } else {
-      vocab = xl::h5::TokensFile::open(cli.get<std::string>("tokens")).vocab();
-    }
+    XL_CHECK(cli.has("vocab"), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
+    const xl::text::Vocab vocab = xl::h5::load_vocab(cli.get<std::string>("vocab"));
     const std::string display = xl::io::display_name(input);
     auto contents = xl::interop::read_torch_file(input, cli.has("key") ? cli.get<std::string>("key") : "");
     auto params = hyper_params(cli);

@@ -42,11 +42,12 @@ expect 65 xl-tokenize --decode all - <text.txt
 stderr_is_one_line "<stdin>"
 expect 65 xl-inspect - </dev/null
 stderr_is_one_line "<stdin>" "empty"
-# A vocab given where a tokens file is expected, and a tokens file given as a vocab.
+# A vocab given where a tokens file is expected, and text given as a vocab (a TSV, or a tokens
+# file or checkpoint that embeds one).
 expect 65 xl-tokenize --decode all v.tsv
 stderr_is_one_line v.tsv
-expect 65 xl-tokenize --vocab good.h5 text.txt -o out.h5
-stderr_is_one_line good.h5 "not an xl vocab"
+expect 65 xl-tokenize --vocab text.txt text.txt -o out.h5
+stderr_is_one_line text.txt "not an xl vocab"
 [ ! -e out.h5 ] || fail "a failed xl-tokenize left out.h5"
 
 step "65: a truncated HDF5 file"

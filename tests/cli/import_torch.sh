@@ -79,7 +79,7 @@ for mode in "${modes[@]}"; do
   grep -q imported out || fail "xl-inspect does not show phase imported: $(head -c 300 out)"
   expect 0 xl-inspect char.h5
   grep -q "imported from char.pt" out || fail "xl-inspect does not say where char.h5 came from: $(head -c 300 out)"
-  expect 0 xl-import-torch --tokens tokens.h5 char.pt -o char2.h5
+  expect 0 xl-import-torch --vocab tokens.h5 char.pt -o char2.h5
   expect 0 xl-import-torch --vocab word.tsv word.pt -o word.h5
   expect 0 xl-import-torch --vocab word.tsv --cutoffs 8,20 div1.pt -o div1.h5
 
@@ -204,8 +204,8 @@ open("valid.txt", "w").write(" ".join(c.vocab.idx2sym[i] for i in c.valid.tolist
 EOF
     expect 0 xl-tokenize --decode valid corpus.h5
     [ "$(tr '\n' ' ' <out | sed 's/ *$//')" = "$(cat valid.txt)" ] || fail "the decoded split is not the cache's symbols"
-    expect 0 xl-import-torch -f --tokens corpus.h5 word.pt -o word-corpus.h5
-    expect 65 xl-import-torch --tokens corpus.h5 cache.pt -o x.h5
+    expect 0 xl-import-torch -f --vocab corpus.h5 word.pt -o word-corpus.h5
+    expect 65 xl-import-torch --vocab corpus.h5 cache.pt -o x.h5
     stderr_is_one_line cache.pt "--corpus"
     expect 65 xl-import-torch --corpus word.pt -o x.h5
     stderr_is_one_line word.pt "corpus cache"
@@ -259,7 +259,7 @@ sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $
     python3 -c 'import json, sys; c = json.load(open("char.json")); c["n_token"] = int(sys.argv[1]); json.dump(c, open("e8.json", "w"))' \
       "$(xl-inspect --json e8.h5 | json /dev/stdin 'j["vocab"]["size"]')"
     "$PY" txl_sd.py make e8.json e8m.pt
-    expect 0 xl-import-torch --tokens e8.h5 e8m.pt -o e8m.h5
+    expect 0 xl-import-torch --vocab e8.h5 e8m.pt -o e8m.h5
     expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 e8m.h5 e8.h5
     ours=$(json out '[j["loss"], j["bpc"]]')
     theirs=$("$PY" txl_sd.py loss e8.json e8m.pt e8.h5 valid 16 24)
@@ -372,8 +372,6 @@ printf '\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19' >legacy.pt
 expect 65 xl-import-torch --vocab byte.tsv legacy.pt -o x.h5
 stderr_is_one_line legacy.pt "legacy"
 expect 64 xl-import-torch char.pt -o x.h5
-stderr_is_one_line "--vocab"
-expect 64 xl-import-torch --vocab byte.tsv --tokens tokens.h5 char.pt -o x.h5
 stderr_is_one_line "--vocab"
 expect 64 xl-import-torch --export --vocab byte.tsv char.h5 -o x.pt
 stderr_is_one_line "--vocab"
