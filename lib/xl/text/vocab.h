@@ -1,5 +1,5 @@
-// Vocabularies: byte (single bytes; xl's own: all 256 in byte order), char (Unicode code points) and word (whitespace tokens),
-// their TSV form (man 5 xl-vocab) and their SHA-256 identity.
+// Vocabularies: byte (single bytes; xl's own: all 256 in byte order), char (Unicode code points)
+// and word (whitespace tokens), their TSV form (man 5 xl-vocab) and their SHA-256 identity.
 #pragma once
 #include <cstdint>
 #include <string>
