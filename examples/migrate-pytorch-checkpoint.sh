@@ -3,7 +3,7 @@
 # no Python: its data directory's corpus cache and the model.pt its train.py saved.
 #   examples/migrate-pytorch-checkpoint.sh data/enwik8/cache.pt LM-TFM-enwik8/20190101-000000/model.pt
 set -euo pipefail
-bin=${XL_BIN:-build/bin}
+bin=${XL_BIN:-build/bin}  # the built tools
 cache=${1:?usage: $0 cache.pt model.pt}
 model=${2:?usage: $0 cache.pt model.pt}
 # 1. The cache's vocab and the ids of each split, as an xl tokens file (enwik8 and text8 become

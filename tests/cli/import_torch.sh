@@ -267,6 +267,14 @@ sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $
 sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) and abs(bpc - a / math.log(2)) < 1e-9 else 1)" ||
       fail "the enwik8 model: xl's loss and bpc $ours, PyTorch's loss $theirs"
     echo "  enwik8 model: xl loss and bpc $ours, PyTorch loss $theirs"
+
+    step "[$mode] examples/migrate-pytorch-checkpoint.sh takes a cache and a model.pt as they are"
+    python3 -c 'import json; c = json.load(open("e8.json")); c.update(tgt_len=16, mem_len=16); json.dump(c, open("e8m.json", "w"))'
+    "$PY" txl_sd.py module e8m.json e8m.pt e8-model.pt
+    mkdir -p example
+    (cd example && bash "$XL_SOURCE_DIR/examples/migrate-pytorch-checkpoint.sh" ../e8.pt ../e8-model.pt) >example.out 2>&1 ||
+      { sed 's/^/  | /' example.out >&2; fail "the migration example failed"; }
+    grep -q '"bpc"' example.out && [ -s example/tuned_state.pt ] || fail "the migration example evaluated or exported nothing"
   fi
 
   if [ "$mode" = --fake ]; then
