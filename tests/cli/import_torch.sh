@@ -207,6 +207,8 @@ EOF
     expect 0 xl-import-torch -f --vocab corpus.h5 word.pt -o word-corpus.h5
     expect 65 xl-import-torch --vocab corpus.h5 cache.pt -o x.h5
     stderr_is_one_line cache.pt "--corpus"
+    expect 65 xl-import-torch --vocab cache.pt word.pt -o x.h5
+    stderr_is_one_line cache.pt "a torch.save file, not a vocab" "--corpus"
     expect 65 xl-import-torch --corpus word.pt -o x.h5
     stderr_is_one_line word.pt "corpus cache"
     expect 64 xl-import-torch --corpus --vocab word.tsv cache.pt -o x.h5
