@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
          "The text is written to stdout as it is produced. Sampling divides the log-probabilities by\n"
          "--temperature (0: greedy), keeps the --top-k most likely tokens, then the smallest set whose\n"
          "probability reaches --top-p. The same --seed gives the same text. Without a prompt,\n"
-         "generation starts from a line start.",
+         "generation starts from a line start (in a vocab without line ends, such as an imported\n"
+         "Transformer-XL enwik8 vocab, from its first entry).",
          "  xl-generate --prompt 'The history of ' --length 500 p2.h5\n"
          "  xl-generate --prompt-file intro.txt --top-k 40 --temperature 0.8 --seed 7 p2.h5\n"
          "  xl-generate --prompt 'In 1905' --top-k 1 --echo p2.h5"});
