@@ -216,15 +216,26 @@ EOF
 
     step "[$mode] enwik8's and text8's caches become byte and char vocabs in the same id order, and report bpc"
     # Their symbols are one character each (prep_enwik8.py: a byte as its decimal value; prep_text8.py:
-    # '_' for the space), and the reference reports bpc for them.
-    python3 -c 'import random; r = random.Random(8); w = ["the", "cat", "sat", "on", "a", "mat", "zebra", "quixotic"]
+    # '_' for the space), and the reference reports bpc for them. On the real enwik8 and text8
+    # prefixes where ../shared has them, else on generated text.
+    e8_text=$(shared_data enwik8/enwik8.head-150000)
+    [ -n "$e8_text" ] || e8_text=text.txt
+    t8_real=$(shared_data text8/text8.head-3010294)
+    if [ -n "$t8_real" ]; then
+      head -c 200000 "$t8_real" >t8.txt
+    else
+      python3 -c 'import random; r = random.Random(8); w = ["the", "cat", "sat", "on", "a", "mat", "zebra", "quixotic"]
 open("t8.txt", "w").write(" " + " ".join(r.choice(w) for _ in range(3000)))'
-    "$PY" txl_sd.py corpus text.txt e8.pt enwik8
+    fi
+    cp "$e8_text" e8.txt
+    echo "  enwik8 from $e8_text, text8 from ${t8_real:-generated text}"
+    "$PY" txl_sd.py corpus e8.txt e8.pt enwik8
     "$PY" txl_sd.py corpus t8.txt t8.pt text8
     expect 0 xl-import-torch --corpus e8.pt -o e8.h5
     grep -q "enwik8 corpus, byte vocab of" err || fail "the enwik8 cache is not a byte vocab: $(cat err)"
     expect 0 xl-import-torch --corpus t8.pt -o t8.h5
-    grep -q "text8 corpus, char vocab of 17 (0 special)" err || fail "the text8 cache is not a char vocab: $(cat err)"
+    n_chars=$(python3 -c 'import sys; print(len(set(open("t8.txt").read().strip())))')
+    grep -q "text8 corpus, char vocab of $n_chars (0 special)" err || fail "the text8 cache is not a char vocab of $n_chars: $(cat err)"
     # What each split is as text: the prep scripts' input less what they and data_utils.py drop
     # (enwik8: the newline bytes; text8: the spaces around each part).
     "$PY" - <<'PY' || fail "the tokens files do not hold the caches' ids"
@@ -232,7 +243,7 @@ import h5py, sys, torch, types
 for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
     sys.modules[module] = types.ModuleType(module)
     setattr(sys.modules[module], name, type(name, (), {}))
-e8, t8 = open("text.txt", "rb").read(), open("t8.txt").read()
+e8, t8 = open("e8.txt", "rb").read(), open("t8.txt").read()
 for ds, data in (("e8", e8), ("t8", t8)):
     c, f = torch.load(ds + ".pt", weights_only=False), h5py.File(ds + ".h5", "r")
     cut = [0, len(data) * 8 // 10, len(data) * 9 // 10, len(data)]
@@ -255,8 +266,8 @@ PY
 sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $ds.h5 $ds-again.h5 ||
         fail "xl-tokenize --vocab $ds.h5 gives other ids than the cache"
     done
-    expect 65 xl-tokenize -q --vocab e8.h5 --test text.txt -o x.h5
-    stderr_is_one_line text.txt "'\\n' is not in the vocab"
+    expect 65 xl-tokenize -q --vocab e8.h5 --test e8.txt -o x.h5
+    stderr_is_one_line e8.txt "'\\n' is not in the vocab"
     # A model of the enwik8 vocab: its loss is the reference's, reported in bits per byte.
     python3 -c 'import json, sys; c = json.load(open("char.json")); c["n_token"] = int(sys.argv[1]); json.dump(c, open("e8.json", "w"))' \
       "$(xl-inspect --json e8.h5 | json /dev/stdin 'j["vocab"]["size"]')"
