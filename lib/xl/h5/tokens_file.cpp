@@ -5,6 +5,7 @@
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/torch_save_signature.h"
 
 namespace xl::h5 {
 namespace {
@@ -56,10 +57,8 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
 
 text::Vocab load_vocab(const std::string& path) {
   const std::string name = io::display_name(path), bytes = io::read_text(path);
-  // torch.save's zip, or a pickle (its legacy format): Transformer-XL's cache.pt given as the vocab.
-  const bool torch_file = bytes.rfind("PK\x03\x04", 0) == 0 ||
-                          (bytes.size() > 1 && bytes[0] == '\x80' && bytes[1] >= 2 && bytes[1] <= 5);
-  if (torch_file)
+  // Transformer-XL's cache.pt given as the vocab.
+  if (is_torch_zip(bytes) || is_torch_legacy(bytes))
     fail(name, kExitDataErr, "a torch.save file, not a vocab (Transformer-XL's cache.pt: make a tokens file of it "
                              "with xl-import-torch --corpus, then give that)");
   if (!has_hdf5_signature(bytes)) return text::Vocab::from_tsv(bytes, name);

@@ -13,6 +13,7 @@
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/torch_save_signature.h"
 
 namespace xl::interop {
 
@@ -627,9 +628,7 @@ Val parse_legacy(const std::string& bytes, const std::string& display) {
 
 TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display) {
   XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
-  // The legacy format starts with its magic number (LONG1 of 10 bytes) at protocol 2.
-  static const std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14);
-  if (bytes.compare(0, legacy.size(), legacy) == 0) {
+  if (is_torch_legacy(bytes)) {
     try {
       return torch_file_of(parse_legacy(bytes, display), key, display);
     } catch (const c10::Error& e) {
@@ -637,7 +636,7 @@ TorchFile parse_torch_file(const std::string& bytes, const std::string& key, con
       XL_FAIL(kExitDataErr, display << ": cannot read a tensor (" << what.substr(0, what.find('\n')) << ")");
     }
   }
-  XL_CHECK(bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0, kExitDataErr,
+  XL_CHECK(is_torch_zip(bytes), kExitDataErr,
            display << ": not a PyTorch file (torch.save writes a zip archive, or before PyTorch 1.6 pickles)");
   std::istringstream in(bytes);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;

@@ -25,10 +25,11 @@ std::optional<text::Vocab> character_vocab(const std::string& dataset, const std
   std::vector<std::string> pieces;
   for (const auto& s : symbols) {
     if (dataset == "enwik8") {
-      const bool decimal = s.size() <= 3 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-                           (s.size() == 1 || s[0] != '0') && std::stoi(s) < 256;
-      if (!decimal) return std::nullopt;
-      pieces.emplace_back(1, static_cast<char>(std::stoi(s)));
+      const bool digits = s.size() <= 3 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                          (s.size() == 1 || s[0] != '0');
+      const int byte = digits ? std::stoi(s) : 256;
+      if (byte > 255) return std::nullopt;
+      pieces.emplace_back(1, static_cast<char>(byte));
     } else {
       uint32_t cp;
       if (utf8_decode(s, 0, &cp) != static_cast<int>(s.size())) return std::nullopt;
@@ -73,13 +74,9 @@ ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file
     while (specials < static_cast<int>(special.size()) && specials < static_cast<int>(pieces.size()) &&
            special[static_cast<size_t>(specials)] == pieces[static_cast<size_t>(specials)])
       ++specials;
-  if (auto chars = character_vocab(out.dataset, pieces, counts, specials)) {
-    out.vocab = std::move(*chars);
-    out.vocab.check(file);
-  } else {
-    // Through the TSV reader, which checks the symbols as it checks any word vocab's.
-    out.vocab = text::Vocab::from_tsv(text::Vocab(text::VocabType::kWord, pieces, counts, specials).to_tsv(), file);
-  }
+  out.vocab = character_vocab(out.dataset, pieces, counts, specials)
+                  .value_or(text::Vocab(text::VocabType::kWord, pieces, counts, specials));
+  out.vocab.check(file);
 
   // The splits: LongTensors of ids (encode_file(ordered=True)).
   for (const char* name : {"train", "valid", "test"}) {

@@ -161,6 +161,8 @@ void Vocab::check(const std::string& file) const {
     XL_CHECK(ok, kExitDataErr, file << ": vocab entry " << id << " ('" << escape_piece(p) << "') is not "
                                     << (type_ == VocabType::kByte ? "one byte" : type_ == VocabType::kChar ? "one character" : "a word"));
   }
+  for (size_t id = 0; id < counts_.size(); ++id)
+    XL_CHECK(counts_[id] >= 0, kExitDataErr, file << ": vocab entry " << id << " has a negative count");
 }
 
 Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,

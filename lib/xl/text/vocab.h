@@ -40,7 +40,7 @@ class Vocab {
 
   // Fails (65, naming `file`) on what the type cannot hold: duplicate pieces, a byte vocab with
   // specials or pieces other than single bytes, a char vocab piece (after the specials) other than
-  // one code point.
+  // one code point, an empty word, a negative count.
   void check(const std::string& file) const;
 
   // Identity over type and pieces (not counts): equal hashes mean interchangeable ids.
