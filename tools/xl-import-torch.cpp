@@ -96,14 +96,15 @@ int main(int argc, char** argv) {
          "Reads INPUT, a file written by torch.save(model.state_dict(), f) or torch.save(model, f) (train.py's\n"
          "model.pt) with the PyTorch Transformer-XL (kimiyoung/transformer-xl, pytorch/mem_transformer.py; the\n"
          "zip format of PyTorch 1.6 and later or the legacy one before it), without Python, and writes an xl\n"
-         "checkpoint (phase \"imported\") with the vocab embedded. The vocab (--vocab: a TSV, or what a tokens\n"
-         "file or checkpoint embeds) must list the model's symbols in its id order. The model flags are read\n"
-         "off the tensor shapes where they can be (layers, widths, heads, clusters, tying); each one given is\n"
-         "checked against the file, and a mismatch, an unknown or missing tensor, or a wrong shape stops with\n"
-         "exit 65 naming it. A whole model also gives what the shapes cannot show (--pre-lnorm,\n"
-         "--same-length, --clamp-len, --cutoffs of a div-val 1 model, dropouts); with a state_dict those must\n"
-         "be given as the model was trained. Tied tensors, stored under both names by PyTorch, must be equal\n"
-         "and are kept once.\n"
+         "checkpoint (phase \"imported\") with the vocab embedded. The vocab (--vocab: a TSV, what a tokens file\n"
+         "or checkpoint embeds, Transformer-XL's cache.pt, or Hugging Face's vocab.bin, whose symbols its\n"
+         "converter stored as UTF-8 read as Latin-1 and which are decoded) must list the model's symbols in its\n"
+         "id order. The model flags are read off the tensor shapes where they can be (layers, widths, heads,\n"
+         "clusters, tying); each one given is checked against the file, and a mismatch, an unknown or missing\n"
+         "tensor, or a wrong shape stops with exit 65 naming it. A whole model also gives what the shapes\n"
+         "cannot show (--pre-lnorm, --same-length, --clamp-len, --cutoffs of a div-val 1 model, dropouts); with\n"
+         "a state_dict those must be given as the model was trained (Hugging Face's config.json has them).\n"
+         "Tied tensors, stored under both names by PyTorch, must be equal and are kept once.\n"
          "\n"
          "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
          "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
          "  xl-import-torch --vocab enwik8-txl.h5 --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
          "  xl-import-torch --corpus data/wikitext-103/cache.pt -o wt103.h5\n"
          "  xl-import-torch --vocab wt103.h5 --cutoffs 20000,40000,200000 wt103-base-sd.pt -o wt103-base.h5\n"
+         "  xl-import-torch --vocab vocab.bin --same-length true --clamp-len 1000 pytorch_model.bin -o wt103-hf.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
     }
 
     XL_CHECK(cli.has("vocab"), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
-    const xl::text::Vocab vocab = xl::h5::load_vocab(cli.get<std::string>("vocab"));
+    const xl::text::Vocab vocab = xl::interop::import_vocab(cli.get<std::string>("vocab"));
     const std::string display = xl::io::display_name(input);
     auto contents = xl::interop::read_torch_file(input, cli.has("key") ? cli.get<std::string>("key") : "");
     auto params = hyper_params(cli);

@@ -207,12 +207,62 @@ EOF
     expect 0 xl-import-torch -f --vocab corpus.h5 word.pt -o word-corpus.h5
     expect 65 xl-import-torch --vocab corpus.h5 cache.pt -o x.h5
     stderr_is_one_line cache.pt "--corpus"
-    expect 65 xl-import-torch --vocab cache.pt word.pt -o x.h5
-    stderr_is_one_line cache.pt "a torch.save file, not a vocab" "--corpus"
+    # The cache itself serves xl-import-torch --vocab; xl-tokenize (no LibTorch) names the way.
+    expect 0 xl-import-torch -f --vocab cache.pt word.pt -o word-cache.h5
+    vocab_sha() { xl-inspect --json "$1" | json /dev/stdin 'j["attributes"]["vocab_sha256"]'; }
+    [ "$(vocab_sha word-cache.h5)" = "$(vocab_sha corpus.h5)" ] || fail "--vocab cache.pt embeds another vocab than --corpus makes"
+    expect 65 xl-tokenize --vocab cache.pt words.txt -o x.h5
+    stderr_is_one_line cache.pt "a torch.save file, not a vocab" "xl-import-torch"
     expect 65 xl-import-torch --corpus word.pt -o x.h5
     stderr_is_one_line word.pt "corpus cache"
     expect 64 xl-import-torch --corpus --vocab word.tsv cache.pt -o x.h5
     stderr_is_one_line "--vocab"
+
+    step "[$mode] Hugging Face's vocab.bin (a Vocab's __dict__, its UTF-8 read as Latin-1) serves --vocab"
+    # transformers' converter read the Python 2 corpus pickle as Latin-1 and torch.save'd the Vocab's
+    # __dict__ (transformers#271: "EnquÃªtes"): xl takes it with the symbols decoded, and the
+    # model's loss on text tokenized with that vocab is the PyTorch forward's.
+    python3 - <<'EOF'
+import random
+r = random.Random(11)
+words = ["w%d" % i for i in range(40)] + ["café", "Enquêtes", "東京", "naïve", "<unk>"]
+with open("hf.txt", "w", encoding="utf-8") as f:
+    for _ in range(200):
+        f.write(" ".join(r.choice(words) for _ in range(10)) + "\n")
+EOF
+    "$PY" txl_sd.py corpus hf.txt hfcache.pt
+    "$PY" txl_sd.py hf-vocab hfcache.pt vocab.bin
+    "$PY" txl_sd.py hf-vocab hfcache.pt vocab-zip.bin --zip
+    grep -q 'EnquÃªtes' vocab.bin || fail "the test's vocab.bin does not hold its symbols as Hugging Face's does"
+    expect 0 xl-import-torch --corpus hfcache.pt -o hfcorpus.h5
+    n_hf=$(xl-inspect --json hfcorpus.h5 | json /dev/stdin 'j["attributes"]["vocab_size"]')
+    python3 -c 'import json, sys; c = json.load(open("word.json")); c["n_token"] = int(sys.argv[1]); json.dump(c, open("hf.json", "w"))' "$n_hf"
+    "$PY" txl_sd.py make hf.json hfm.pt
+    "$PY" -c 'import collections, torch
+sd = torch.load("hfm.pt")
+torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer." + n, t) for n, t in sd.items()), "hfm-hf.pt")'
+    for v in vocab.bin vocab-zip.bin; do
+      expect 0 xl-import-torch -f --vocab $v hfm-hf.pt -o hfm.h5
+      grep -q "4 symbols were UTF-8 read as Latin-1" err || fail "$v: the Latin-1-read symbols are not reported: $(cat err)"
+      [ "$(vocab_sha hfm.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "$v: the vocab is not the cache's, decoded"
+    done
+    expect 0 xl-tokenize --vocab hfm.h5 --valid hf.txt -o hfwords.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfm.h5 hfwords.h5
+    ours=$(json out 'j["loss"]')
+    theirs=$("$PY" txl_sd.py loss hf.json hfm.pt hfwords.h5 valid 16 24)
+    python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
+      fail "the Hugging Face vocab's model: xl's loss $ours, PyTorch's $theirs"
+    echo "  Hugging Face vocab's model: xl $ours, PyTorch $theirs"
+    # A word outside the vocab becomes the vocab's <unk>, as Hugging Face's tokenizer makes it.
+    printf 'café zebra\n' >oov.txt
+    expect 0 xl-tokenize --vocab hfm.h5 --test oov.txt -o oov.h5
+    grep -q "1 mapped to <unk>" err || fail "a word outside the vocab is not <unk>: $(cat err)"
+    expect 0 xl-tokenize --decode test oov.h5
+    [ "$(cat out)" = "café <unk>" ] || fail "oov.txt decodes to '$(cat out)'"
+    expect 65 xl-import-torch --corpus vocab.bin -o x.h5
+    stderr_is_one_line vocab.bin "--vocab"
+    expect 65 xl-import-torch --vocab word.tsv vocab.bin -o x.h5
+    stderr_is_one_line vocab.bin "give it as --vocab"
 
     step "[$mode] enwik8's and text8's caches become byte and char vocabs in the same id order, and report bpc"
     # Their symbols are one character each (prep_enwik8.py: a byte as its decimal value; prep_text8.py:

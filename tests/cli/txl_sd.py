@@ -7,6 +7,11 @@
 #   corpus TEXT OUT.pt [ptb|enwik8|text8]
 #                               (torch) a corpus cache of TEXT as pytorch/data_utils.py saves cache.pt,
 #                               its splits written first as the reference's prep scripts write them
+#   hf-vocab CACHE.pt OUT [--zip]
+#                               (torch) the cache's Vocab as Hugging Face's vocab.bin: its __dict__,
+#                               each str the UTF-8 bytes of the symbol read as Latin-1 (as its
+#                               converter read the Python 2 pickle), torch.save'd in the legacy format
+#                               (--zip: the zip format)
 #   legacy IN.pt OUT.pt         (torch) IN.pt's state_dict in the format of torch.save before PyTorch 1.6
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
@@ -628,6 +633,19 @@ elif cmd == "legacy":
     torch.save(torch.load(args[1]), args[2], _use_new_zipfile_serialization=False)
 elif cmd == "corpus":
     txl_corpus_cache(args[1], args[2], *args[3:4])
+elif cmd == "hf-vocab":
+    import torch
+    for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
+        sys.modules[module] = types.ModuleType(module)
+        setattr(sys.modules[module], name, type(name, (), {}))
+    v = torch.load(args[1], weights_only=False).vocab.__dict__
+    latin1 = lambda x: x.encode("utf-8").decode("latin-1") if isinstance(x, str) else x
+    d = {k: latin1(x) for k, x in v.items()}
+    d["idx2sym"] = [latin1(x) for x in v["idx2sym"]]
+    d["sym2idx"] = collections.OrderedDict((latin1(k), i) for k, i in v["sym2idx"].items())
+    d["counter"] = collections.Counter({latin1(k): n for k, n in v["counter"].items()})
+    d["special"] = [latin1(x) for x in v["special"]]
+    torch.save(d, args[2], _use_new_zipfile_serialization="--zip" in args)
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

@@ -111,6 +111,19 @@ TEST(Vocab, MinCountAndMaxSizeFoldIntoUnk) {
   EXPECT_EQ(w.size(), 3u);
 }
 
+TEST(Vocab, AWordVocabsUnkWordStandsForWordsOutsideIt) {
+  // Transformer-XL's WikiText vocabs hold <unk> as a word of the text, not a special.
+  Vocab v(VocabType::kWord, {"<eos>", "the", "<unk>", "cat"}, {0, 9, 5, 2}, 1);
+  EXPECT_EQ(v.unk_id(), 2);
+  EncodeStats stats;
+  EXPECT_EQ(encode(v, "the zebra <unk>\n", &stats), (std::vector<int32_t>{1, 2, 2, 0}));
+  EXPECT_EQ(stats.unknown, 1);
+  // Without one, a word outside the vocab is refused.
+  Vocab none(VocabType::kWord, {"<eos>", "the"}, {0, 9}, 1);
+  EXPECT_EQ(none.unk_id(), -1);
+  EXPECT_THROW(encode(none, "zebra\n"), xl::Error);
+}
+
 TEST(Vocab, CharModeRejectsInvalidUtf8UnlessAllowed) {
   std::string bad = "ab\xff" "c\xc3";
   try {

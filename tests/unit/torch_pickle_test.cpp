@@ -350,6 +350,49 @@ TEST(TorchPickle, ReadsAnyOtherPickledObjectByAttribute) {
   EXPECT_TRUE(torch::equal(f.tensors[0].second, torch::tensor({1, 0, 1}, torch::kInt64)));
 }
 
+TEST(TorchPickle, ReadsADictWithoutTensorsAsAnObjectsAttributes) {
+  // Hugging Face's vocab.bin: torch.save(vocab.__dict__), plain values and None.
+  auto dict = [](Pickle& p, auto items) {
+    p.op(0x80);
+    p.op(2);
+    p.op('}');
+    p.op('(');
+    items();
+    p.op('u');
+    p.op('.');
+  };
+  Pickle p;
+  dict(p, [&] {
+    p.str("idx2sym");
+    p.op(']');
+    p.op('(');
+    p.str("<eos>");
+    p.str("the");
+    p.op('e');
+    p.str("max_size");
+    p.op('N');
+    p.str("eos_idx");
+    p.int1(0);
+  });
+  TorchFile f = parse_torch_file(zip({{"data.pkl", p.s}}), "", "vocab.bin");
+  EXPECT_EQ(f.classes.at(""), "dict");
+  EXPECT_EQ(f.attributes.at("idx2sym"), nlohmann::json({"<eos>", "the"}));
+  EXPECT_EQ(f.attributes.at("eos_idx"), 0);
+  EXPECT_TRUE(f.tensors.empty());
+  // A dict with a tensor is a state_dict still: its other entries are named, not taken as attributes.
+  Pickle q;
+  dict(q, [&] {
+    q.str("w");
+    q.tensor("FloatStorage", "0", 2, 0, {2}, {1});
+    q.str("epoch");
+    q.int1(3);
+  });
+  std::string msg;
+  std::vector<float> w{1.f, 2.f};
+  EXPECT_EQ(error_code([&] { parse_torch_file(zip({{"data.pkl", q.s}, {"data/0", raw(w)}}), "", "sd.pt"); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("entry 'epoch' is an int, not a tensor"), std::string::npos) << msg;
+}
+
 TEST(TorchPickle, ReadsTheLegacyFormatOfPyTorchBefore16) {
   // Pickles back to back (magic number, protocol 1001, sys_info, the state_dict, its storage keys),
   // then each storage: its element count (int64) and its bytes.

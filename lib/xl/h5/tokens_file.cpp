@@ -55,17 +55,18 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
   return vocab;
 }
 
-text::Vocab load_vocab(const std::string& path) {
-  const std::string name = io::display_name(path), bytes = io::read_text(path);
-  // Transformer-XL's cache.pt given as the vocab.
+text::Vocab vocab_of_bytes(const std::string& bytes, const std::string& name) {
+  // Transformer-XL's cache.pt or vocab.bin given as the vocab: reading it takes LibTorch.
   if (is_torch_zip(bytes) || is_torch_legacy(bytes))
-    fail(name, kExitDataErr, "a torch.save file, not a vocab (Transformer-XL's cache.pt: make a tokens file of it "
-                             "with xl-import-torch --corpus, then give that)");
+    fail(name, kExitDataErr, "a torch.save file, not a vocab (Transformer-XL's cache.pt or vocab.bin: xl-import-torch takes "
+                             "it, --corpus cache.pt to a tokens file or --vocab with the model to a checkpoint; give that)");
   if (!has_hdf5_signature(bytes)) return text::Vocab::from_tsv(bytes, name);
   File f = File::open_image(bytes, name, "a vocab, tokens file or checkpoint");
   if (!exists(f, "vocab")) fail(name, kExitDataErr, "an HDF5 file without a vocab (expected a vocab, tokens file or checkpoint)");
   return read_vocab(f, "vocab", name);
 }
+
+text::Vocab load_vocab(const std::string& path) { return vocab_of_bytes(io::read_text(path), io::display_name(path)); }
 
 void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenSplit>& splits,
                   const TokensMeta& meta) {

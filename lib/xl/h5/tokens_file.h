@@ -41,8 +41,10 @@ void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenS
 void write_vocab(hid_t loc, const std::string& group, const text::Vocab& vocab);
 text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& file);
 // The vocab of `path` ("-": stdin): a TSV (man 5 xl-vocab), or the one embedded in an xl tokens
-// file or checkpoint (65 naming the file for an HDF5 file without one).
+// file or checkpoint (65 naming the file for an HDF5 file without one, or a torch.save file).
 text::Vocab load_vocab(const std::string& path);
+// The same from the file's bytes; `name` names it in errors.
+text::Vocab vocab_of_bytes(const std::string& bytes, const std::string& name);
 
 class TokensFile {
  public:

@@ -534,7 +534,19 @@ void walk_module(const Val& m, const std::string& prefix, int depth, TorchFile* 
   }
 }
 
-// What a parsed file holds: a pickled module, or a state_dict (`root` itself or its entry `key`).
+// Whether a dict holds tensors or modules, itself or one level down (a checkpoint around a state_dict).
+bool holds_tensors(const Val& d) {
+  return std::any_of(d->dict.begin(), d->dict.end(), [](const auto& kv) {
+    const Val& v = kv.second;
+    if (v->kind == PyVal::Kind::kTensor || is_module(v)) return true;
+    return v->kind == PyVal::Kind::kDict && std::any_of(v->dict.begin(), v->dict.end(), [](const auto& kv2) {
+             return kv2.second->kind == PyVal::Kind::kTensor || is_module(kv2.second);
+           });
+  });
+}
+
+// What a parsed file holds: a pickled module, an object or a dict of plain values, or a
+// state_dict (`root` itself or its entry `key`).
 TorchFile torch_file_of(const Val& root, const std::string& key, const std::string& file) {
   TorchFile out;
   if (key.empty() && is_module(root)) {
@@ -543,6 +555,12 @@ TorchFile torch_file_of(const Val& root, const std::string& key, const std::stri
   }
   if (key.empty() && root->kind == PyVal::Kind::kObject && !root->dict.empty()) {
     walk_object(root, "", 0, &out, file);
+    return out;
+  }
+  // An object's __dict__ saved as a dict (Hugging Face's vocab.bin: a Transformer-XL Vocab's).
+  if (key.empty() && root->kind == PyVal::Kind::kDict && !root->dict.empty() && !holds_tensors(root)) {
+    walk_object(root, "", 0, &out, file);
+    out.classes[""] = "dict";
     return out;
   }
   Val d = root;

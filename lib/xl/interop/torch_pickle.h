@@ -15,10 +15,11 @@ namespace xl::interop {
 // What a torch.save file holds: the tensors of a state_dict (a dict or OrderedDict of name ->
 // tensor), or of a whole pickled nn.Module (torch.save(model, f), as Transformer-XL's train.py
 // writes model.pt) named as its state_dict() names them, or of another pickled object (its
-// data_utils.py's corpus cache, cache.pt) named by attribute. For an object or module also the class
-// of it and of each object and module inside, and their plain attributes (numbers, bools, strings,
-// lists of them, dicts of str to them) by dotted name: {"same_length": true,
-// "layers.0.dec_attn.pre_lnorm": false, "vocab.idx2sym": [...], ...}.
+// data_utils.py's corpus cache, cache.pt) named by attribute, or of a dict that holds no tensors
+// (an object's __dict__: Hugging Face's vocab.bin) taken as an object of class "dict". For an object
+// or module also the class of it and of each object and module inside, and their plain attributes
+// (numbers, bools, strings, lists of them, dicts of str to them) by dotted name: {"same_length":
+// true, "layers.0.dec_attn.pre_lnorm": false, "vocab.idx2sym": [...], ...}.
 struct TorchFile {
   checkpoint::TensorList tensors;
   std::map<std::string, std::string> classes;  // "" (the root) -> "mem_transformer.MemTransformerLM"; empty for a state_dict

@@ -5,7 +5,10 @@
 #include <unordered_set>
 
 #include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/log.h"
 #include "xl/util/parse.h"
+#include "xl/util/torch_save_signature.h"
 #include "xl/util/utf8.h"
 
 namespace xl::interop {
@@ -39,32 +42,56 @@ std::optional<text::Vocab> character_vocab(const std::string& dataset, const std
   return text::Vocab(dataset == "enwik8" ? text::VocabType::kByte : text::VocabType::kChar, std::move(pieces), counts, 0);
 }
 
-}  // namespace
+// Hugging Face converted its wt103 vocab.bin from a Python 2 pickle read as Latin-1, so each
+// non-ASCII symbol is its UTF-8 bytes taken as Latin-1 characters ("EnquÃªtes";
+// huggingface/transformers#271). When every symbol fits Latin-1 and some are not ASCII, and all of
+// those are such bytes, they are decoded; a text in Latin-1 itself ("é" as one character) is not
+// valid UTF-8 that way and stays as it is. Returns how many symbols changed.
+int64_t repair_latin1_read_utf8(std::vector<std::string>* symbols) {
+  std::vector<std::string> bytes;
+  bytes.reserve(symbols->size());
+  int64_t changed = 0;
+  for (const auto& s : *symbols) {
+    std::string b;
+    for (size_t i = 0; i < s.size();) {
+      uint32_t cp;
+      const int n = utf8_decode(s, i, &cp);
+      if (n <= 0 || cp > 0xff) return 0;
+      b.push_back(static_cast<char>(cp));
+      i += static_cast<size_t>(n);
+    }
+    if (b != s) {
+      for (size_t i = 0; i < b.size();) {
+        uint32_t cp;
+        const int n = utf8_decode(b, i, &cp);
+        if (n <= 0) return 0;
+        i += static_cast<size_t>(n);
+      }
+      ++changed;
+    }
+    bytes.push_back(std::move(b));
+  }
+  if (changed > 0) *symbols = std::move(bytes);
+  return changed;
+}
 
-ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file) {
-  auto cls = [&](const std::string& path) {
-    auto it = cache.classes.find(path);
-    return it == cache.classes.end() ? std::string() : it->second;
-  };
-  XL_CHECK(ends_with(cls(""), "Corpus") && ends_with(cls("vocab"), "Vocab"), kExitDataErr,
-           file << ": holds " << (cls("").empty() ? "a state_dict" : "a pickled " + cls(""))
-                << ", not a Transformer-XL corpus cache (data_utils.py's Corpus with its Vocab)");
+// The vocab of the Transformer-XL Vocab whose attributes sit under `prefix` ("vocab." in a Corpus,
+// "" for a Vocab or its __dict__): idx2sym in id order, the special symbols (add_special) first;
+// counts where known.
+text::Vocab vocab_at(const TorchFile& f, const std::string& prefix, const std::string& dataset, const std::string& file) {
   auto attr = [&](const std::string& name) {
-    auto it = cache.attributes.find(name);
-    return it == cache.attributes.end() ? nlohmann::json() : it->second;
+    auto it = f.attributes.find(prefix + name);
+    return it == f.attributes.end() ? nlohmann::json() : it->second;
   };
-  ImportedCorpus out;
-  if (const auto d = attr("dataset"); d.is_string()) out.dataset = d.get<std::string>();
-
-  // The vocab: idx2sym in id order, the special symbols (add_special) first; counts where known.
-  const nlohmann::json symbols = attr("vocab.idx2sym"), counter = attr("vocab.counter"), special = attr("vocab.special");
-  XL_CHECK(symbols.is_array() && !symbols.empty(), kExitDataErr, file << ": its vocab has no symbols (vocab.idx2sym)");
+  const nlohmann::json symbols = attr("idx2sym"), counter = attr("counter"), special = attr("special");
+  XL_CHECK(symbols.is_array() && !symbols.empty(), kExitDataErr, file << ": its vocab has no symbols (" << prefix << "idx2sym)");
   std::vector<std::string> pieces;
   std::vector<int64_t> counts;
   std::unordered_set<std::string> seen;
   for (const auto& s : symbols) {
-    XL_CHECK(s.is_string() && !s.get<std::string>().empty(), kExitDataErr, file << ": vocab.idx2sym holds " << s.dump() << ", not a symbol");
-    XL_CHECK(seen.insert(s.get<std::string>()).second, kExitDataErr, file << ": vocab.idx2sym holds " << s.dump() << " twice");
+    XL_CHECK(s.is_string() && !s.get<std::string>().empty(), kExitDataErr,
+             file << ": " << prefix << "idx2sym holds " << s.dump() << ", not a symbol");
+    XL_CHECK(seen.insert(s.get<std::string>()).second, kExitDataErr, file << ": " << prefix << "idx2sym holds " << s.dump() << " twice");
     pieces.push_back(s.get<std::string>());
     const auto c = counter.is_object() ? counter.find(pieces.back()) : counter.end();
     counts.push_back(counter.is_object() && c != counter.end() && c->is_number_integer() ? c->get<int64_t>() : 0);
@@ -74,9 +101,54 @@ ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file
     while (specials < static_cast<int>(special.size()) && specials < static_cast<int>(pieces.size()) &&
            special[static_cast<size_t>(specials)] == pieces[static_cast<size_t>(specials)])
       ++specials;
-  out.vocab = character_vocab(out.dataset, pieces, counts, specials)
-                  .value_or(text::Vocab(text::VocabType::kWord, pieces, counts, specials));
-  out.vocab.check(file);
+  if (const int64_t n = repair_latin1_read_utf8(&pieces))
+    XL_INFO(file << ": " << n << " symbols were UTF-8 read as Latin-1 (Hugging Face's wt103 vocab), decoded");
+  text::Vocab vocab = character_vocab(dataset, pieces, counts, specials)
+                          .value_or(text::Vocab(text::VocabType::kWord, pieces, counts, specials));
+  vocab.check(file);
+  return vocab;
+}
+
+std::string root_class(const TorchFile& f, const std::string& path = "") {
+  auto it = f.classes.find(path);
+  return it == f.classes.end() ? std::string() : it->second;
+}
+
+bool is_corpus(const TorchFile& f) { return ends_with(root_class(f), "Corpus") && ends_with(root_class(f, "vocab"), "Vocab"); }
+
+std::string dataset_of(const TorchFile& f) {
+  auto it = f.attributes.find("dataset");
+  return it != f.attributes.end() && it->second.is_string() ? it->second.get<std::string>() : std::string();
+}
+
+}  // namespace
+
+text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file) {
+  if (is_corpus(f)) return vocab_at(f, "vocab.", dataset_of(f), file);
+  const std::string cls = root_class(f);
+  const bool vocab = ends_with(cls, "Vocab") || ends_with(cls, "TransfoXLTokenizer") || (cls == "dict" && f.attributes.count("idx2sym"));
+  XL_CHECK(vocab, kExitDataErr,
+           file << ": holds " << (cls.empty() ? "a state_dict" : "a pickled " + cls)
+                << ", not a Transformer-XL vocab (data_utils.py's Corpus or Vocab, or Hugging Face's vocab.bin)");
+  return vocab_at(f, "", "", file);
+}
+
+text::Vocab import_vocab(const std::string& path) {
+  const std::string bytes = io::read_text(path), name = io::display_name(path);
+  if (is_torch_zip(bytes) || is_torch_legacy(bytes)) return vocab_from_torch(parse_torch_file(bytes, "", name), name);
+  return h5::vocab_of_bytes(bytes, name);
+}
+
+ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file) {
+  const std::string cls = root_class(cache);
+  XL_CHECK(is_corpus(cache), kExitDataErr,
+           file << ": holds " << (cls.empty() ? "a state_dict" : "a pickled " + cls)
+                << ", not a Transformer-XL corpus cache (data_utils.py's Corpus with its Vocab)"
+                << (cache.attributes.count("idx2sym") ? "; a vocab alone serves --vocab" : ""));
+  ImportedCorpus out;
+  out.dataset = dataset_of(cache);
+  out.vocab = vocab_at(cache, "vocab.", out.dataset, file);
+  const size_t n_symbols = out.vocab.size();
 
   // The splits: LongTensors of ids (encode_file(ordered=True)).
   for (const char* name : {"train", "valid", "test"}) {
@@ -91,8 +163,8 @@ ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file
     const torch::Tensor as_long = ids->to(torch::kInt64).contiguous();
     if (as_long.numel() > 0) {
       const int64_t lo = as_long.min().item<int64_t>(), hi = as_long.max().item<int64_t>();
-      XL_CHECK(lo >= 0 && hi < static_cast<int64_t>(pieces.size()), kExitDataErr,
-               file << ": its " << name << " split holds id " << (lo < 0 ? lo : hi) << ", outside the vocab's " << pieces.size());
+      XL_CHECK(lo >= 0 && hi < static_cast<int64_t>(n_symbols), kExitDataErr,
+               file << ": its " << name << " split holds id " << (lo < 0 ? lo : hi) << ", outside the vocab's " << n_symbols);
     }
     h5::TokenSplit split;
     split.name = name;

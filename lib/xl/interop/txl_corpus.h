@@ -1,5 +1,5 @@
 // Transformer-XL's corpus cache (pytorch/data_utils.py's cache.pt: torch.save of its Corpus, the
-// vocab and each split's ids) as an xl tokens file, so that xl trains and evaluates on the very
+// vocab and each split's ids) and its vocabs as xl's, so that xl trains and evaluates on the very
 // ids the PyTorch code uses, with the vocab its models were trained with.
 #pragma once
 #include <string>
@@ -18,6 +18,15 @@ struct ImportedCorpus {
   text::Vocab vocab;
   std::vector<h5::TokenSplit> splits;  // train, valid, test
 };
+
+// The vocab of a parsed Transformer-XL Corpus (cache.pt), Vocab (torch.save(corpus.vocab, f)) or
+// Vocab's __dict__ (Hugging Face's vocab.bin; its Latin-1-read UTF-8 symbols are decoded), as
+// corpus_from_cache makes it. Fails with 65 naming the file for anything else.
+text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file);
+
+// What xl-import-torch --vocab takes: what h5::load_vocab reads, or a torch.save file holding a
+// Transformer-XL vocab (vocab_from_torch). "-" reads stdin.
+text::Vocab import_vocab(const std::string& path);
 
 // The corpus of a parsed cache.pt. Fails with 65 naming the file: another object, a vocab without
 // symbols, a split that is not a 1-D integer tensor of ids inside the vocab (lm1b's cache holds

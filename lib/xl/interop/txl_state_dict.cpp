@@ -288,10 +288,12 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
   const auto root = f.classes.find("");
   const std::string cls = root == f.classes.end() ? "?" : root->second;
   const bool corpus = parse::ends_with(cls, ".Corpus");
+  const bool vocab = parse::ends_with(cls, "Vocab") || (cls == "dict" && f.attributes.count("idx2sym"));
   XL_CHECK(path, kExitDataErr,
            file << ": a pickled " << cls << ", not mem_transformer.py's MemTransformerLM"
-                << (corpus ? " (a corpus cache: --corpus makes a tokens file of it)"
-                           : " (give its state_dict: torch.save(model.state_dict(), f))"));
+                << (corpus  ? " (a corpus cache: --corpus makes a tokens file of it)"
+                    : vocab ? " (a Transformer-XL vocab: give it as --vocab)"
+                            : " (give its state_dict: torch.save(model.state_dict(), f))"));
   const std::string prefix = path->empty() ? "" : *path + ".";
   auto attr = [&](const std::string& name) {
     auto it = f.attributes.find(prefix + name);

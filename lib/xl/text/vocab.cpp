@@ -55,10 +55,11 @@ void Vocab::build_index() {
   index_.reserve(pieces_.size() * 2);
   for (size_t i = 0; i < pieces_.size(); ++i) index_.emplace(pieces_[i], static_cast<int32_t>(i));
   unk_id_ = eos_id_ = -1;
-  for (int i = 0; i < specials_ && i < static_cast<int>(pieces_.size()); ++i) {
-    if (pieces_[static_cast<size_t>(i)] == kUnk) unk_id_ = i;
+  for (int i = 0; i < specials_ && i < static_cast<int>(pieces_.size()); ++i)
     if (pieces_[static_cast<size_t>(i)] == kEos) eos_id_ = i;
-  }
+  // xl's vocabs hold <unk> as a special; Transformer-XL's WikiText vocabs as a word of the text,
+  // which also stands for words outside the vocab (as Hugging Face's tokenizer takes it).
+  unk_id_ = find(kUnk);
 }
 
 int32_t Vocab::find(std::string_view piece) const {
