@@ -46,6 +46,20 @@ struct Pickle {
     for (auto x : v) int1(x);
     op('t');
   }
+  // {key: value, ...}: `items` pushes the keys and values in turn.
+  template <typename F>
+  void dict(F items) {
+    op('}');
+    op('(');
+    items();
+    op('u');
+  }
+  void str_list(const std::vector<std::string>& v) {
+    op(']');
+    op('(');
+    for (const auto& x : v) str(x);
+    op('e');
+  }
   void ordered_dict() {
     global("collections", "OrderedDict");
     op(')');
@@ -304,10 +318,7 @@ TEST(TorchPickle, ReadsAnyOtherPickledObjectByAttribute) {
     p.global(module_name, cls);
     p.op(')');
     p.op(0x81);
-    p.op('}');
-    p.op('(');
-    items();
-    p.op('u');
+    p.dict(items);
     p.op('b');
   };
   Pickle p;
@@ -319,18 +330,13 @@ TEST(TorchPickle, ReadsAnyOtherPickledObjectByAttribute) {
     p.str("vocab");
     object(p, "vocabulary", "Vocab", [&] {
       p.str("idx2sym");
-      p.op(']');
-      p.op('(');
-      p.str("<eos>");
-      p.str("the");
-      p.op('e');
+      p.str_list({"<eos>", "the"});
       p.str("counter");
       p.global("collections", "Counter");
-      p.op('}');
-      p.op('(');
-      p.str("the");
-      p.int1(7);
-      p.op('u');
+      p.dict([&] {
+        p.str("the");
+        p.int1(7);
+      });
       p.op(0x85);  // TUPLE1
       p.op('R');
     });
@@ -355,20 +361,13 @@ TEST(TorchPickle, ReadsADictWithoutTensorsAsAnObjectsAttributes) {
   auto dict = [](Pickle& p, auto items) {
     p.op(0x80);
     p.op(2);
-    p.op('}');
-    p.op('(');
-    items();
-    p.op('u');
+    p.dict(items);
     p.op('.');
   };
   Pickle p;
   dict(p, [&] {
     p.str("idx2sym");
-    p.op(']');
-    p.op('(');
-    p.str("<eos>");
-    p.str("the");
-    p.op('e');
+    p.str_list({"<eos>", "the"});
     p.str("max_size");
     p.op('N');
     p.str("eos_idx");
