@@ -6,6 +6,7 @@
 #include "xl/model/kernels/torch_process.h"
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
+#include "xl/interop/hf_model_dir.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
          "tensor, or a wrong shape stops with exit 65 naming it. A whole model also gives what the shapes\n"
          "cannot show (--pre-lnorm, --same-length, --clamp-len, --cutoffs of a div-val 1 model, dropouts); with\n"
          "a state_dict those must be given as the model was trained (Hugging Face's config.json has them).\n"
-         "Tied tensors, stored under both names by PyTorch, must be equal and are kept once.\n"
+         "Tied tensors, stored under both names by PyTorch, must be equal and are kept once. INPUT may also be a\n"
+         "Hugging Face TransfoXL directory (save_pretrained's, or the hub's transfo-xl-wt103): its\n"
+         "pytorch_model.bin is read with what its config.json says, and its vocab.bin or vocab.pkl serves when\n"
+         "--vocab is not given.\n"
          "\n"
          "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
          "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
@@ -120,11 +124,11 @@ int main(int argc, char** argv) {
          "  xl-import-torch --vocab enwik8-txl.h5 --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
          "  xl-import-torch --corpus data/wikitext-103/cache.pt -o wt103.h5\n"
          "  xl-import-torch --vocab wt103.h5 --cutoffs 20000,40000,200000 wt103-base-sd.pt -o wt103-base.h5\n"
-         "  xl-import-torch --vocab vocab.bin --same-length true --clamp-len 1000 pytorch_model.bin -o wt103-hf.h5\n"
+         "  xl-import-torch transfo-xl-wt103/ -o wt103-hf.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
-        ("input", po::value<std::string>()->default_value("-"), "the model or state_dict (the checkpoint with --export); - is stdin")
+        ("input", po::value<std::string>()->default_value("-"), "the model or state_dict, or a Hugging Face directory (the checkpoint with --export); - is stdin")
         ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from the tensor names (module.: DataParallel, transformer.: Hugging Face; both found by themselves)")
@@ -156,11 +160,19 @@ int main(int argc, char** argv) {
       return export_state_dict(cli, input);
     }
 
-    XL_CHECK(cli.has("vocab"), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
-    const xl::text::Vocab vocab = xl::interop::import_vocab(cli.get<std::string>("vocab"));
-    const std::string display = xl::io::display_name(input);
-    auto contents = xl::interop::read_torch_file(input, cli.has("key") ? cli.get<std::string>("key") : "");
     auto params = hyper_params(cli);
+    // A Hugging Face model directory: its state_dict, config.json and vocab.
+    std::string weights = input, vocab_path = cli.has("vocab") ? cli.get<std::string>("vocab") : "";
+    if (xl::io::is_dir(input)) {
+      const auto hf = xl::interop::hf_model_dir(input);
+      weights = hf.weights;
+      if (vocab_path.empty()) vocab_path = hf.vocab;
+      xl::interop::hf_config_params(hf.config, &params, hf.config_file);
+    }
+    XL_CHECK(!vocab_path.empty(), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
+    const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
+    const std::string display = xl::io::display_name(weights);
+    auto contents = xl::interop::read_torch_file(weights, cli.has("key") ? cli.get<std::string>("key") : "");
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
     // DataParallel writes module.<name>, Hugging Face's TransfoXLLMHeadModel transformer.<name>

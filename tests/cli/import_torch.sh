@@ -218,7 +218,7 @@ EOF
     expect 64 xl-import-torch --corpus --vocab word.tsv cache.pt -o x.h5
     stderr_is_one_line "--vocab"
 
-    step "[$mode] Hugging Face's vocab.bin (a Vocab's __dict__, its UTF-8 read as Latin-1) serves --vocab"
+    step "[$mode] Hugging Face's vocab.bin (a Vocab's __dict__, its UTF-8 read as Latin-1) and model directory"
     # transformers' converter read the Python 2 corpus pickle as Latin-1 and torch.save'd the Vocab's
     # __dict__ (transformers#271: "EnquÃªtes"): xl takes it with the symbols decoded, and the
     # model's loss on text tokenized with that vocab is the PyTorch forward's.
@@ -259,6 +259,39 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
     grep -q "1 mapped to <unk>" err || fail "a word outside the vocab is not <unk>: $(cat err)"
     expect 0 xl-tokenize --decode test oov.h5
     [ "$(cat out)" = "café <unk>" ] || fail "oov.txt decodes to '$(cat out)'"
+    # The directory as save_pretrained writes it: the state_dict with Hugging Face's names (the legacy
+    # format, as the hub's 2019 files), config.json with TransfoXLConfig's keys, and vocab.bin.
+    mkdir -p hfdir
+    "$PY" txl_sd.py legacy hfm-hf.pt hfdir/pytorch_model.bin
+    cp vocab.bin hfdir/vocab.bin
+    python3 - "$n_hf" <<'EOF'
+import json, sys
+c = json.load(open("hf.json"))
+json.dump({"model_type": "transfo-xl", "vocab_size": int(sys.argv[1]), "cutoffs": c["cutoffs"], "d_model": c["d_model"],
+           "d_embed": c["d_embed"], "n_head": c["n_head"], "d_head": c["d_head"], "d_inner": c["d_inner"],
+           "div_val": c["div_val"], "pre_lnorm": False, "n_layer": c["n_layer"], "mem_len": 24, "clamp_len": 5,
+           "same_length": True, "tie_projs": c["tie_projs"], "attn_type": 0, "sample_softmax": -1, "adaptive": True,
+           "dropout": 0.1, "dropatt": 0.0, "untie_r": False, "layer_norm_epsilon": 1e-5, "eos_token_id": 0},
+          open("hfdir/config.json", "w"), indent=2)
+EOF
+    expect 0 xl-import-torch hfdir -o hfdir.h5
+    [ "$(vocab_sha hfdir.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "the directory's vocab.bin is not taken as the vocab"
+    [ "$(config hfdir.h5 | json /dev/stdin '[j["same_length"], j["clamp_len"], j["dropout"]]')" = "[true, 5, 0.1]" ] ||
+      fail "config.json's same_length, clamp_len and dropout are not the model's: $(config hfdir.h5)"
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir.h5 hfwords.h5
+    ours=$(json out 'j["loss"]')
+    theirs=$("$PY" txl_sd.py loss hf.json hfm.pt hfwords.h5 valid 16 24 --same-length --clamp-len 5)
+    python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
+      fail "the Hugging Face directory's model (same_length, clamp_len 5 from config.json): xl's loss $ours, PyTorch's $theirs"
+    echo "  Hugging Face directory's model: xl $ours, PyTorch $theirs"
+    expect 65 xl-import-torch --pre-lnorm true hfdir -o x.h5
+    stderr_is_one_line "config.json" "--pre-lnorm true is given, but config.json has pre_lnorm = false"
+    sed 's/"transfo-xl"/"gpt2"/' hfdir/config.json >config.gpt2 && mv config.gpt2 hfdir/config.json
+    expect 65 xl-import-torch hfdir -o x.h5
+    stderr_is_one_line "config.json" "not Hugging Face's TransfoXL"
+    rm hfdir/pytorch_model.bin
+    expect 66 xl-import-torch hfdir -o x.h5
+    stderr_is_one_line "hfdir: no pytorch_model.bin"
     expect 65 xl-import-torch --corpus vocab.bin -o x.h5
     stderr_is_one_line vocab.bin "--vocab"
     expect 65 xl-import-torch --vocab word.tsv vocab.bin -o x.h5

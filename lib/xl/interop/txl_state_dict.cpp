@@ -277,6 +277,44 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
 // Pickled modules
 // ================================================================================================
 
+void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* given, const std::string& file) {
+  XL_CHECK(saved.attn_type.is_null() || saved.attn_type == 0, kExitDataErr,
+           file << ": the model has attn_type " << saved.attn_type.dump()
+                << "; xl implements Transformer-XL's relative attention (attn_type 0) only");
+  XL_CHECK(!saved.sample_softmax.is_number() || saved.sample_softmax.get<double>() <= 0, kExitDataErr,
+           file << ": the model has sample_softmax " << saved.sample_softmax.dump()
+                << "; xl implements the full and adaptive softmax, not the sampled one");
+
+  // A flag given must agree on the architecture (pre_lnorm); on behaviour (as eval.py sets
+  // same_length and clamp_len) it wins.
+  auto take = [&](const char* flag, const std::string& name, auto& field, auto value, bool architecture) {
+    if (field && *field != value) {
+      std::ostringstream given_value, file_value;
+      given_value << std::boolalpha << *field;
+      file_value << std::boolalpha << value;
+      XL_CHECK(!architecture, kExitDataErr, file << ": --" << flag << " " << given_value.str() << " is given, but " << saved.source
+                                                  << " has " << name << " = " << file_value.str());
+      XL_INFO(file << ": --" << flag << " " << given_value.str() << " (" << saved.source << " has " << name << " = " << file_value.str() << ")");
+      return;
+    }
+    field = value;
+  };
+  if (saved.pre_lnorm.is_boolean()) take("pre-lnorm", "pre_lnorm", given->pre_lnorm, saved.pre_lnorm.get<bool>(), true);
+  if (saved.same_length.is_boolean()) take("same-length", "same_length", given->same_length, saved.same_length.get<bool>(), false);
+  if (saved.clamp_len.is_number_integer())  // PyTorch's -1 is off, xl's 0
+    take("clamp-len", "clamp_len", given->clamp_len, std::max<int64_t>(0, saved.clamp_len.get<int64_t>()), false);
+  if (saved.dropout.is_number()) take("dropout", "dropout", given->dropout, saved.dropout.get<double>(), false);
+  if (saved.dropatt.is_number()) take("dropatt", "dropatt", given->dropatt, saved.dropatt.get<double>(), false);
+  // A div_val 1 model's clusters are invisible in its tensors.
+  const auto& c = saved.cutoffs;
+  if (c.is_array() && std::all_of(c.begin(), c.end(), [](const auto& x) { return x.is_number_integer(); })) {
+    const auto cutoffs = c.get<std::vector<int64_t>>();
+    if (given->cutoffs && *given->cutoffs != cutoffs)
+      XL_FAIL(kExitDataErr, file << ": --cutoffs is given, but " << saved.source << " has cutoffs " << c.dump());
+    given->cutoffs = cutoffs;
+  }
+}
+
 checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* given, const std::string& file) {
   // The MemTransformerLM: the root or the shallowest submodule of that class (a DataParallel's).
   auto depth = [](const std::string& path) { return path.empty() ? 0 : 1 + std::count(path.begin(), path.end(), '.'); };
@@ -299,44 +337,21 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
     auto it = f.attributes.find(prefix + name);
     return it == f.attributes.end() ? nlohmann::json() : it->second;
   };
-  const nlohmann::json attn_type = attr("attn_type"), sample_softmax = attr("sample_softmax");
-  XL_CHECK(attn_type.is_null() || attn_type == 0, kExitDataErr,
-           file << ": the model has attn_type " << attn_type.dump()
-                << "; xl implements Transformer-XL's relative attention (attn_type 0) only");
-  XL_CHECK(!sample_softmax.is_number() || sample_softmax.get<double>() <= 0, kExitDataErr,
-           file << ": the model has sample_softmax " << sample_softmax.dump()
-                << "; xl implements the full and adaptive softmax, not the sampled one");
-
-  // What the tensors cannot show comes from the attributes. A flag given must agree on the
-  // architecture (pre_lnorm); on behaviour (as eval.py sets same_length and clamp_len) it wins.
-  auto take = [&](const char* flag, const std::string& name, auto& field, auto value, bool architecture) {
-    if (field && *field != value) {
-      std::ostringstream given_value, file_value;
-      given_value << std::boolalpha << *field;
-      file_value << std::boolalpha << value;
-      XL_CHECK(!architecture, kExitDataErr, file << ": --" << flag << " " << given_value.str() << " is given, but the pickled model has "
-                                                  << name << " = " << file_value.str());
-      XL_INFO(file << ": --" << flag << " " << given_value.str() << " (the pickled model has " << name << " = " << file_value.str() << ")");
-      return;
-    }
-    field = value;
-  };
-  if (const auto v = attr("layers.0.dec_attn.pre_lnorm"); v.is_boolean())
-    take("pre-lnorm", "pre_lnorm", given->pre_lnorm, v.get<bool>(), true);
-  if (const auto v = attr("same_length"); v.is_boolean()) take("same-length", "same_length", given->same_length, v.get<bool>(), false);
-  if (const auto v = attr("clamp_len"); v.is_number_integer())  // PyTorch's -1 is off, xl's 0
-    take("clamp-len", "clamp_len", given->clamp_len, std::max<int64_t>(0, v.get<int64_t>()), false);
-  if (const auto v = attr("drop.p"); v.is_number()) take("dropout", "dropout", given->dropout, v.get<double>(), false);
-  if (const auto v = attr("layers.0.dec_attn.dropatt.p"); v.is_number())
-    take("dropatt", "dropatt", given->dropatt, v.get<double>(), false);
-  // The criterion's cutoffs end with n_token; a div_val 1 model's clusters are invisible otherwise.
-  if (const auto v = attr("crit.cutoffs"); v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_number_integer(); })) {
-    std::vector<int64_t> cutoffs = v.get<std::vector<int64_t>>();
-    cutoffs.pop_back();
-    if (given->cutoffs && *given->cutoffs != cutoffs)
-      XL_FAIL(kExitDataErr, file << ": --cutoffs is given, but the pickled model has cutoffs " << nlohmann::json(cutoffs).dump());
-    given->cutoffs = cutoffs;
+  SavedHyperParams saved;
+  saved.source = "the pickled model";
+  saved.attn_type = attr("attn_type");
+  saved.sample_softmax = attr("sample_softmax");
+  saved.pre_lnorm = attr("layers.0.dec_attn.pre_lnorm");
+  saved.same_length = attr("same_length");
+  saved.clamp_len = attr("clamp_len");
+  saved.dropout = attr("drop.p");
+  saved.dropatt = attr("layers.0.dec_attn.dropatt.p");
+  // The criterion's cutoffs end with n_token.
+  if (nlohmann::json c = attr("crit.cutoffs"); c.is_array() && !c.empty()) {
+    c.erase(c.size() - 1);
+    saved.cutoffs = c;
   }
+  apply_saved_hyper_params(saved, given, file);
   if (const auto t = attr("tgt_len"), m = attr("mem_len"); t.is_number_integer() && m.is_number_integer())
     XL_INFO(file << ": a pickled " << f.classes.at(*path) << ", trained with tgt_len " << t.get<int64_t>() << " and mem_len "
                  << m.get<int64_t>() << "; its pre_lnorm, same_length, clamp_len, cutoffs and dropouts come from it");

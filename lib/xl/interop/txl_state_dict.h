@@ -53,11 +53,22 @@ model::ModelConfig torch_config(const checkpoint::TensorList& state_dict, const 
 // twins that differ, or a pos_emb.inv_freq that is not the sinusoid of d_model.
 checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_dict, const model::ModelConfig& cfg, const std::string& file);
 
+// What a saved model says about itself beyond its tensors (a pickled module's attributes, a Hugging
+// Face config.json), each null where it does not say; cutoffs without n_token.
+struct SavedHyperParams {
+  std::string source;  // for messages: "the pickled model", "config.json"
+  nlohmann::json attn_type, sample_softmax, pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs;
+};
+
+// Fills what `saved` says into `given` where not given. A given pre_lnorm or cutoffs that disagrees
+// fails with 65 naming it (the others are behaviour, which the flags may change: logged), and so
+// does an attn_type other than 0 or a sampled softmax.
+void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* given, const std::string& file);
+
 // The state_dict of a pickled MemTransformerLM (torch.save(model, f): train.py's model.pt), or of the
 // one a wrapper such as DataParallel holds, with what its attributes say and its tensors cannot
-// (pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs) filled into `given` where not
-// given. A given pre_lnorm or cutoffs that disagrees fails with 65 naming it (the others are
-// behaviour, which the flags may change), and so does an attn_type other than 0 or a sampled softmax.
+// (pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs) filled into `given` as
+// apply_saved_hyper_params does.
 checkpoint::TensorList module_state_dict(const TorchFile& file_contents, TorchHyperParams* given, const std::string& file);
 
 // A complete checkpoint (phase "imported", no optimizer state) from a state_dict. The vocab must

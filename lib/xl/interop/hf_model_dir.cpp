@@ -1,0 +1,45 @@
+#include "xl/interop/hf_model_dir.h"
+
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/json_io.h"
+
+namespace xl::interop {
+
+HfModelDir hf_model_dir(const std::string& dir) {
+  const std::string base = dir.back() == '/' ? dir : dir + "/";
+  HfModelDir out;
+  out.weights = base + "pytorch_model.bin";
+  XL_CHECK(io::is_file(out.weights), kExitNoInput,
+           dir << ": no pytorch_model.bin, so not a Hugging Face model directory"
+               << (io::exists(base + "model.safetensors") ? " (its model.safetensors is not read: save it with safe_serialization=False)" : ""));
+  for (const char* name : {"vocab.bin", "vocab.pkl"})
+    if (out.vocab.empty() && io::is_file(base + name)) out.vocab = base + name;
+  out.config_file = base + "config.json";
+  if (io::is_file(out.config_file)) {
+    out.config = read_json_file(out.config_file, "a Hugging Face config (JSON)");
+    XL_CHECK(out.config.is_object(), kExitDataErr, out.config_file << ": not a Hugging Face config (a JSON object)");
+    const auto type = out.config.find("model_type");
+    XL_CHECK(type == out.config.end() || *type == "transfo-xl", kExitDataErr,
+             out.config_file << ": model_type " << type->dump() << ", not Hugging Face's TransfoXL (transfo-xl)");
+  }
+  return out;
+}
+
+void hf_config_params(const nlohmann::json& config, TorchHyperParams* given, const std::string& file) {
+  if (!config.is_object()) return;
+  auto at = [&](const char* key) { return config.contains(key) ? config.at(key) : nlohmann::json(); };
+  SavedHyperParams saved;
+  saved.source = "config.json";
+  saved.attn_type = at("attn_type");
+  saved.sample_softmax = at("sample_softmax");
+  saved.pre_lnorm = at("pre_lnorm");
+  saved.same_length = at("same_length");
+  saved.clamp_len = at("clamp_len");
+  saved.dropout = at("dropout");
+  saved.dropatt = at("dropatt");
+  saved.cutoffs = at("cutoffs");
+  apply_saved_hyper_params(saved, given, file);
+}
+
+}  // namespace xl::interop
