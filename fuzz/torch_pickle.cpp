@@ -1,6 +1,7 @@
 // The torch.save reader behind xl-import-torch (zip archive + pickle, parsed by hand): any bytes
 // are refused cleanly, or give named tensors (of a state_dict or a pickled module) whose
-// Transformer-XL config is inferred and imported, or a corpus cache's vocab and splits.
+// Transformer-XL config is inferred and imported, or a corpus cache's vocab and splits, or a
+// vocab (Hugging Face's vocab.bin or vocab.pkl).
 #include "fuzz_support.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
@@ -14,6 +15,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto root = contents.classes.find("");
     if (root != contents.classes.end() && xl::parse::ends_with(root->second, "Corpus")) {
       (void)xl::interop::corpus_from_cache(contents, "fuzz.pt");
+      return;
+    }
+    if (root != contents.classes.end() && (root->second == "dict" || xl::parse::ends_with(root->second, "Vocab"))) {
+      (void)xl::interop::vocab_from_torch(contents, "fuzz.pt");
       return;
     }
     xl::interop::TorchHyperParams params;

@@ -233,6 +233,7 @@ EOF
     "$PY" txl_sd.py corpus hf.txt hfcache.pt
     "$PY" txl_sd.py hf-vocab hfcache.pt vocab.bin
     "$PY" txl_sd.py hf-vocab hfcache.pt vocab-zip.bin --zip
+    "$PY" txl_sd.py hf-vocab hfcache.pt vocab.pkl --pickle
     grep -q 'EnquÃªtes' vocab.bin || fail "the test's vocab.bin does not hold its symbols as Hugging Face's does"
     expect 0 xl-import-torch --corpus hfcache.pt -o hfcorpus.h5
     n_hf=$(xl-inspect --json hfcorpus.h5 | json /dev/stdin 'j["attributes"]["vocab_size"]')
@@ -241,7 +242,7 @@ EOF
     "$PY" -c 'import collections, torch
 sd = torch.load("hfm.pt")
 torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer." + n, t) for n, t in sd.items()), "hfm-hf.pt")'
-    for v in vocab.bin vocab-zip.bin; do
+    for v in vocab.bin vocab-zip.bin vocab.pkl; do
       expect 0 xl-import-torch -f --vocab $v hfm-hf.pt -o hfm.h5
       grep -q "4 symbols were UTF-8 read as Latin-1" err || fail "$v: the Latin-1-read symbols are not reported: $(cat err)"
       [ "$(vocab_sha hfm.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "$v: the vocab is not the cache's, decoded"
@@ -260,10 +261,10 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
     expect 0 xl-tokenize --decode test oov.h5
     [ "$(cat out)" = "café <unk>" ] || fail "oov.txt decodes to '$(cat out)'"
     # The directory as save_pretrained writes it: the state_dict with Hugging Face's names (the legacy
-    # format, as the hub's 2019 files), config.json with TransfoXLConfig's keys, and vocab.bin.
+    # format, as the hub's 2019 files), config.json with TransfoXLConfig's keys, and vocab.pkl.
     mkdir -p hfdir
     "$PY" txl_sd.py legacy hfm-hf.pt hfdir/pytorch_model.bin
-    cp vocab.bin hfdir/vocab.bin
+    cp vocab.pkl hfdir/vocab.pkl
     python3 - "$n_hf" <<'EOF'
 import json, sys
 c = json.load(open("hf.json"))
@@ -275,7 +276,7 @@ json.dump({"model_type": "transfo-xl", "vocab_size": int(sys.argv[1]), "cutoffs"
           open("hfdir/config.json", "w"), indent=2)
 EOF
     expect 0 xl-import-torch hfdir -o hfdir.h5
-    [ "$(vocab_sha hfdir.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "the directory's vocab.bin is not taken as the vocab"
+    [ "$(vocab_sha hfdir.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "the directory's vocab.pkl is not taken as the vocab"
     [ "$(config hfdir.h5 | json /dev/stdin '[j["same_length"], j["clamp_len"], j["dropout"]]')" = "[true, 5, 0.1]" ] ||
       fail "config.json's same_length, clamp_len and dropout are not the model's: $(config hfdir.h5)"
     expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir.h5 hfwords.h5
@@ -292,6 +293,8 @@ EOF
     rm hfdir/pytorch_model.bin
     expect 66 xl-import-torch hfdir -o x.h5
     stderr_is_one_line "hfdir: no pytorch_model.bin"
+    expect 65 xl-tokenize --vocab vocab.pkl --test oov.txt -o x.h5
+    stderr_is_one_line vocab.pkl "a pickle, not a vocab" "xl-import-torch"
     expect 65 xl-import-torch --corpus vocab.bin -o x.h5
     stderr_is_one_line vocab.bin "--vocab"
     expect 65 xl-import-torch --vocab word.tsv vocab.bin -o x.h5

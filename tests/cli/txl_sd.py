@@ -7,11 +7,12 @@
 #   corpus TEXT OUT.pt [ptb|enwik8|text8]
 #                               (torch) a corpus cache of TEXT as pytorch/data_utils.py saves cache.pt,
 #                               its splits written first as the reference's prep scripts write them
-#   hf-vocab CACHE.pt OUT [--zip]
+#   hf-vocab CACHE.pt OUT [--zip | --pickle]
 #                               (torch) the cache's Vocab as Hugging Face's vocab.bin: its __dict__,
 #                               each str the UTF-8 bytes of the symbol read as Latin-1 (as its
 #                               converter read the Python 2 pickle), torch.save'd in the legacy format
-#                               (--zip: the zip format)
+#                               (--zip: the zip format; --pickle: pickle.dump of it among a
+#                               TransfoXLTokenizer's other attributes, as save_vocabulary writes vocab.pkl)
 #   legacy IN.pt OUT.pt         (torch) IN.pt's state_dict in the format of torch.save before PyTorch 1.6
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
@@ -645,7 +646,19 @@ elif cmd == "hf-vocab":
     d["sym2idx"] = collections.OrderedDict((latin1(k), i) for k, i in v["sym2idx"].items())
     d["counter"] = collections.Counter({latin1(k): n for k, n in v["counter"].items()})
     d["special"] = [latin1(x) for x in v["special"]]
-    torch.save(d, args[2], _use_new_zipfile_serialization="--zip" in args)
+    if "--pickle" in args:
+        import re
+
+        class MosesTokenizer(object):  # stands for sacremoses' objects
+            pass
+
+        moses = MosesTokenizer()
+        moses.lang, moses.prefixes, moses.pattern = "en", {"Mr", "Dr"}, re.compile(r"\s+")
+        d.update(moses_tokenizer=moses, never_split=frozenset({"<unk>", "<eos>"}), verbose=False,
+                 _added_tokens_decoder={0: "<eos>"}, init_kwargs={"special": ["<eos>"], "lower_case": False})
+        pickle.dump(d, open(args[2], "wb"), protocol=4)
+    else:
+        torch.save(d, args[2], _use_new_zipfile_serialization="--zip" in args)
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

@@ -392,6 +392,51 @@ TEST(TorchPickle, ReadsADictWithoutTensorsAsAnObjectsAttributes) {
   EXPECT_NE(msg.find("entry 'epoch' is an int, not a tensor"), std::string::npos) << msg;
 }
 
+TEST(TorchPickle, ReadsAPlainPickleOfProtocol4WithSetsAndKeywordObjects) {
+  // pickle.dump(tokenizer.__dict__, f, protocol=4): a set, a frozenset, bytes, an object made with
+  // keyword arguments (NEWOBJ_EX), in frames.
+  Pickle p;
+  p.op(0x80);
+  p.op(4);
+  p.op(0x95);  // FRAME of 8 length bytes (not checked)
+  p.s += std::string(8, '\0');
+  p.dict([&] {
+    p.str("idx2sym");
+    p.str_list({"<eos>", "a"});
+    p.str("prefixes");
+    p.op(0x8f);  // EMPTY_SET
+    p.op('(');
+    p.str("Mr");
+    p.str("Dr");
+    p.op(0x90);  // ADDITEMS
+    p.str("never_split");
+    p.op('(');
+    p.str("<unk>");
+    p.op(0x91);  // FROZENSET
+    p.str("blob");
+    p.op(0x96);  // BYTEARRAY8
+    p.s += std::string("\x02\0\0\0\0\0\0\0ab", 10);
+    p.str("moses");
+    p.global("sacremoses", "MosesTokenizer");
+    p.op(')');
+    p.op('}');
+    p.op(0x92);  // NEWOBJ_EX
+    p.dict([&] {
+      p.str("lang");
+      p.str("en");
+    });
+    p.op('b');
+  });
+  p.op('.');
+  TorchFile f = parse_torch_file(p.s, "", "vocab.pkl");
+  EXPECT_EQ(f.classes.at(""), "dict");
+  EXPECT_EQ(f.classes.at("moses"), "sacremoses.MosesTokenizer");
+  EXPECT_EQ(f.attributes.at("idx2sym"), nlohmann::json({"<eos>", "a"}));
+  EXPECT_EQ(f.attributes.at("prefixes"), nlohmann::json({"Mr", "Dr"}));
+  EXPECT_EQ(f.attributes.at("never_split"), nlohmann::json({"<unk>"}));
+  EXPECT_EQ(f.attributes.at("moses.lang"), "en");
+}
+
 TEST(TorchPickle, ReadsTheLegacyFormatOfPyTorchBefore16) {
   // Pickles back to back (magic number, protocol 1001, sys_info, the state_dict, its storage keys),
   // then each storage: its element count (int64) and its bytes.

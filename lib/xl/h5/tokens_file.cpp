@@ -56,10 +56,12 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
 }
 
 text::Vocab vocab_of_bytes(const std::string& bytes, const std::string& name) {
-  // Transformer-XL's cache.pt or vocab.bin given as the vocab: reading it takes LibTorch.
-  if (is_torch_zip(bytes) || is_torch_legacy(bytes))
-    fail(name, kExitDataErr, "a torch.save file, not a vocab (Transformer-XL's cache.pt or vocab.bin: xl-import-torch takes "
-                             "it, --corpus cache.pt to a tokens file or --vocab with the model to a checkpoint; give that)");
+  // Transformer-XL's cache.pt or Hugging Face's vocab.bin or vocab.pkl given as the vocab: reading
+  // it takes LibTorch.
+  if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
+    fail(name, kExitDataErr, std::string(is_plain_pickle(bytes) ? "a pickle" : "a torch.save file") +
+                                 ", not a vocab (Transformer-XL's cache.pt or Hugging Face's vocab.bin: xl-import-torch takes it, "
+                                 "--corpus cache.pt to a tokens file or --vocab with the model to a checkpoint; give that)");
   if (!has_hdf5_signature(bytes)) return text::Vocab::from_tsv(bytes, name);
   File f = File::open_image(bytes, name, "a vocab, tokens file or checkpoint");
   if (!exists(f, "vocab")) fail(name, kExitDataErr, "an HDF5 file without a vocab (expected a vocab, tokens file or checkpoint)");

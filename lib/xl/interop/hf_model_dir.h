@@ -1,7 +1,8 @@
 // Hugging Face's TransfoXL model directory, as save_pretrained() writes it and the hub holds
 // transfo-xl-wt103: the state_dict (pytorch_model.bin, TransfoXLLMHeadModel's names), config.json
 // (what the tensors cannot show: same_length, clamp_len, pre_lnorm, dropouts, cutoffs) and the
-// vocab (vocab.bin, or vocab.pkl as later versions name it: a Transformer-XL Vocab's __dict__).
+// vocab (vocab.bin, or vocab.pkl as later versions name it: a Transformer-XL Vocab's __dict__,
+// torch.save'd, or pickled among the tokenizer's other attributes by save_vocabulary).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -34,6 +34,29 @@ struct PyVal {
   std::vector<Val> items;                   // tuple, list
   std::vector<std::pair<Val, Val>> dict;    // dict (insertion order); an object's state (__dict__)
   torch::Tensor tensor;                     // storage (1-D, its dtype) or tensor
+
+  PyVal() = default;
+  PyVal(const PyVal&) = delete;
+  PyVal& operator=(const PyVal&) = delete;
+  // Releases what it holds without recursion: a few bytes of pickle nest lists a million deep.
+  ~PyVal() {
+    std::vector<Val> pending;
+    auto take = [&](PyVal& v) {
+      for (auto& x : v.items) pending.push_back(std::move(x));
+      for (auto& [k, x] : v.dict) {
+        pending.push_back(std::move(k));
+        pending.push_back(std::move(x));
+      }
+      v.items.clear();
+      v.dict.clear();
+    };
+    take(*this);
+    while (!pending.empty()) {
+      Val v = std::move(pending.back());
+      pending.pop_back();
+      if (v && v.use_count() == 1) take(*v);
+    }
+  }
 };
 
 Val make(PyVal::Kind k) {
@@ -180,6 +203,21 @@ class Unpickler {
           items.insert(items.end(), xs.begin(), xs.end());
           break;
         }
+        // Sets (of a pickled object's attributes) are kept as lists.
+        case 0x8f: push(make(PyVal::Kind::kList)); break;                     // EMPTY_SET
+        case 0x90: {                                                          // ADDITEMS
+          auto xs = pop_mark();
+          auto& items = list_top()->items;
+          items.insert(items.end(), xs.begin(), xs.end());
+          break;
+        }
+        case 0x91: {                                                          // FROZENSET
+          auto v = make(PyVal::Kind::kList);
+          v->items = pop_mark();
+          push(v);
+          break;
+        }
+        case 0x96: push(make_str(PyVal::Kind::kBytes, bytes(le(8)))); break;  // BYTEARRAY8
         case '}': push(make(PyVal::Kind::kDict)); break;                      // EMPTY_DICT
         case 'd': {                                                           // DICT
           auto v = make(PyVal::Kind::kDict);
@@ -217,6 +255,12 @@ class Unpickler {
         case 'j': push(memo(le(4))); break;              // LONG_BINGET
         case 'g': push(memo(memo_index(line()))); break;  // GET
         case 'R': case 0x81: {                           // REDUCE, NEWOBJ
+          Val args = pop(), callable = pop();
+          push(call(callable, args));
+          break;
+        }
+        case 0x92: {                                     // NEWOBJ_EX: its keyword arguments unused
+          pop();
           Val args = pop(), callable = pop();
           push(call(callable, args));
           break;
@@ -449,19 +493,27 @@ bool is_module(const Val& v) {
   return v->kind == PyVal::Kind::kObject && state_entry(v, "_parameters") && state_entry(v, "_modules");
 }
 
-// A scalar, a list or tuple of scalars, or a dict of str -> scalar, as JSON; null for anything else.
-nlohmann::json plain_value(const Val& v) {
+// A scalar as JSON; null for anything else.
+nlohmann::json scalar_value(const Val& v) {
   switch (v->kind) {
     case PyVal::Kind::kBool: return v->i != 0;
     case PyVal::Kind::kInt: return v->i;
     case PyVal::Kind::kFloat: return v->f;
     case PyVal::Kind::kStr: return v->s;
+    default: return nullptr;
+  }
+}
+
+// A scalar, a list or tuple of scalars, or a dict of str -> scalar, as JSON; null for anything
+// else. Containers are looked into one level only: a pickle may hold one that contains itself.
+nlohmann::json plain_value(const Val& v) {
+  switch (v->kind) {
     case PyVal::Kind::kTuple:
     case PyVal::Kind::kList: {
       nlohmann::json out = nlohmann::json::array();
       for (const auto& x : v->items) {
-        nlohmann::json item = plain_value(x);
-        if (item.is_null() || item.is_array()) return nullptr;
+        nlohmann::json item = scalar_value(x);
+        if (item.is_null()) return nullptr;
         out.push_back(item);
       }
       return out;
@@ -469,13 +521,13 @@ nlohmann::json plain_value(const Val& v) {
     case PyVal::Kind::kDict: {
       nlohmann::json out = nlohmann::json::object();
       for (const auto& [k, x] : v->dict) {
-        nlohmann::json item = plain_value(x);
-        if (k->kind != PyVal::Kind::kStr || item.is_null() || item.is_structured()) return nullptr;
+        nlohmann::json item = scalar_value(x);
+        if (k->kind != PyVal::Kind::kStr || item.is_null()) return nullptr;
         out[k->s] = item;
       }
       return out;
     }
-    default: return nullptr;
+    default: return scalar_value(v);
   }
 }
 
@@ -646,6 +698,12 @@ Val parse_legacy(const std::string& bytes, const std::string& display) {
 
 TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display) {
   XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
+  if (is_plain_pickle(bytes)) {
+    Unpickler unpickler(bytes, 0, nullptr, display, "the pickle");
+    TorchFile out = torch_file_of(unpickler.run(), key, display);
+    XL_CHECK(unpickler.storages().empty(), kExitDataErr, display << ": a plain pickle with tensor storages, which only torch.save writes");
+    return out;
+  }
   if (is_torch_legacy(bytes)) {
     try {
       return torch_file_of(parse_legacy(bytes, display), key, display);

@@ -27,8 +27,9 @@ struct TorchFile {
 };
 
 // Reads a file written by torch.save in the zip format (PyTorch 1.6 and later) or the legacy one
-// before it (pickles back to back, then the storages): a state_dict or a module, or with `key` the
-// entry `key` of a dict holding one (NVIDIA's checkpoints keep a state_dict under model_state).
+// before it (pickles back to back, then the storages), or by pickle.dump (objects without tensors:
+// Hugging Face's vocab.pkl): a state_dict or a module, or with `key` the entry `key` of a dict
+// holding one (NVIDIA's checkpoints keep a state_dict under model_state).
 // Tensors come back on the CPU in their stored dtype, in file order (a module's in state_dict
 // order); tensors sharing storage stay shared. "-" reads stdin. Nothing is executed: classes are
 // names. Fails with 65 naming the file: not a torch.save file, objects other than tensors, dicts and

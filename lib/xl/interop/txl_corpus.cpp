@@ -135,7 +135,8 @@ text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file) {
 
 text::Vocab import_vocab(const std::string& path) {
   const std::string bytes = io::read_text(path), name = io::display_name(path);
-  if (is_torch_zip(bytes) || is_torch_legacy(bytes)) return vocab_from_torch(parse_torch_file(bytes, "", name), name);
+  if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
+    return vocab_from_torch(parse_torch_file(bytes, "", name), name);
   return h5::vocab_of_bytes(bytes, name);
 }
 
