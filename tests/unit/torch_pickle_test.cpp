@@ -371,6 +371,8 @@ TEST(TorchPickle, ReadsADictWithoutTensorsAsAnObjectsAttributes) {
     p.str("max_size");
     p.op('N');
     p.str("eos_idx");
+    p.int1(7);
+    p.str("eos_idx");  // set again: the last value counts
     p.int1(0);
   });
   TorchFile f = parse_torch_file(zip({{"data.pkl", p.s}}), "", "vocab.bin");

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -34,6 +35,9 @@ struct PyVal {
   std::vector<Val> items;                   // tuple, list
   std::vector<std::pair<Val, Val>> dict;    // dict (insertion order); an object's state (__dict__)
   torch::Tensor tensor;                     // storage (1-D, its dtype) or tensor
+  // Where each str key of `dict` sits, for its first `indexed` entries (set_items keeps it).
+  std::unique_ptr<std::unordered_map<std::string, size_t>> key_index;
+  size_t indexed = 0;
 
   PyVal() = default;
   PyVal(const PyVal&) = delete;
@@ -359,14 +363,27 @@ class Unpickler {
              file_ << ": " << pkl_ << " sets items of " << a_describe(v) << ", not of a dict");
     return v;
   }
+  // dict[key] = value for each pair: a str key already there keeps its place (as in Python).
   void set_items(const Val& dict, const std::vector<Val>& kv) {
     XL_CHECK(kv.size() % 2 == 0, kExitDataErr, file_ << ": malformed " << pkl_ << " (odd SETITEMS)");
+    auto& entries = dict->dict;
+    if (!dict->key_index || dict->indexed > entries.size()) {  // new, or replaced by BUILD
+      dict->key_index = std::make_unique<std::unordered_map<std::string, size_t>>();
+      dict->indexed = 0;
+    }
+    auto& index = *dict->key_index;
+    for (; dict->indexed < entries.size(); ++dict->indexed)
+      if (entries[dict->indexed].first->kind == PyVal::Kind::kStr) index.emplace(entries[dict->indexed].first->s, dict->indexed);
     for (size_t k = 0; k < kv.size(); k += 2) {
-      bool replaced = false;
-      if (kv[k]->kind == PyVal::Kind::kStr)
-        for (auto& [key, value] : dict->dict)
-          if (key->kind == PyVal::Kind::kStr && key->s == kv[k]->s) value = kv[k + 1], replaced = true;
-      if (!replaced) dict->dict.emplace_back(kv[k], kv[k + 1]);
+      if (kv[k]->kind == PyVal::Kind::kStr) {
+        auto [it, added] = index.emplace(kv[k]->s, entries.size());
+        if (!added) {
+          entries[it->second].second = kv[k + 1];
+          continue;
+        }
+      }
+      entries.emplace_back(kv[k], kv[k + 1]);
+      dict->indexed = entries.size();
     }
   }
 
