@@ -28,17 +28,9 @@ HfModelDir hf_model_dir(const std::string& dir) {
 
 void hf_config_params(const nlohmann::json& config, TorchHyperParams* given, const std::string& file) {
   if (!config.is_object()) return;
-  auto at = [&](const char* key) { return config.contains(key) ? config.at(key) : nlohmann::json(); };
-  SavedHyperParams saved;
-  saved.source = "config.json";
-  saved.attn_type = at("attn_type");
-  saved.sample_softmax = at("sample_softmax");
-  saved.pre_lnorm = at("pre_lnorm");
-  saved.same_length = at("same_length");
-  saved.clamp_len = at("clamp_len");
-  saved.dropout = at("dropout");
-  saved.dropatt = at("dropatt");
-  saved.cutoffs = at("cutoffs");
+  const auto saved = SavedHyperParams::read("config.json", [&](const std::string& field) {
+    return config.contains(field) ? config.at(field) : nlohmann::json();
+  });
   apply_saved_hyper_params(saved, given, file);
 }
 

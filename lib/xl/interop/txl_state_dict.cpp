@@ -277,6 +277,16 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
 // Pickled modules
 // ================================================================================================
 
+SavedHyperParams SavedHyperParams::read(std::string source, const std::function<nlohmann::json(const std::string&)>& at) {
+  SavedHyperParams s;
+  s.source = std::move(source);
+  for (auto [field, name] : {std::pair{&s.attn_type, "attn_type"}, {&s.sample_softmax, "sample_softmax"}, {&s.pre_lnorm, "pre_lnorm"},
+                             {&s.same_length, "same_length"}, {&s.clamp_len, "clamp_len"}, {&s.dropout, "dropout"},
+                             {&s.dropatt, "dropatt"}, {&s.cutoffs, "cutoffs"}})
+    *field = at(name);
+  return s;
+}
+
 void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* given, const std::string& file) {
   XL_CHECK(saved.attn_type.is_null() || saved.attn_type == 0, kExitDataErr,
            file << ": the model has attn_type " << saved.attn_type.dump()
@@ -337,20 +347,18 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
     auto it = f.attributes.find(prefix + name);
     return it == f.attributes.end() ? nlohmann::json() : it->second;
   };
-  SavedHyperParams saved;
-  saved.source = "the pickled model";
-  saved.attn_type = attr("attn_type");
-  saved.sample_softmax = attr("sample_softmax");
-  saved.pre_lnorm = attr("layers.0.dec_attn.pre_lnorm");
-  saved.same_length = attr("same_length");
-  saved.clamp_len = attr("clamp_len");
-  saved.dropout = attr("drop.p");
-  saved.dropatt = attr("layers.0.dec_attn.dropatt.p");
-  // The criterion's cutoffs end with n_token.
-  if (nlohmann::json c = attr("crit.cutoffs"); c.is_array() && !c.empty()) {
-    c.erase(c.size() - 1);
-    saved.cutoffs = c;
-  }
+  // Where the modules keep what the config calls them.
+  const std::map<std::string, std::string> module_attr{
+      {"pre_lnorm", "layers.0.dec_attn.pre_lnorm"}, {"dropout", "drop.p"}, {"dropatt", "layers.0.dec_attn.dropatt.p"}};
+  const auto saved = SavedHyperParams::read("the pickled model", [&](const std::string& field) {
+    if (field == "cutoffs") {  // the criterion's end with n_token
+      nlohmann::json c = attr("crit.cutoffs");
+      if (c.is_array() && !c.empty()) c.erase(c.size() - 1);
+      return c;
+    }
+    const auto it = module_attr.find(field);
+    return attr(it == module_attr.end() ? field : it->second);
+  });
   apply_saved_hyper_params(saved, given, file);
   if (const auto t = attr("tgt_len"), m = attr("mem_len"); t.is_number_integer() && m.is_number_integer())
     XL_INFO(file << ": a pickled " << f.classes.at(*path) << ", trained with tgt_len " << t.get<int64_t>() << " and mem_len "

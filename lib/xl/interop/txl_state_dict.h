@@ -11,6 +11,7 @@
 //   different numbers of heads (structural pruning) has no PyTorch Transformer-XL equivalent.
 // Reading and writing the files themselves: torch_pickle.h.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -58,6 +59,9 @@ checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_
 struct SavedHyperParams {
   std::string source;  // for messages: "the pickled model", "config.json"
   nlohmann::json attn_type, sample_softmax, pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs;
+
+  // Each field as `at` gives it by the field's name ("attn_type", ..., "cutoffs").
+  static SavedHyperParams read(std::string source, const std::function<nlohmann::json(const std::string&)>& at);
 };
 
 // Fills what `saved` says into `given` where not given. A given pre_lnorm or cutoffs that disagrees
