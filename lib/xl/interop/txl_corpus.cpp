@@ -116,6 +116,12 @@ std::string root_class(const TorchFile& f, const std::string& path = "") {
 
 bool is_corpus(const TorchFile& f) { return ends_with(root_class(f), "Corpus") && ends_with(root_class(f, "vocab"), "Vocab"); }
 
+// "holds a pickled X" or "holds a state_dict", for refusals.
+std::string what_it_holds(const TorchFile& f) {
+  const std::string cls = root_class(f);
+  return "holds " + (cls.empty() ? std::string("a state_dict") : "a pickled " + cls);
+}
+
 std::string dataset_of(const TorchFile& f) {
   auto it = f.attributes.find("dataset");
   return it != f.attributes.end() && it->second.is_string() ? it->second.get<std::string>() : std::string();
@@ -128,8 +134,7 @@ text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file) {
   const std::string cls = root_class(f);
   const bool vocab = ends_with(cls, "Vocab") || ends_with(cls, "TransfoXLTokenizer") || (cls == "dict" && f.attributes.count("idx2sym"));
   XL_CHECK(vocab, kExitDataErr,
-           file << ": holds " << (cls.empty() ? "a state_dict" : "a pickled " + cls)
-                << ", not a Transformer-XL vocab (data_utils.py's Corpus or Vocab, or Hugging Face's vocab.bin)");
+           file << ": " << what_it_holds(f) << ", not a Transformer-XL vocab (data_utils.py's Corpus or Vocab, or Hugging Face's vocab.bin)");
   return vocab_at(f, "", "", file);
 }
 
@@ -141,15 +146,12 @@ text::Vocab import_vocab(const std::string& path) {
 }
 
 ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file) {
-  const std::string cls = root_class(cache);
   XL_CHECK(is_corpus(cache), kExitDataErr,
-           file << ": holds " << (cls.empty() ? "a state_dict" : "a pickled " + cls)
-                << ", not a Transformer-XL corpus cache (data_utils.py's Corpus with its Vocab)"
+           file << ": " << what_it_holds(cache) << ", not a Transformer-XL corpus cache (data_utils.py's Corpus with its Vocab)"
                 << (cache.attributes.count("idx2sym") ? "; a vocab alone serves --vocab" : ""));
   ImportedCorpus out;
   out.dataset = dataset_of(cache);
   out.vocab = vocab_at(cache, "vocab.", out.dataset, file);
-  const size_t n_symbols = out.vocab.size();
 
   // The splits: LongTensors of ids (encode_file(ordered=True)).
   for (const char* name : {"train", "valid", "test"}) {
@@ -164,8 +166,8 @@ ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file
     const torch::Tensor as_long = ids->to(torch::kInt64).contiguous();
     if (as_long.numel() > 0) {
       const int64_t lo = as_long.min().item<int64_t>(), hi = as_long.max().item<int64_t>();
-      XL_CHECK(lo >= 0 && hi < static_cast<int64_t>(n_symbols), kExitDataErr,
-               file << ": its " << name << " split holds id " << (lo < 0 ? lo : hi) << ", outside the vocab's " << n_symbols);
+      XL_CHECK(lo >= 0 && hi < static_cast<int64_t>(out.vocab.size()), kExitDataErr,
+               file << ": its " << name << " split holds id " << (lo < 0 ? lo : hi) << ", outside the vocab's " << out.vocab.size());
     }
     h5::TokenSplit split;
     split.name = name;
