@@ -10,7 +10,12 @@
 #                                    carried), the standard PyTorch Transformer-XL beside it
 #   bash scripts/gpu-run.sh attention  bench/gpu_attention.py: which formulation of the attention
 #                                    core a GPU step should use (PyTorch alone; needs no build)
-#   bash scripts/gpu-run.sh all      all three
+#   bash scripts/gpu-run.sh profile  where a training step's time goes (PROFILES, default: the
+#                                    enwik8 model in bf16 and fp32, wt103 in bf16): one step each
+#                                    under LibTorch's profiler, kernels made synchronous
+#                                    (CUDA_LAUNCH_BLOCKING=1), summed by bench/profile_summary.py
+#   bash scripts/gpu-run.sh all      test, bench and attention
+# Several at once as a list: bash scripts/gpu-run.sh test,bench
 # The machine has no Boost, HDF5 or network: their Debian packages are unpacked under /tmp/xl-deps;
 # of their libraries, only those the machine lacks are put on LD_LIBRARY_PATH, so nothing of the
 # machine's own (its Python's OpenSSL, say) is shadowed. Everything stops by XL_GPU_SECONDS
@@ -19,6 +24,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
+wants() { { [ "$what" = all ] && [ "$1" != profile ]; } || [[ ",$what," == *",$1,"* ]]; }
 out=${OUT:-/tmp/xl-gpu-out}
 mkdir -p "$out"
 deadline=$((SECONDS + ${XL_GPU_SECONDS:-540}))
@@ -48,7 +54,7 @@ export PATH=$PATH:$deps/usr/bin
 python3 -c 'import sys, torch; sys.exit(0 if torch._C._GLIBCXX_USE_CXX11_ABI else 1)' ||
   { echo "gpu-run: this PyTorch's LibTorch uses the pre-C++11 ABI; Debian's Boost cannot link with it (use PyTorch 2.7 or later)" >&2; exit 69; }
 
-if [ "$what" = attention ] || [ "$what" = all ]; then
+if wants attention; then
   stage "attention formulations"
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu_attention.py >"$out/attention.jsonl" 2>&1
   grep -v '^{' "$out/attention.jsonl" | tail -30
@@ -71,22 +77,22 @@ grep -E "xl: CUDA|HDF5|Boost|OpenSSL" "$out/cmake.log" | head -8
 stage "build"
 tools=$(ls tools/xl-*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
 targets="$tools xl_cuda_tests xl_bench_model"
-[ "$what" = bench ] && targets="xl_bench_model"
+wants test || wants bench || wants profile || exit 0
+wants test || targets="xl_bench_model"
 if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; then
   grep -E "error|Error|undefined reference" "$out/build.log" | sort | uniq | head -40
   exit 1
 fi
-missing=$(ldd build-gpu/bin/xl-train-phase1 | grep "not found" || true)
+missing=$(ldd build-gpu/bench/xl_bench_model | grep "not found" || true)
 [ -z "$missing" ] || { echo "gpu-run: libraries not found: $missing" >&2; exit 69; }
-build-gpu/bin/xl-train-phase1 --version
 
-if [ "$what" = test ] || [ "$what" = all ]; then
+if wants test; then
   stage "CUDA tests"
   (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
   status=$?
   grep -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$out/cuda-tests.log" | tail -12
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if wants bench; then
   stage "benchmark"
   [ -z "${REFERENCE:-}" ] && [ -f .gpu-ref/pytorch/mem_transformer.py ] && export REFERENCE=$PWD/.gpu-ref/pytorch
   XL_BENCH_ROWS=$out/bench-rows.jsonl timeout "$(($(left) - 5))" bash bench/gpu.sh build-gpu >"$out/bench.json" 2>"$out/bench.log"
@@ -107,6 +113,20 @@ for l in open(sys.argv[1]):
           r.get("precision"), "%.0f" % r["tokens_per_s"] if "tokens_per_s" in r else "failed",
           "%.3f" % r["mfu"] if "mfu" in r else "-", "%.0f" % r["peak_device_mb"] if "peak_device_mb" in r else "-"))
 PY
+fi
+if wants profile; then
+  stage "profiles"
+  for p in ${PROFILES:-enwik8/train/bf16 enwik8/train/fp32 wt103/train/bf16}; do
+    IFS=/ read -r c m prec <<<"$p"
+    name=profile-$c-$m-$prec
+    [ "$(left)" -gt 30 ] || break
+    CUDA_LAUNCH_BLOCKING=1 XL_BENCH_DEVICE=cuda XL_BENCH_PRECISION=$prec XL_BENCH_PROFILE=/tmp/$name.json \
+      timeout "$(($(left) - 10))" build-gpu/bench/xl_bench_model "$c" "$m" 1 >"/tmp/$name.row" 2>"/tmp/$name.err" || { tail -5 "/tmp/$name.err"; continue; }
+    python3 bench/profile_summary.py "/tmp/$name.json" 18 >"$out/$name.txt"
+    echo "-- $p (synchronous kernels: $(python3 -c 'import json,sys; print("%.1f ms a step" % (1e3 * json.load(open(sys.argv[1]))["step_s"]))' "/tmp/$name.row"))"
+    cat "$out/$name.txt"
+  done
+  tar -czf "$out/profiles.tar.gz" -C /tmp $(cd /tmp && ls profile-*.json 2>/dev/null)
 fi
 stage "done"
 exit "${status:-0}"
