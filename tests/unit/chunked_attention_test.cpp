@@ -200,10 +200,30 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
             }
           }
     }
-    // Differentiable tables take the shift through a padded copy: the same bias.
+    // In another dtype (a GPU's bf16 products): the same bias, rounded.
+    std::vector<Tensor> bds_bf16, bds_float;
+    for (const auto& bd : bds) bds_bf16.push_back(bd.to(torch::kBFloat16)), bds_float.push_back(bd.to(torch::kFloat));
+    EXPECT_TRUE(torch::equal(relative_positional_bias(bds_bf16, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
+    EXPECT_TRUE(torch::equal(relative_positional_bias(bds_float, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
+    // Differentiable tables: the same bias, and each unmasked entry's gradient lands on the
+    // table entry it read (masked ones, which a fused kernel gives a zero gradient, on none).
     std::vector<Tensor> tracked;
     for (const auto& bd : bds) tracked.push_back(bd.clone().requires_grad_());
-    EXPECT_TRUE(torch::equal(relative_positional_bias(tracked, blocks, mask, torch::kFloat64), bias));
+    const Tensor tracked_bias = relative_positional_bias(tracked, blocks, mask, torch::kFloat64);
+    EXPECT_TRUE(torch::equal(tracked_bias, bias));
+    const Tensor w = torch::randn({n, c.t, k}, torch::kFloat64);
+    (tracked_bias.masked_fill(mask.unsqueeze(0), 0) * w).sum().backward();
+    auto w_acc = w.accessor<double, 3>();
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      Tensor want_grad = torch::zeros_like(bds[b]);
+      auto g = want_grad.accessor<double, 3>();
+      for (int64_t j = blocks[b].col; j < blocks[b].col + blocks[b].len; ++j)
+        for (int64_t i = 0; i < c.t; ++i)
+          for (int64_t h = 0; h < n; ++h)
+            if (!m_acc[i][j]) g[h][i][j - blocks[b].col + c.t - 1 - i] += w_acc[h][i][j];
+      ASSERT_TRUE(tracked[b].grad().defined());
+      EXPECT_TRUE(torch::allclose(tracked[b].grad(), want_grad, 0, 1e-12)) << "block " << b;
+    }
     const Tensor ac = torch::randn({n, c.t, k}, torch::kFloat64), ac_before = ac.clone();
     const Tensor want = torch::softmax(ac + bias, -1);
     expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "CPU kernel");
