@@ -7,6 +7,7 @@
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/interop/hf_model_dir.h"
+#include "xl/interop/safetensors.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
@@ -105,9 +106,10 @@ int main(int argc, char** argv) {
          "unknown or missing tensor, or a wrong shape stops with exit 65 naming it. A whole model also gives\n"
          "what the shapes cannot show (--pre-lnorm, --same-length, --clamp-len, --cutoffs of a div-val 1 model,\n"
          "dropouts); with a state_dict those must be given as the model was trained. Tied tensors, stored under\n"
-         "both names by PyTorch, must be equal and are kept once. INPUT may also be a Hugging Face TransfoXL\n"
-         "directory (save_pretrained's, or the hub's transfo-xl-wt103): its pytorch_model.bin is read with what\n"
-         "its config.json says, and its vocab.bin or vocab.pkl serves when --vocab is not given.\n"
+         "both names by PyTorch, must be equal and are kept once. INPUT may also be a safetensors file (Hugging\n"
+         "Face's format, which lists a tied tensor once), or a Hugging Face TransfoXL directory\n"
+         "(save_pretrained's, or the hub's transfo-xl-wt103): its model.safetensors or pytorch_model.bin is read\n"
+         "with what its config.json says, and its vocab.bin or vocab.pkl serves when --vocab is not given.\n"
          "\n"
          "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
          "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
@@ -127,7 +129,7 @@ int main(int argc, char** argv) {
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
-        ("input", po::value<std::string>()->default_value("-"), "the model or state_dict, or a Hugging Face directory (the checkpoint with --export); - is stdin")
+        ("input", po::value<std::string>()->default_value("-"), "the model or state_dict (torch.save or safetensors), or a Hugging Face directory (the checkpoint with --export); - is stdin")
         ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from the tensor names (module.: DataParallel, transformer.: Hugging Face; both found by themselves)")
@@ -169,9 +171,21 @@ int main(int argc, char** argv) {
       xl::interop::hf_config_params(hf.config, &params, hf.config_file);
     }
     XL_CHECK(!vocab_path.empty(), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
-    const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
     const std::string display = xl::io::display_name(weights);
-    auto contents = xl::interop::read_torch_file(weights, cli.has("key") ? cli.get<std::string>("key") : "");
+    // The file's bytes only while its tensors are read (a wt103 model's are 1.1 GB).
+    bool safetensors = false;
+    auto contents = [&] {
+      const std::string bytes = xl::io::read_raw(weights);
+      xl::interop::TorchFile read;
+      safetensors = xl::interop::is_safetensors(bytes);
+      if (!safetensors)
+        return xl::interop::parse_torch_file(bytes, cli.has("key") ? cli.get<std::string>("key") : "", display);
+      XL_CHECK(!cli.given("key"), xl::kExitUsage,
+               "--key does not apply to " << display << " (a safetensors file holds one flat state_dict)");
+      read.tensors = xl::interop::parse_safetensors(bytes, display);
+      return read;
+    }();
+    const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
     // DataParallel writes module.<name>, Hugging Face's TransfoXLLMHeadModel transformer.<name>
@@ -187,7 +201,8 @@ int main(int argc, char** argv) {
     if (!prefix.empty())
       for (auto& [name, t] : sd)
         if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-    auto ckpt = xl::interop::import_torch_checkpoint(sd, params, vocab, display);
+    auto ckpt = xl::interop::import_torch_checkpoint(sd, params, vocab, display,
+                                                     safetensors ? xl::interop::TiedNames::kOne : xl::interop::TiedNames::kEach);
     ckpt.state.command_line = xl::cli::command_line(argc, argv);
     xl::checkpoint::save(cli.output(), ckpt, cli.force());
     auto cfg = xl::model::ModelConfig::from_json(ckpt.model_config, display);

@@ -254,6 +254,7 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
     python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
       fail "the Hugging Face vocab's model: xl's loss $ours, PyTorch's $theirs"
     echo "  Hugging Face vocab's model: xl $ours, PyTorch $theirs"
+    hf_vocab_loss=$ours
     # A word outside the vocab becomes the vocab's <unk>, as Hugging Face's tokenizer makes it.
     printf 'café zebra\n' >oov.txt
     expect 0 xl-tokenize --vocab hfm.h5 --test oov.txt -o oov.h5
@@ -287,12 +288,42 @@ EOF
     echo "  Hugging Face directory's model: xl $ours, PyTorch $theirs"
     expect 65 xl-import-torch --pre-lnorm true hfdir -o x.h5
     stderr_is_one_line "config.json" "--pre-lnorm true is given, but config.json has pre_lnorm = false"
+    # save_pretrained's default since transformers 4.35: model.safetensors, a tied tensor listed once
+    # (the file written out by the test, as the format specifies). The same model, alone or in the
+    # directory, where transformers takes it before pytorch_model.bin.
+    "$PY" txl_sd.py safetensors hfm-hf.pt hfm.safetensors
+    python3 - <<'EOF'
+import json, struct
+f = open("hfm.safetensors", "rb")
+names = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+tied = [n for n in names if n.startswith("crit.out_layers.") and n.endswith(".weight")]
+assert "transformer.word_emb.emb_layers.0.weight" in names and not tied, "the tied weights are not listed once: %s" % tied
+EOF
+    expect 0 xl-import-torch --vocab vocab.bin hfm.safetensors -o hfst.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfst.h5 hfwords.h5
+    [ "$(json out 'j["loss"]')" = "$hf_vocab_loss" ] ||
+      fail "the model read from safetensors has loss $(json out 'j["loss"]'), from torch.save $hf_vocab_loss"
+    cp hfm.safetensors hfdir/model.safetensors
+    printf 'not a state_dict' >hfdir/pytorch_model.bin
+    expect 0 xl-import-torch hfdir -o hfdir-st.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-st.h5 hfwords.h5
+    [ "$(json out 'j["loss"]')" = "$ours" ] ||
+      fail "the directory's model.safetensors gives loss $(json out 'j["loss"]'), its pytorch_model.bin $ours"
+    expect 64 xl-import-torch --key model_state hfdir -o x.h5
+    stderr_is_one_line "model.safetensors" "--key does not apply"
+    head -c -4 hfm.safetensors >hfdir/model.safetensors
+    expect 65 xl-import-torch hfdir -o x.h5
+    stderr_is_one_line "model.safetensors" "truncated?"
+    rm hfdir/model.safetensors
     sed 's/"transfo-xl"/"gpt2"/' hfdir/config.json >config.gpt2 && mv config.gpt2 hfdir/config.json
     expect 65 xl-import-torch hfdir -o x.h5
     stderr_is_one_line "config.json" "not Hugging Face's TransfoXL"
     rm hfdir/pytorch_model.bin
     expect 66 xl-import-torch hfdir -o x.h5
-    stderr_is_one_line "hfdir: no pytorch_model.bin"
+    stderr_is_one_line "hfdir: no model.safetensors or pytorch_model.bin"
+    touch hfdir/model.safetensors.index.json
+    expect 66 xl-import-torch hfdir -o x.h5
+    stderr_is_one_line "hfdir: no model.safetensors" "shards are not read"
     expect 65 xl-tokenize --vocab vocab.pkl --test oov.txt -o x.h5
     stderr_is_one_line vocab.pkl "a pickle, not a vocab" "xl-import-torch"
     expect 65 xl-import-torch --corpus vocab.bin -o x.h5

@@ -14,6 +14,9 @@
 #                               (--zip: the zip format; --pickle: pickle.dump of it among a
 #                               TransfoXLTokenizer's other attributes, as save_vocabulary writes vocab.pkl)
 #   legacy IN.pt OUT.pt         (torch) IN.pt's state_dict in the format of torch.save before PyTorch 1.6
+#   safetensors IN.pt OUT       (torch) IN.pt's state_dict as transformers' save_pretrained writes
+#                               model.safetensors (the format written out here): a tied tensor once,
+#                               under its first name (TransfoXL's crit.out_layers/out_projs dropped)
 #   compare A.pt B.pt           same names, shapes and values (exactly)
 #   load-strict CONFIG.json F   (torch) MemTransformerLM-shaped modules take F with strict=True
 #   loss CONFIG.json F.pt TOKENS.h5 SPLIT TGT_LEN MEM_LEN [--pre-lnorm] [--same-length] [--clamp-len N]
@@ -632,6 +635,30 @@ elif cmd == "module":
 elif cmd == "legacy":
     import torch
     torch.save(torch.load(args[1]), args[2], _use_new_zipfile_serialization=False)
+elif cmd == "safetensors":
+    import re, torch
+    codes = {torch.float32: ("F32", torch.float32), torch.float16: ("F16", torch.int16),
+             torch.bfloat16: ("BF16", torch.int16), torch.int64: ("I64", torch.int64)}
+    header, chunks, size = {"__metadata__": {"format": "pt"}}, [], 0
+    sd = torch.load(args[1])
+    prefix = "transformer." if any(n.startswith("transformer.") for n in sd) else ""
+    for n, t in sd.items():
+        # _tied_weights_keys: save_pretrained keeps a tied tensor under its other name only.
+        twin = re.sub(r"^crit\.out_layers\.(\d+)\.weight$", prefix + r"word_emb.emb_layers.\1.weight", n)
+        twin = re.sub(r"^crit\.out_projs\.(\d+)$", prefix + r"word_emb.emb_projs.\1", twin)
+        if twin != n and twin in sd and torch.equal(sd[twin], t):
+            continue
+        code, as_type = codes[t.dtype]
+        raw = t.detach().contiguous().view(as_type).numpy().tobytes()
+        header[n] = {"dtype": code, "shape": list(t.shape), "data_offsets": [size, size + len(raw)]}
+        chunks.append(raw)
+        size += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(args[2], "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for raw in chunks:
+            f.write(raw)
 elif cmd == "corpus":
     txl_corpus_cache(args[1], args[2], *args[3:4])
 elif cmd == "hf-vocab":

@@ -2,6 +2,8 @@
 // imported model gives the original loss; the hyper-parameters are read off the shapes and checked;
 // bad files and inconsistent flags fail with 65 naming the culprit.
 #include <gtest/gtest.h>
+
+#include <set>
 #include <unistd.h>
 
 #include <filesystem>
@@ -190,6 +192,39 @@ TEST(TxlStateDict, ImportedCheckpointGivesTheOriginalLoss) {
     EXPECT_TRUE(torch::equal(loss(model), loss(back))) << name;
   }
   fs::remove_all(dir);
+}
+
+TEST(TxlStateDict, TiedTensorsListedOnceImportAsTransformersSafetensorsListThem) {
+  // save_pretrained's safetensors keep a tied tensor under its first name only (the embedding's);
+  // read with TiedNames::kOne that is the same model, read as a torch.save state_dict a lack.
+  for (auto [name, cfg] : configs()) {
+    SCOPED_TRACE(name);
+    auto model = make_model(cfg);
+    TensorList sd = round_trip(export_torch(model, cfg.untie_r, "mem").state_dict);
+    std::set<std::string> kept;
+    TensorList once;
+    std::vector<std::string> dropped;
+    for (const auto& [tname, xname] : torch_names(model)) {
+      if (kept.insert(xname).second) once.emplace_back(tname, xl::checkpoint::find_tensor(sd, tname));
+      else dropped.push_back(tname);
+    }
+    auto ckpt = import_torch_checkpoint(once, invisible(cfg), vocab_of(cfg.n_token), "m.safetensors", TiedNames::kOne);
+    EXPECT_EQ(ckpt.model_config, import_torch_checkpoint(sd, invisible(cfg), vocab_of(cfg.n_token), "mem.pt").model_config);
+    auto back = model_from_checkpoint(ckpt, "m.safetensors");
+    EXPECT_TRUE(torch::equal(loss(model), loss(back)));
+    if (dropped.empty()) continue;  // the char model ties nothing
+    std::string msg;
+    EXPECT_EQ(error_code([&] { import_torch_checkpoint(once, invisible(cfg), vocab_of(cfg.n_token), "sd.pt"); }, &msg),
+              xl::kExitDataErr);
+    EXPECT_NE(msg.find("lacks tensor '" + dropped[0] + "'"), std::string::npos) << msg;
+    // An untied tensor is still needed under its own name.
+    EXPECT_EQ(error_code([&] {
+                import_torch_checkpoint(without(once, "layers.0.dec_attn.o_net.weight"), invisible(cfg),
+                                        vocab_of(cfg.n_token), "m.safetensors", TiedNames::kOne);
+              }, &msg),
+              xl::kExitDataErr);
+    EXPECT_NE(msg.find("lacks tensor 'layers.0.dec_attn.o_net.weight'"), std::string::npos) << msg;
+  }
 }
 
 TEST(TxlStateDict, PrunedModelsExportWhenAPyTorchModelCanHoldThem) {

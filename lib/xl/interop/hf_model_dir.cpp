@@ -9,10 +9,13 @@ namespace xl::interop {
 HfModelDir hf_model_dir(const std::string& dir) {
   const std::string base = dir.back() == '/' ? dir : dir + "/";
   HfModelDir out;
-  out.weights = base + "pytorch_model.bin";
-  XL_CHECK(io::is_file(out.weights), kExitNoInput,
-           dir << ": no pytorch_model.bin, so not a Hugging Face model directory"
-               << (io::exists(base + "model.safetensors") ? " (its model.safetensors is not read: save it with safe_serialization=False)" : ""));
+  // model.safetensors first, as transformers loads it.
+  for (const char* name : {"model.safetensors", "pytorch_model.bin"})
+    if (out.weights.empty() && io::is_file(base + name)) out.weights = base + name;
+  const bool sharded = io::exists(base + "model.safetensors.index.json") || io::exists(base + "pytorch_model.bin.index.json");
+  XL_CHECK(!out.weights.empty(), kExitNoInput,
+           dir << ": no model.safetensors or pytorch_model.bin, so not a Hugging Face model directory"
+               << (sharded ? " (weights split into shards are not read: save them with a max_shard_size above the model's size)" : ""));
   for (const char* name : {"vocab.bin", "vocab.pkl"})
     if (out.vocab.empty() && io::is_file(base + name)) out.vocab = base + name;
   out.config_file = base + "config.json";

@@ -374,7 +374,8 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
 // Import
 // ================================================================================================
 
-checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, const ModelConfig& cfg, const std::string& file) {
+checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, const ModelConfig& cfg, const std::string& file,
+                                            TiedNames tied) {
   TransformerXL model(cfg);
   std::map<std::string, torch::Tensor> xl_tensors;
   for (const auto& [name, x] : model->named_tensors()) xl_tensors.emplace(name, x);
@@ -387,9 +388,13 @@ checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, co
              file << ": unknown tensor '" << name << "' (no such tensor in a Transformer-XL with " << summary(cfg) << ")");
     given.emplace(name, x);
   }
+  std::set<std::string> listed;  // xl names given under some PyTorch name
+  for (const auto& [tname, xname] : names)
+    if (given.count(tname)) listed.insert(xname);
   std::map<std::string, std::pair<std::string, torch::Tensor>> seen;  // xl name -> first PyTorch name, value
   for (const auto& [tname, xname] : names) {
     auto it = given.find(tname);
+    if (it == given.end() && tied == TiedNames::kOne && listed.count(xname)) continue;
     XL_CHECK(it != given.end(), kExitDataErr, file << ": lacks tensor '" << tname << "' (" << summary(cfg) << ")");
     const torch::Tensor& x = it->second;
     const torch::Tensor& target = xl_tensors.at(xname);
@@ -420,7 +425,7 @@ checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, co
 }
 
 checkpoint::Checkpoint import_torch_checkpoint(const checkpoint::TensorList& sd, const TorchHyperParams& given, const text::Vocab& vocab,
-                                       const std::string& file) {
+                                               const std::string& file, TiedNames tied) {
   ModelConfig cfg = torch_config(sd, given, file);
   XL_CHECK(static_cast<int64_t>(vocab.size()) == cfg.n_token, kExitDataErr,
            file << ": the vocab has " << vocab.size() << " entries but the model has n_token " << cfg.n_token
@@ -431,7 +436,7 @@ checkpoint::Checkpoint import_torch_checkpoint(const checkpoint::TensorList& sd,
   ckpt.train_config = nullptr;
   ckpt.state.imported_from = file;
   ckpt.vocab = vocab;
-  ckpt.model = import_torch_tensors(sd, cfg, file);
+  ckpt.model = import_torch_tensors(sd, cfg, file, tied);
   return ckpt;
 }
 

@@ -5,7 +5,8 @@
 // Parameter names are the same on both sides (xl follows the PyTorch names). The differences:
 // - PyTorch lists tied tensors under every name (crit.out_layers.{i}.weight beside
 //   word_emb.emb_layers.{i}.weight, crit.out_projs.{i} beside word_emb.emb_projs.{j}); xl keeps one.
-//   Importing verifies that the twins are equal; exporting writes each under all its names.
+//   Importing verifies that the twins are equal (transformers' safetensors files list a tied tensor
+//   once: TiedNames); exporting writes each under all its names.
 // - r_w_bias, r_r_bias are shared [n_head, d_head] tensors; with untie_r (TF's option, HF's
 //   TransfoXL) they are per layer as layers.{l}.dec_attn.r_w_bias. A model whose layers keep
 //   different numbers of heads (structural pruning) has no PyTorch Transformer-XL equivalent.
@@ -49,10 +50,16 @@ struct TorchHyperParams {
 // read off a div_val 1 model with clusters: they must be given (64 otherwise).
 model::ModelConfig torch_config(const checkpoint::TensorList& state_dict, const TorchHyperParams& given, const std::string& file);
 
+// How a file names a tied tensor: under each of its names (torch.save of a state_dict), or under
+// one (transformers' safetensors files, which drop the tied keys).
+enum class TiedNames { kEach, kOne };
+
 // The model tensors (xl names, float32, model order) of a state_dict for `cfg`. Fails with 65 and
-// one line naming the tensor for an unknown or missing name, a wrong shape, a non-float dtype, tied
-// twins that differ, or a pos_emb.inv_freq that is not the sinusoid of d_model.
-checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_dict, const model::ModelConfig& cfg, const std::string& file);
+// one line naming the tensor for an unknown or missing name (with TiedNames::kOne, a tied tensor's
+// other names may be missing), a wrong shape, a non-float dtype, tied twins that differ, or a
+// pos_emb.inv_freq that is not the sinusoid of d_model.
+checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_dict, const model::ModelConfig& cfg,
+                                            const std::string& file, TiedNames tied = TiedNames::kEach);
 
 // What a saved model says about itself beyond its tensors (a pickled module's attributes, a Hugging
 // Face config.json), each null where it does not say; cutoffs without n_token.
@@ -78,7 +85,8 @@ checkpoint::TensorList module_state_dict(const TorchFile& file_contents, TorchHy
 // A complete checkpoint (phase "imported", no optimizer state) from a state_dict. The vocab must
 // have n_token entries in the PyTorch model's id order (65 otherwise).
 checkpoint::Checkpoint import_torch_checkpoint(const checkpoint::TensorList& state_dict, const TorchHyperParams& given,
-                                       const text::Vocab& vocab, const std::string& file);
+                                               const text::Vocab& vocab, const std::string& file,
+                                               TiedNames tied = TiedNames::kEach);
 
 // ---- export -------------------------------------------------------------------------------------
 
