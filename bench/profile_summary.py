@@ -22,7 +22,7 @@ def shown(name):
 
 
 def self_times(events):
-    """Self time per name, and each event's depth, from complete ('X') events per thread."""
+    """Self time and calls per name, and each thread's busy time (its outermost events' spans)."""
     by_tid = collections.defaultdict(list)
     for e in events:
         if e.get("ph") == "X":
