@@ -303,6 +303,19 @@ EOF
     expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfst.h5 hfwords.h5
     [ "$(json out 'j["loss"]')" = "$hf_vocab_loss" ] ||
       fail "the model read from safetensors has loss $(json out 'j["loss"]'), from torch.save $hf_vocab_loss"
+    # Models are often saved in half precision (model.half() rounds the buffers too, inv_freq
+    # among them): their loss is that of the rounded weights in float32.
+    "$PY" -c 'import collections, torch
+torch.save(collections.OrderedDict((n, t.half()) for n, t in torch.load("hfm-hf.pt").items()), "hfm16-hf.pt")
+torch.save(collections.OrderedDict((n, t.half().float()) for n, t in torch.load("hfm.pt").items()), "hfm16.pt")'
+    "$PY" txl_sd.py safetensors hfm16-hf.pt hfm16.safetensors
+    expect 0 xl-import-torch --vocab vocab.bin hfm16.safetensors -o hfm16.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfm16.h5 hfwords.h5
+    ours16=$(json out 'j["loss"]')
+    theirs16=$("$PY" txl_sd.py loss hf.json hfm16.pt hfwords.h5 valid 16 24)
+    python3 -c "import sys; a, b = $ours16, $theirs16; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
+      fail "the model saved in float16: xl's loss $ours16, PyTorch's $theirs16"
+    echo "  the model saved in float16 (safetensors): xl $ours16, PyTorch $theirs16"
     cp hfm.safetensors hfdir/model.safetensors
     printf 'not a state_dict' >hfdir/pytorch_model.bin
     expect 0 xl-import-torch hfdir -o hfdir-st.h5
