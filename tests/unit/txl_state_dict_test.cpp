@@ -227,6 +227,32 @@ TEST(TxlStateDict, TiedTensorsListedOnceImportAsTransformersSafetensorsListThem)
   }
 }
 
+TEST(TxlStateDict, HalfPrecisionStateDictsImportTheirRoundedWeights) {
+  // model.half() (or bfloat16()) rounds every tensor, the inv_freq buffer too; another d_model's
+  // inv_freq is still refused in those dtypes.
+  ModelConfig cfg = adaptive_config();
+  TensorList sd = export_torch(make_model(cfg), false, "mem").state_dict;
+  for (auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    TensorList low;
+    for (const auto& [n, t] : sd) low.emplace_back(n, t.to(dtype));
+    auto ckpt = import_torch_checkpoint(low, invisible(cfg), vocab_of(cfg.n_token), "half.pt");
+    const Tensor w = xl::checkpoint::find_tensor(ckpt.model, "layers.0.dec_attn.qkv_net.weight");
+    EXPECT_EQ(w.scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(w, xl::checkpoint::find_tensor(low, "layers.0.dec_attn.qkv_net.weight").to(torch::kFloat)));
+    ModelConfig wider = cfg;
+    wider.d_model = 18;
+    const Tensor other = TransformerXL(wider)->named_buffers()["pos_emb.inv_freq"].narrow(0, 0, cfg.d_model / 2).to(dtype);
+    std::string msg;
+    EXPECT_EQ(error_code([&] {
+                import_torch_checkpoint(replaced(low, "pos_emb.inv_freq", other), invisible(cfg), vocab_of(cfg.n_token),
+                                        "half.pt");
+              }, &msg),
+              xl::kExitDataErr);
+    EXPECT_NE(msg.find("pos_emb.inv_freq"), std::string::npos) << msg;
+  }
+}
+
 TEST(TxlStateDict, PrunedModelsExportWhenAPyTorchModelCanHoldThem) {
   ModelConfig cfg = char_config();
   auto model = make_model(cfg);
