@@ -421,8 +421,15 @@ checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, co
            file << ": tensor 'pos_emb.inv_freq' is not 1/10000^(2i/d_model) for d_model " << cfg.d_model);
 
   checkpoint::TensorList out;
-  for (const auto& [xname, target] : model->named_tensors())
-    out.emplace_back(xname, seen.at(xname).second.to(target.scalar_type()).contiguous().clone());
+  for (const auto& [xname, target] : model->named_tensors()) {
+    torch::Tensor t = seen.at(xname).second.to(target.scalar_type()).contiguous();
+    // A tensor that is the whole of its storage is taken as it is (a wt103 model's 1.1 GB are not
+    // copied again); a view into a storage shared with others is copied out of it.
+    if (t.is_same(seen.at(xname).second) &&
+        (t.storage_offset() != 0 || t.storage().nbytes() != static_cast<size_t>(t.numel()) * t.element_size()))
+      t = t.clone();
+    out.emplace_back(xname, t);
+  }
   return out;
 }
 
