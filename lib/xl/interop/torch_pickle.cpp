@@ -421,8 +421,10 @@ class Unpickler {
     const size_t want = static_cast<size_t>(numel) * element;
     XL_CHECK(size == want, kExitDataErr,
              file_ << ": record " << record << " holds " << size << " bytes, its storage needs " << want);
-    v->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
-    if (size) std::memcpy(v->tensor.data_ptr(), ptr.get(), size);
+    // The record's buffer becomes the storage: no second copy of the model's bytes.
+    v->tensor = torch::empty({size ? 0 : numel}, torch::TensorOptions().dtype(dtype));
+    if (size)
+      v->tensor.set_(c10::Storage(c10::Storage::use_byte_size_t(), size, std::move(ptr), nullptr, false), 0, {numel}, {1});
     storages_.emplace(key, v);
     return v;
   }
