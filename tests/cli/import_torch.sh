@@ -248,12 +248,18 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
       [ "$(vocab_sha hfm.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "$v: the vocab is not the cache's, decoded"
     done
     expect 0 xl-tokenize --vocab hfm.h5 --valid hf.txt -o hfwords.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfm.h5 hfwords.h5
-    ours=$(json out 'j["loss"]')
-    theirs=$("$PY" txl_sd.py loss hf.json hfm.pt hfwords.h5 valid 16 24)
-    python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
-      fail "the Hugging Face vocab's model: xl's loss $ours, PyTorch's $theirs"
-    echo "  Hugging Face vocab's model: xl $ours, PyTorch $theirs"
+    # xl's loss of CKPT on hfwords.h5's valid split equals PyTorch's of the state_dict PT (1e-5).
+    hf_loss_matches() {
+      local label=$1 ckpt=$2 pt=$3
+      shift 3
+      expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$ckpt" hfwords.h5
+      ours=$(json out 'j["loss"]')
+      theirs=$("$PY" txl_sd.py loss hf.json "$pt" hfwords.h5 valid 16 24 "$@")
+      python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
+        fail "$label: xl's loss $ours, PyTorch's $theirs"
+      echo "  $label: xl $ours, PyTorch $theirs"
+    }
+    hf_loss_matches "the Hugging Face vocab's model" hfm.h5 hfm.pt
     hf_vocab_loss=$ours
     # A word outside the vocab becomes the vocab's <unk>, as Hugging Face's tokenizer makes it.
     printf 'café zebra\n' >oov.txt
@@ -280,12 +286,8 @@ EOF
     [ "$(vocab_sha hfdir.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "the directory's vocab.pkl is not taken as the vocab"
     [ "$(config hfdir.h5 | json /dev/stdin '[j["same_length"], j["clamp_len"], j["dropout"]]')" = "[true, 5, 0.1]" ] ||
       fail "config.json's same_length, clamp_len and dropout are not the model's: $(config hfdir.h5)"
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir.h5 hfwords.h5
-    ours=$(json out 'j["loss"]')
-    theirs=$("$PY" txl_sd.py loss hf.json hfm.pt hfwords.h5 valid 16 24 --same-length --clamp-len 5)
-    python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
-      fail "the Hugging Face directory's model (same_length, clamp_len 5 from config.json): xl's loss $ours, PyTorch's $theirs"
-    echo "  Hugging Face directory's model: xl $ours, PyTorch $theirs"
+    hf_loss_matches "the directory's model (same_length, clamp_len 5 from config.json)" hfdir.h5 hfm.pt --same-length --clamp-len 5
+    hf_dir_loss=$ours
     expect 65 xl-import-torch --pre-lnorm true hfdir -o x.h5
     stderr_is_one_line "config.json" "--pre-lnorm true is given, but config.json has pre_lnorm = false"
     # save_pretrained's default since transformers 4.35: model.safetensors, a tied tensor listed once
@@ -310,18 +312,13 @@ torch.save(collections.OrderedDict((n, t.half()) for n, t in torch.load("hfm-hf.
 torch.save(collections.OrderedDict((n, t.half().float()) for n, t in torch.load("hfm.pt").items()), "hfm16.pt")'
     "$PY" txl_sd.py safetensors hfm16-hf.pt hfm16.safetensors
     expect 0 xl-import-torch --vocab vocab.bin hfm16.safetensors -o hfm16.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfm16.h5 hfwords.h5
-    ours16=$(json out 'j["loss"]')
-    theirs16=$("$PY" txl_sd.py loss hf.json hfm16.pt hfwords.h5 valid 16 24)
-    python3 -c "import sys; a, b = $ours16, $theirs16; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
-      fail "the model saved in float16: xl's loss $ours16, PyTorch's $theirs16"
-    echo "  the model saved in float16 (safetensors): xl $ours16, PyTorch $theirs16"
+    hf_loss_matches "the model saved in float16 (safetensors)" hfm16.h5 hfm16.pt
     cp hfm.safetensors hfdir/model.safetensors
     printf 'not a state_dict' >hfdir/pytorch_model.bin
     expect 0 xl-import-torch hfdir -o hfdir-st.h5
     expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-st.h5 hfwords.h5
-    [ "$(json out 'j["loss"]')" = "$ours" ] ||
-      fail "the directory's model.safetensors gives loss $(json out 'j["loss"]'), its pytorch_model.bin $ours"
+    [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
+      fail "the directory's model.safetensors gives loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
     expect 64 xl-import-torch --key model_state hfdir -o x.h5
     stderr_is_one_line "model.safetensors" "--key does not apply"
     head -c -4 hfm.safetensors >hfdir/model.safetensors
