@@ -4,7 +4,6 @@
 // and imported, or a corpus cache's vocab and splits, or a vocab (Hugging Face's vocab.bin or
 // vocab.pkl).
 #include "fuzz_support.h"
-#include "xl/interop/safetensors.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
@@ -13,10 +12,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   xl::fuzz::expect_clean_refusal([&] {
-    xl::interop::TorchFile contents;
-    const bool safetensors = xl::interop::is_safetensors(bytes);
-    if (safetensors) contents.tensors = xl::interop::parse_safetensors(bytes, "fuzz.safetensors");
-    else contents = xl::interop::parse_torch_file(bytes, "", "fuzz.pt");
+    const auto [contents, tied] = xl::interop::parse_weights_file(bytes, "", "fuzz.pt");
     const auto root = contents.classes.find("");
     if (root != contents.classes.end() && xl::parse::ends_with(root->second, "Corpus")) {
       (void)xl::interop::corpus_from_cache(contents, "fuzz.pt");
@@ -32,8 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [name, tensor] : state_dict)
       if (!tensor.defined()) xl::fuzz::finding("undefined tensor " + name);
     const auto cfg = xl::interop::torch_config(state_dict, params, "fuzz.pt");
-    (void)xl::interop::import_torch_tensors(state_dict, cfg, "fuzz.pt",
-                                            safetensors ? xl::interop::TiedNames::kOne : xl::interop::TiedNames::kEach);
+    (void)xl::interop::import_torch_tensors(state_dict, cfg, "fuzz.pt", tied);
   });
   return 0;
 }

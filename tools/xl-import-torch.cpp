@@ -7,7 +7,6 @@
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/interop/hf_model_dir.h"
-#include "xl/interop/safetensors.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
@@ -173,18 +172,8 @@ int main(int argc, char** argv) {
     XL_CHECK(!vocab_path.empty(), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
     const std::string display = xl::io::display_name(weights);
     // The file's bytes only while its tensors are read (a wt103 model's are 1.1 GB).
-    bool safetensors = false;
-    auto contents = [&] {
-      const std::string bytes = xl::io::read_raw(weights);
-      xl::interop::TorchFile read;
-      safetensors = xl::interop::is_safetensors(bytes);
-      if (!safetensors)
-        return xl::interop::parse_torch_file(bytes, cli.has("key") ? cli.get<std::string>("key") : "", display);
-      XL_CHECK(!cli.given("key"), xl::kExitUsage,
-               "--key does not apply to " << display << " (a safetensors file holds one flat state_dict)");
-      read.tensors = xl::interop::parse_safetensors(bytes, display);
-      return read;
-    }();
+    auto [contents, tied] = xl::interop::parse_weights_file(
+        xl::io::read_raw(weights), cli.has("key") ? cli.get<std::string>("key") : "", display);
     const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
@@ -201,8 +190,7 @@ int main(int argc, char** argv) {
     if (!prefix.empty())
       for (auto& [name, t] : sd)
         if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-    auto ckpt = xl::interop::import_torch_checkpoint(sd, params, vocab, display,
-                                                     safetensors ? xl::interop::TiedNames::kOne : xl::interop::TiedNames::kEach);
+    auto ckpt = xl::interop::import_torch_checkpoint(sd, params, vocab, display, tied);
     ckpt.state.command_line = xl::cli::command_line(argc, argv);
     xl::checkpoint::save(cli.output(), ckpt, cli.force());
     auto cfg = xl::model::ModelConfig::from_json(ckpt.model_config, display);

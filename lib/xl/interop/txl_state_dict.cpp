@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "xl/interop/safetensors.h"
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
 #include "xl/util/log.h"
@@ -373,6 +374,18 @@ checkpoint::TensorList module_state_dict(const TorchFile& f, TorchHyperParams* g
 // ================================================================================================
 // Import
 // ================================================================================================
+
+WeightsFile parse_weights_file(const std::string& bytes, const std::string& key, const std::string& display) {
+  WeightsFile w;
+  if (!is_safetensors(bytes)) {
+    w.contents = parse_torch_file(bytes, key, display);
+    return w;
+  }
+  XL_CHECK(key.empty(), kExitUsage, "--key does not apply to " << display << " (a safetensors file holds one flat state_dict)");
+  w.contents.tensors = parse_safetensors(bytes, display);
+  w.tied = TiedNames::kOne;
+  return w;
+}
 
 checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, const ModelConfig& cfg, const std::string& file,
                                             TiedNames tied) {

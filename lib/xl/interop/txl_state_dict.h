@@ -54,6 +54,15 @@ model::ModelConfig torch_config(const checkpoint::TensorList& state_dict, const 
 // one (transformers' safetensors files, which drop the tied keys).
 enum class TiedNames { kEach, kOne };
 
+// A model's weights file as xl-import-torch takes it: safetensors when its first bytes say so (a
+// tied tensor listed once; a `key` fails with 64), else torch.save's, read as parse_torch_file
+// reads it.
+struct WeightsFile {
+  TorchFile contents;
+  TiedNames tied = TiedNames::kEach;
+};
+WeightsFile parse_weights_file(const std::string& bytes, const std::string& key, const std::string& display);
+
 // The model tensors (xl names, float32, model order) of a state_dict for `cfg`. Fails with 65 and
 // one line naming the tensor for an unknown or missing name (with TiedNames::kOne, a tied tensor's
 // other names may be missing), a wrong shape, a non-float dtype, tied twins that differ, or a

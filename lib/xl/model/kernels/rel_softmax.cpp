@@ -267,17 +267,18 @@ class PositionalBias : public torch::autograd::Function<PositionalBias> {
     const torch::Device device = bds[0].device();
     torch::Tensor bias = torch::empty({n, t, k}, bds[0].options().dtype(dtype));
     const torch::Tensor masked = mask.defined() ? heads_mask(mask, device) : torch::Tensor();
+    // Tables in the bias's dtype (autocast's products are) are masked as they are copied; others
+    // are converted first and masked after.
+    const bool same_dtype = bds[0].scalar_type() == dtype;
     const torch::Tensor minus_inf = torch::full({}, -INFINITY, bds[0].options().dtype(dtype));
     for (size_t b = 0; b < blocks.size(); ++b) {
       const KeyBlock& blk = blocks[b];
       const torch::Tensor shifted = shifted_positional_scores(bds[b].detach(), blk);
       torch::Tensor out = bias.narrow(2, blk.col, blk.len);
-      if (masked.defined() && shifted.scalar_type() == dtype)
-        at::where_out(out, masked.narrow(2, blk.col, blk.len), minus_inf, shifted);
-      else
-        out.copy_(shifted);
+      if (masked.defined() && same_dtype) at::where_out(out, masked.narrow(2, blk.col, blk.len), minus_inf, shifted);
+      else out.copy_(shifted);
     }
-    if (masked.defined() && bds[0].scalar_type() != dtype) bias.masked_fill_(masked, -INFINITY);
+    if (masked.defined() && !same_dtype) bias.masked_fill_(masked, -INFINITY);
     ctx->saved_data["blocks"] = pack_key_blocks(blocks);
     ctx->saved_data["table_dtype"] = static_cast<int64_t>(bds[0].scalar_type());
     if (masked.defined()) ctx->save_for_backward({masked});
