@@ -116,6 +116,11 @@ expect 64 xl-inspect --jsn good.h5
 stderr_is_one_line "did you mean '--json'?"
 expect 64 xl-inspect --no-such-option good.h5
 grep -q "did you mean" "$TMP/err" && fail "a guess for --no-such-option: $(cat "$TMP/err")"
+# Only whole names: a shortened flag is refused (Boost would take an unambiguous prefix, whose
+# meaning changes once another flag shares it), with the flag it starts.
+expect 64 xl-tokenize --voc v.tsv text.txt -o out.h5
+stderr_is_one_line "unrecognised option '--voc'; did you mean '--vocab'?"
+[ ! -e out.h5 ] || fail "xl-tokenize wrote out.h5 with a shortened flag"
 expect 64 xl-build-vocab --mode nonsense text.txt
 stderr_is_one_line nonsense
 expect 64 xl-tokenize --vocab v.tsv --mode byte text.txt -o out.h5

@@ -72,6 +72,11 @@ TEST(Spelling, EditDistanceAndTheNearestName) {
   EXPECT_EQ(nearest("no-such-option", flags), "");                  // near nothing
   EXPECT_EQ(nearest("fx", flags), "");                              // too short to guess
   EXPECT_EQ(nearest("d-mdl", flags), "");                           // two edits in five characters
+  EXPECT_EQ(nearest("n-lay", flags), "n-layer");                    // a shortened name: the one it starts
+  EXPECT_EQ(nearest("d-mo", flags), "d-model");
+  EXPECT_EQ(nearest("n-l", flags), "n-layer");
+  EXPECT_EQ(nearest("n-", flags), "");                              // too short
+  EXPECT_EQ(nearest("mem", {"mem-len", "mem-budget"}), "");         // the start of two
 }
 
 TEST(Stats, StudentQuantilesAndIntervals) {

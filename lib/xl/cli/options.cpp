@@ -87,6 +87,8 @@ std::string unknown_option_message(const po::unknown_option& e, const po::option
   return message;
 }
 
+constexpr int kStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
 }  // namespace
 
 // Boost says only "too many positional options"; name the first argument too many and what the
@@ -95,7 +97,7 @@ std::string Options::excess_argument_message(int argc, char** argv, const po::op
   // Parsed again without names for the positions. (Boost names them after reading every token,
   // so a command line that got this far parses.)
   std::vector<std::string> arguments;
-  for (const po::option& o : po::command_line_parser(argc, argv).options(all).run().options)
+  for (const po::option& o : po::command_line_parser(argc, argv).options(all).style(kStyle).run().options)
     if (o.position_key >= 0 && !o.value.empty()) arguments.push_back(o.value.front());
   const unsigned takes = positional_.max_total_count();
   std::string names;
@@ -118,7 +120,9 @@ std::string Options::excess_argument_message(int argc, char** argv, const po::op
 bool Options::parse(int argc, char** argv) {
   po::options_description all = all_options(common_, groups_);
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional_).run(), vm_);
+    // Flags are taken by their whole names only: Boost's default also takes any unambiguous prefix,
+    // which would change a script's meaning the day a second flag shares that prefix.
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional_).style(kStyle).run(), vm_);
   } catch (const po::too_many_positional_options_error&) {
     XL_FAIL(kExitUsage, excess_argument_message(argc, argv, all));
   } catch (const po::unknown_option& e) {

@@ -27,6 +27,13 @@ std::string nearest(const std::string& name, const std::vector<std::string>& can
     const size_t d = edit_distance(name, candidate);
     if (!candidate.empty() && d < best_distance) best = candidate, best_distance = d;
   }
+  if (!best.empty()) return best;
+  // A shortened name ("mem" for mem-len) when one candidate alone starts with it.
+  for (const std::string& candidate : candidates) {
+    if (candidate.compare(0, name.size(), name) != 0) continue;
+    if (!best.empty()) return "";
+    best = candidate;
+  }
   return best;
 }
 
