@@ -324,6 +324,12 @@ torch.save(collections.OrderedDict((n, t.half().float()) for n, t in torch.load(
     head -c -4 hfm.safetensors >hfdir/model.safetensors
     expect 65 xl-import-torch hfdir -o x.h5
     stderr_is_one_line "model.safetensors" "truncated?"
+    # config.json says what is tied (tie_projs false,true,true): a file that lacks the head's
+    # untied projection is refused, not read as if it were tied.
+    "$PY" -c 'import torch; sd = torch.load("hfm-hf.pt"); del sd["crit.out_projs.0"]; torch.save(sd, "noproj-hf.pt")'
+    "$PY" txl_sd.py safetensors noproj-hf.pt hfdir/model.safetensors
+    expect 65 xl-import-torch -q hfdir -o x.h5
+    stderr_is_one_line "model.safetensors" "lacks tensor 'crit.out_projs.0'"
     rm hfdir/model.safetensors
     sed 's/"transfo-xl"/"gpt2"/' hfdir/config.json >config.gpt2 && mv config.gpt2 hfdir/config.json
     expect 65 xl-import-torch hfdir -o x.h5

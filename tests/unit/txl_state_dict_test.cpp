@@ -12,6 +12,7 @@
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
+#include "xl/interop/hf_model_dir.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_state_dict.h"
 #include "xl/util/error.h"
@@ -225,6 +226,63 @@ TEST(TxlStateDict, TiedTensorsListedOnceImportAsTransformersSafetensorsListThem)
               xl::kExitDataErr);
     EXPECT_NE(msg.find("lacks tensor 'layers.0.dec_attn.o_net.weight'"), std::string::npos) << msg;
   }
+}
+
+TEST(TxlStateDict, ConfigJsonsTyingDecidesWhatAFileListingTiedTensorsOnceMustHold) {
+  // transformers ties what config.json's tie_word_embeddings and tie_projs say; a tensor missing
+  // from a safetensors file is tied only where they say so.
+  const ModelConfig cfg = adaptive_config();  // tie_weight, tie_projs false,true,true
+  auto model = make_model(cfg);
+  TensorList sd = round_trip(export_torch(model, false, "mem").state_dict);
+  std::set<std::string> kept;
+  TensorList once;
+  for (const auto& [tname, xname] : torch_names(model))
+    if (kept.insert(xname).second) once.emplace_back(tname, xl::checkpoint::find_tensor(sd, tname));
+  auto given = [&](const nlohmann::json& config) {
+    TorchHyperParams h = invisible(cfg);
+    hf_config_params(config, &h, "config.json");
+    return h;
+  };
+  auto import = [&](const TensorList& tensors, const TorchHyperParams& h, TiedNames tied) {
+    return import_torch_checkpoint(tensors, h, vocab_of(cfg.n_token), "m.safetensors", tied);
+  };
+  const nlohmann::json hub = {{"tie_projs", {false, true, true}}, {"tie_word_embeddings", true}};
+  auto ckpt = import(once, given(hub), TiedNames::kOne);
+  EXPECT_EQ(torch_config(once, given(hub), "m.safetensors").tie_projs, cfg.tie_projs);
+  auto back = model_from_checkpoint(ckpt, "m");
+  EXPECT_TRUE(torch::equal(loss(model), loss(back)));
+
+  // The head's untied projection left out: the tensors alone read it as tied; config.json refuses.
+  TensorList no_head_proj = without(once, "crit.out_projs.0");
+  EXPECT_EQ(torch_config(no_head_proj, invisible(cfg), "m.safetensors").tie_projs, (std::vector<bool>{true, true, true}));
+  import(no_head_proj, invisible(cfg), TiedNames::kOne);
+  std::string msg;
+  EXPECT_EQ(error_code([&] { import(no_head_proj, given(hub), TiedNames::kOne); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("lacks tensor 'crit.out_projs.0'"), std::string::npos) << msg;
+  // Untied output layers left out, by either name of the field.
+  for (const char* key : {"tie_word_embeddings", "tie_weight"}) {
+    EXPECT_EQ(error_code([&] { import(once, given({{key, false}}), TiedNames::kOne); }, &msg), xl::kExitDataErr) << key;
+    EXPECT_NE(msg.find("lacks tensor 'crit.out_layers.0.weight'"), std::string::npos) << msg;
+  }
+  // Said tied, but the file's tensors differ: refused naming config.json's field and the tensor.
+  TensorList differs = replaced(sd, "crit.out_projs.0", torch::zeros_like(xl::checkpoint::find_tensor(sd, "crit.out_projs.0")));
+  EXPECT_EQ(error_code([&] { import(differs, given({{"tie_projs", {true, true, true}}}), TiedNames::kEach); }, &msg),
+            xl::kExitDataErr);
+  EXPECT_NE(msg.find("config.json's tie_projs says cluster 0 is tied, but crit.out_projs.0 differs"), std::string::npos) << msg;
+  TensorList layers_differ = replaced(sd, "crit.out_layers.1.weight", torch::zeros({20, 6}));
+  EXPECT_EQ(error_code([&] { import(layers_differ, given({{"tie_word_embeddings", true}}), TiedNames::kEach); }, &msg),
+            xl::kExitDataErr);
+  EXPECT_NE(msg.find("config.json's tie_word_embeddings says the output layers are tied, but crit.out_layers.1.weight"),
+            std::string::npos)
+      << msg;
+  // A flag wins over config.json (an untied copy of a tied model), and a length that is not one per
+  // cluster is refused naming the field.
+  TorchHyperParams flag = invisible(cfg);
+  flag.tie_projs = std::vector<bool>{false, false, true};
+  hf_config_params(hub, &flag, "config.json");
+  EXPECT_EQ(torch_config(sd, flag, "m.pt").tie_projs, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(error_code([&] { import(sd, given({{"tie_projs", {false, true}}}), TiedNames::kEach); }, &msg), xl::kExitDataErr);
+  EXPECT_NE(msg.find("config.json's tie_projs false,true needs 3 entries"), std::string::npos) << msg;
 }
 
 TEST(TxlStateDict, HalfPrecisionStateDictsImportTheirRoundedWeights) {

@@ -90,6 +90,15 @@ std::string bools_str(const std::vector<bool>& v) {
   return s;
 }
 
+// A value as a message shows it.
+template <typename T>
+std::string shown(const T& v) {
+  std::ostringstream os;
+  os << std::boolalpha << v;
+  return os.str();
+}
+std::string shown(const std::vector<bool>& v) { return bools_str(v); }
+
 std::string summary(const ModelConfig& c) {
   std::ostringstream os;
   os << "n_layer " << c.n_layer << ", d_model " << c.d_model << ", n_head " << c.n_head << ", d_head " << c.d_head
@@ -237,7 +246,7 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
     }
   }
   XL_CHECK(!given.tie_weight || !*given.tie_weight || tied, kExitDataErr,
-           file << ": --tie-weight but " << untied_evidence);
+           file << ": " << given.tie_weight_from << " says the output layers are tied, but " << untied_evidence);
   c.tie_weight = given.tie_weight.value_or(tied);
 
   const size_t n_clusters = c.cutoffs.size() + 1;
@@ -253,14 +262,15 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
   if (!any_proj) tie_projs.clear();  // no projections (char level): nothing to tie
   if (given.tie_projs) {
     XL_CHECK(given.tie_projs->size() == n_clusters, kExitDataErr,
-             file << ": --tie-projs " << bools_str(*given.tie_projs) << " needs " << n_clusters << " entries, one per cluster");
+             file << ": " << given.tie_projs_from << " " << bools_str(*given.tie_projs) << " needs " << n_clusters
+                  << " entries, one per cluster");
     for (size_t i = 0; i < n_clusters; ++i) {
       std::string out = "crit.out_projs." + std::to_string(i);
       std::string emb = "word_emb.emb_projs." + std::to_string(c.div_val == 1 ? 0 : i);
       XL_CHECK(!(*given.tie_projs)[i] || !has(out) || !has(emb) || tie_projs[i], kExitDataErr,
-               file << ": --tie-projs says cluster " << i << " is tied but " << out << " differs from " << emb);
+               file << ": " << given.tie_projs_from << " says cluster " << i << " is tied, but " << out << " differs from " << emb);
     }
-    c.tie_projs = *given.tie_projs;
+    if (any_proj) c.tie_projs = *given.tie_projs;
   } else {
     c.tie_projs = tie_projs;
   }
@@ -283,8 +293,11 @@ SavedHyperParams SavedHyperParams::read(std::string source, const std::function<
   s.source = std::move(source);
   for (auto [field, name] : {std::pair{&s.attn_type, "attn_type"}, {&s.sample_softmax, "sample_softmax"}, {&s.pre_lnorm, "pre_lnorm"},
                              {&s.same_length, "same_length"}, {&s.clamp_len, "clamp_len"}, {&s.dropout, "dropout"},
-                             {&s.dropatt, "dropatt"}, {&s.cutoffs, "cutoffs"}})
+                             {&s.dropatt, "dropatt"}, {&s.cutoffs, "cutoffs"}, {&s.tie_projs, "tie_projs"}})
     *field = at(name);
+  s.tie_weight = at("tie_word_embeddings");
+  if (s.tie_weight.is_null()) s.tie_weight = at("tie_weight");
+  else s.tie_weight_name = "tie_word_embeddings";
   return s;
 }
 
@@ -298,17 +311,16 @@ void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* g
 
   // A flag given must agree on the architecture (pre_lnorm); on behaviour (as eval.py sets
   // same_length and clamp_len) it wins.
+  // Returns whether the saved value was taken.
   auto take = [&](const char* flag, const std::string& name, auto& field, auto value, bool architecture) {
     if (field && *field != value) {
-      std::ostringstream given_value, file_value;
-      given_value << std::boolalpha << *field;
-      file_value << std::boolalpha << value;
-      XL_CHECK(!architecture, kExitDataErr, file << ": --" << flag << " " << given_value.str() << " is given, but " << saved.source
-                                                  << " has " << name << " = " << file_value.str());
-      XL_INFO(file << ": --" << flag << " " << given_value.str() << " (" << saved.source << " has " << name << " = " << file_value.str() << ")");
-      return;
+      XL_CHECK(!architecture, kExitDataErr, file << ": --" << flag << " " << shown(*field) << " is given, but " << saved.source
+                                                  << " has " << name << " = " << shown(value));
+      XL_INFO(file << ": --" << flag << " " << shown(*field) << " (" << saved.source << " has " << name << " = " << shown(value) << ")");
+      return false;
     }
     field = value;
+    return true;
   };
   if (saved.pre_lnorm.is_boolean()) take("pre-lnorm", "pre_lnorm", given->pre_lnorm, saved.pre_lnorm.get<bool>(), true);
   if (saved.same_length.is_boolean()) take("same-length", "same_length", given->same_length, saved.same_length.get<bool>(), false);
@@ -316,6 +328,14 @@ void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* g
     take("clamp-len", "clamp_len", given->clamp_len, std::max<int64_t>(0, saved.clamp_len.get<int64_t>()), false);
   if (saved.dropout.is_number()) take("dropout", "dropout", given->dropout, saved.dropout.get<double>(), false);
   if (saved.dropatt.is_number()) take("dropatt", "dropatt", given->dropatt, saved.dropatt.get<double>(), false);
+  // Tying, which a flag may undo (an untied copy) and torch_config checks against the tensors.
+  if (saved.tie_weight.is_boolean() &&
+      take("tie-weight", saved.tie_weight_name, given->tie_weight, saved.tie_weight.get<bool>(), false))
+    given->tie_weight_from = saved.source + "'s " + saved.tie_weight_name;
+  const auto& tp = saved.tie_projs;
+  if (tp.is_array() && std::all_of(tp.begin(), tp.end(), [](const auto& x) { return x.is_boolean(); }) &&
+      take("tie-projs", "tie_projs", given->tie_projs, tp.get<std::vector<bool>>(), false))
+    given->tie_projs_from = saved.source + "'s tie_projs";
   // A div_val 1 model's clusters are invisible in its tensors.
   const auto& c = saved.cutoffs;
   if (c.is_array() && std::all_of(c.begin(), c.end(), [](const auto& x) { return x.is_number_integer(); })) {

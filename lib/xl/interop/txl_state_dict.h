@@ -42,6 +42,8 @@ struct TorchHyperParams {
   std::optional<std::vector<bool>> tie_projs;
   std::optional<bool> tie_weight, untie_r, pre_lnorm, same_length;
   std::optional<double> dropout, dropatt;
+  // Who set tie_weight and tie_projs, for refusals: the flags, or a saved config's field.
+  std::string tie_weight_from = "--tie-weight", tie_projs_from = "--tie-projs";
 };
 
 // The model config of a PyTorch Transformer-XL state_dict: n_layer, d_model, n_head, d_head,
@@ -74,15 +76,19 @@ checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& state_
 // Face config.json), each null where it does not say; cutoffs without n_token.
 struct SavedHyperParams {
   std::string source;  // for messages: "the pickled model", "config.json"
-  nlohmann::json attn_type, sample_softmax, pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs;
+  nlohmann::json attn_type, sample_softmax, pre_lnorm, same_length, clamp_len, dropout, dropatt, cutoffs, tie_projs,
+      tie_weight;
+  std::string tie_weight_name = "tie_weight";  // or transformers' tie_word_embeddings, where that was read
 
-  // Each field as `at` gives it by the field's name ("attn_type", ..., "cutoffs").
+  // Each field as `at` gives it by the field's name ("attn_type", ..., "cutoffs", "tie_projs"); the
+  // output layers' tying by tie_word_embeddings (transformers' name) or else tie_weight.
   static SavedHyperParams read(std::string source, const std::function<nlohmann::json(const std::string&)>& at);
 };
 
 // Fills what `saved` says into `given` where not given. A given pre_lnorm or cutoffs that disagrees
 // fails with 65 naming it (the others are behaviour, which the flags may change: logged), and so
-// does an attn_type other than 0 or a sampled softmax.
+// does an attn_type other than 0 or a sampled softmax. Saved tying (tie_weight, tie_projs) is then
+// checked against the tensors by torch_config as a flag's would be, its refusals naming the field.
 void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* given, const std::string& file);
 
 // The state_dict of a pickled MemTransformerLM (torch.save(model, f): train.py's model.pt), or of the
