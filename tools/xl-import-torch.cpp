@@ -1,6 +1,7 @@
 // xl-import-torch: a PyTorch Transformer-XL model or state_dict -> an xl checkpoint, and back with --export.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "xl/cli/options.h"
 #include "xl/model/kernels/torch_process.h"
@@ -107,10 +108,10 @@ int main(int argc, char** argv) {
          "dropouts); with a state_dict those must be given as the model was trained. Tied tensors, stored under\n"
          "both names by PyTorch, must be equal and are kept once. INPUT may also be a safetensors file (Hugging\n"
          "Face's format, which lists a tied tensor once), or a Hugging Face TransfoXL directory\n"
-         "(save_pretrained's, or the hub's transfo-xl-wt103): its model.safetensors or pytorch_model.bin is read\n"
-         "with what its config.json says (tie_projs and tie_word_embeddings among it: a tensor the file lacks is\n"
-         "then taken as tied only where they say so), and its vocab.bin or vocab.pkl serves when --vocab is not\n"
-         "given.\n"
+         "(save_pretrained's, or the hub's transfo-xl-wt103): its model.safetensors or pytorch_model.bin (or\n"
+         "their shards, each tensor from the shard the index names) is read with what its config.json says\n"
+         "(tie_projs and tie_word_embeddings among it: a tensor the file lacks is then taken as tied only where\n"
+         "they say so), and its vocab.bin or vocab.pkl serves when --vocab is not given.\n"
          "\n"
          "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
          "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
@@ -163,19 +164,20 @@ int main(int argc, char** argv) {
     }
 
     auto params = hyper_params(cli);
-    // A Hugging Face model directory: its state_dict, config.json and vocab.
-    std::string weights = input, vocab_path = cli.has("vocab") ? cli.get<std::string>("vocab") : "";
+    const std::string key = cli.has("key") ? cli.get<std::string>("key") : "";
+    // A Hugging Face model directory: its state_dict (one file or shards), config.json and vocab.
+    std::optional<xl::interop::HfModelDir> hf;
+    std::string vocab_path = cli.has("vocab") ? cli.get<std::string>("vocab") : "";
     if (xl::io::is_dir(input)) {
-      const auto hf = xl::interop::hf_model_dir(input);
-      weights = hf.weights;
-      if (vocab_path.empty()) vocab_path = hf.vocab;
-      xl::interop::hf_config_params(hf.config, &params, hf.config_file);
+      hf = xl::interop::hf_model_dir(input);
+      if (vocab_path.empty()) vocab_path = hf->vocab;
+      xl::interop::hf_config_params(hf->config, &params, hf->config_file);
     }
     XL_CHECK(!vocab_path.empty(), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
-    const std::string display = xl::io::display_name(weights);
+    const std::string display = xl::io::display_name(hf ? hf->weights : input);
     // The file's bytes only while its tensors are read (a wt103 model's are 1.1 GB).
-    auto [contents, tied] = xl::interop::parse_weights_file(
-        xl::io::read_raw(weights), cli.has("key") ? cli.get<std::string>("key") : "", display);
+    auto [contents, tied] = hf ? xl::interop::read_hf_weights(*hf, key)
+                               : xl::interop::parse_weights_file(xl::io::read_raw(input), key, display);
     const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);

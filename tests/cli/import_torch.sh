@@ -337,9 +337,73 @@ torch.save(collections.OrderedDict((n, t.half().float()) for n, t in torch.load(
     rm hfdir/pytorch_model.bin
     expect 66 xl-import-torch hfdir -o x.h5
     stderr_is_one_line "hfdir: no model.safetensors or pytorch_model.bin"
-    touch hfdir/model.safetensors.index.json
-    expect 66 xl-import-torch hfdir -o x.h5
-    stderr_is_one_line "hfdir: no model.safetensors" "shards are not read"
+    # Shards, as save_pretrained writes a model above its max_shard_size: the index names each
+    # tensor's file. The one file's model, in either format.
+    sed 's/"gpt2"/"transfo-xl"/' hfdir/config.json >config.txl && mv config.txl hfdir/config.json
+    python3 - <<'EOF'
+import json, struct
+# hfm.safetensors cut in two: every other tensor to the second shard, offsets from each shard's start.
+f = open("hfm.safetensors", "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+header, data = json.loads(f.read(n)), f.read()
+names = [k for k in header if k != "__metadata__"]
+weight_map = {}
+for s, part in enumerate((names[0::2], names[1::2])):
+    file = "model-%05d-of-00002.safetensors" % (s + 1)
+    h, chunks, size = {"__metadata__": {"format": "pt"}}, [], 0
+    for k in part:
+        a, b = header[k]["data_offsets"]
+        h[k] = dict(header[k], data_offsets=[size, size + b - a])
+        chunks.append(data[a:b])
+        size += b - a
+        weight_map[k] = file
+    raw = json.dumps(h).encode()
+    raw += b" " * (-len(raw) % 8)
+    open("hfdir/" + file, "wb").write(struct.pack("<Q", len(raw)) + raw + b"".join(chunks))
+json.dump({"metadata": {"total_size": len(data)}, "weight_map": weight_map}, open("hfdir/model.safetensors.index.json", "w"))
+EOF
+    expect 0 xl-import-torch hfdir -o hfdir-shards.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-shards.h5 hfwords.h5
+    [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
+      fail "the directory's safetensors shards give loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
+    expect 64 xl-import-torch --key model_state hfdir -o x.h5
+    stderr_is_one_line "model.safetensors.index.json" "--key does not apply"
+    cp hfdir/model.safetensors.index.json index.json
+    index_edit() {  # the index with one change to its weight_map, in python
+      python3 -c "import json; j = json.load(open('index.json')); m = j['weight_map']; $1; json.dump(j, open('hfdir/model.safetensors.index.json', 'w'))"
+    }
+    index_edit "k = sorted(m)[0]; m[k] = m[k].replace('00001-of', '00003-of').replace('00002-of', '00001-of').replace('00003-of', '00002-of')"
+    expect 65 xl-import-torch -q hfdir -o x.h5
+    stderr_is_one_line "holds tensor '" "which hfdir/model.safetensors.index.json puts in hfdir/model-0000"
+    index_edit "m['crit.out_projs.9'] = 'model-00001-of-00002.safetensors'"
+    expect 65 xl-import-torch -q hfdir -o x.h5
+    stderr_is_one_line "model-00001-of-00002.safetensors: lacks tensor 'crit.out_projs.9', which hfdir/model.safetensors.index.json puts there"
+    index_edit "del m[sorted(m)[0]]"
+    expect 65 xl-import-torch -q hfdir -o x.h5
+    stderr_is_one_line "holds tensor '" "which hfdir/model.safetensors.index.json does not list"
+    index_edit "m[sorted(m)[0]] = '../model-00001-of-00002.safetensors'"
+    expect 65 xl-import-torch -q hfdir -o x.h5
+    stderr_is_one_line "model.safetensors.index.json: weight_map puts" "not a file name in the directory"
+    echo '{"metadata": {}}' >hfdir/model.safetensors.index.json
+    expect 65 xl-import-torch -q hfdir -o x.h5
+    stderr_is_one_line "model.safetensors.index.json: no weight_map"
+    rm hfdir/model*
+    # torch.save shards (pytorch_model-0000N-of-00002.bin), every name of a tied tensor listed.
+    "$PY" - <<'EOF'
+import collections, json, torch
+sd = torch.load("hfm-hf.pt")
+names, weight_map = list(sd), {}
+for s, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
+    file = "pytorch_model-%05d-of-00002.bin" % (s + 1)
+    torch.save(collections.OrderedDict((k, sd[k]) for k in part), "hfdir/" + file)
+    weight_map.update((k, file) for k in part)
+json.dump({"metadata": {}, "weight_map": weight_map}, open("hfdir/pytorch_model.bin.index.json", "w"))
+EOF
+    expect 0 xl-import-torch hfdir -o hfdir-binshards.h5
+    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-binshards.h5 hfwords.h5
+    [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
+      fail "the directory's torch.save shards give loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
+    rm hfdir/pytorch_model*
     expect 65 xl-tokenize --vocab vocab.pkl --test oov.txt -o x.h5
     stderr_is_one_line vocab.pkl "a pickle, not a vocab" "xl-import-torch"
     expect 65 xl-import-torch --corpus vocab.bin -o x.h5

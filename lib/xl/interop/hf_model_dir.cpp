@@ -1,21 +1,44 @@
 #include "xl/interop/hf_model_dir.h"
 
+#include <set>
+
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/json_io.h"
+#include "xl/util/parse.h"
 
 namespace xl::interop {
+
+namespace {
+
+// The index transformers writes beside shards: {"metadata": ..., "weight_map": {tensor: file}}.
+void read_shard_index(const std::string& base, HfModelDir* out) {
+  const nlohmann::json index = read_json_file(out->weights, "a Hugging Face shard index (JSON)");
+  const auto map = index.is_object() ? index.find("weight_map") : index.end();
+  XL_CHECK(index.is_object() && map != index.end() && map->is_object() && !map->empty(), kExitDataErr,
+           out->weights << ": no weight_map (each tensor's name -> its shard's file name)");
+  std::set<std::string> shards;
+  for (const auto& [name, file] : map->items()) {
+    const std::string f = file.is_string() ? file.get<std::string>() : "";
+    XL_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", kExitDataErr,
+             out->weights << ": weight_map puts '" << name << "' in " << file.dump() << ", not a file name in the directory");
+    shards.insert(base + f);
+    out->shard_of.emplace(name, base + f);
+  }
+  out->shards.assign(shards.begin(), shards.end());
+}
+
+}  // namespace
 
 HfModelDir hf_model_dir(const std::string& dir) {
   const std::string base = dir.back() == '/' ? dir : dir + "/";
   HfModelDir out;
-  // model.safetensors first, as transformers loads it.
-  for (const char* name : {"model.safetensors", "pytorch_model.bin"})
+  // One file before shards, model.safetensors before pytorch_model.bin, as transformers loads them.
+  for (const char* name : {"model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json"})
     if (out.weights.empty() && io::is_file(base + name)) out.weights = base + name;
-  const bool sharded = io::exists(base + "model.safetensors.index.json") || io::exists(base + "pytorch_model.bin.index.json");
   XL_CHECK(!out.weights.empty(), kExitNoInput,
-           dir << ": no model.safetensors or pytorch_model.bin, so not a Hugging Face model directory"
-               << (sharded ? " (weights split into shards are not read: save them with a max_shard_size above the model's size)" : ""));
+           dir << ": no model.safetensors or pytorch_model.bin (nor an index of their shards), so not a Hugging Face model directory");
+  if (parse::ends_with(out.weights, ".index.json")) read_shard_index(base, &out);
   for (const char* name : {"vocab.bin", "vocab.pkl"})
     if (out.vocab.empty() && io::is_file(base + name)) out.vocab = base + name;
   out.config_file = base + "config.json";
@@ -26,6 +49,33 @@ HfModelDir hf_model_dir(const std::string& dir) {
     XL_CHECK(type == out.config.end() || *type == "transfo-xl", kExitDataErr,
              out.config_file << ": model_type " << type->dump() << ", not Hugging Face's TransfoXL (transfo-xl)");
   }
+  return out;
+}
+
+WeightsFile read_hf_weights(const HfModelDir& dir, const std::string& key) {
+  if (dir.shards.empty()) return parse_weights_file(io::read_raw(dir.weights), key, io::display_name(dir.weights));
+  XL_CHECK(key.empty(), kExitUsage, "--key does not apply to " << dir.weights << " (the shards of one flat state_dict)");
+  WeightsFile out;
+  std::set<std::string> found;
+  for (const std::string& shard : dir.shards) {
+    // One shard's bytes at a time.
+    WeightsFile w = parse_weights_file(io::read_raw(shard), "", shard);
+    XL_CHECK(w.contents.classes.empty(), kExitDataErr, shard << ": a pickled " << w.contents.classes.begin()->second
+                                                              << ", not a shard of a state_dict");
+    if (shard == dir.shards.front()) out.tied = w.tied;
+    XL_CHECK(w.tied == out.tied, kExitDataErr,
+             shard << ": not in the format of " << dir.shards.front() << " (safetensors and torch.save shards mixed)");
+    for (auto& [name, t] : w.contents.tensors) {
+      const auto it = dir.shard_of.find(name);
+      XL_CHECK(it != dir.shard_of.end() && it->second == shard, kExitDataErr,
+               shard << ": holds tensor '" << name << "', which " << dir.weights
+                     << (it == dir.shard_of.end() ? " does not list" : " puts in " + it->second));
+      found.insert(name);
+      out.contents.tensors.emplace_back(name, std::move(t));
+    }
+  }
+  for (const auto& [name, shard] : dir.shard_of)
+    XL_CHECK(found.count(name), kExitDataErr, shard << ": lacks tensor '" << name << "', which " << dir.weights << " puts there");
   return out;
 }
 
