@@ -206,13 +206,14 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
     EXPECT_TRUE(torch::equal(relative_positional_bias(bds_bf16, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
     EXPECT_TRUE(torch::equal(relative_positional_bias(bds_float, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
     // Differentiable tables: the same bias, and each unmasked entry's gradient lands on the
-    // table entry it read (masked ones, which a fused kernel gives a zero gradient, on none).
+    // table entry it read; a masked entry does not read the table, so its gradient (given here,
+    // as a fused kernel's may be) lands on none.
     std::vector<Tensor> tracked;
     for (const auto& bd : bds) tracked.push_back(bd.clone().requires_grad_());
     const Tensor tracked_bias = relative_positional_bias(tracked, blocks, mask, torch::kFloat64);
     EXPECT_TRUE(torch::equal(tracked_bias, bias));
     const Tensor w = torch::randn({n, c.t, k}, torch::kFloat64);
-    (tracked_bias.masked_fill(mask.unsqueeze(0), 0) * w).sum().backward();
+    tracked_bias.backward(w);
     auto w_acc = w.accessor<double, 3>();
     for (size_t b = 0; b < blocks.size(); ++b) {
       Tensor want_grad = torch::zeros_like(bds[b]);

@@ -295,11 +295,13 @@ class PositionalBias : public torch::autograd::Function<PositionalBias> {
     const int64_t n = grad.size(0), t = grad.size(1);
     torch::autograd::variable_list grads;
     for (const KeyBlock& blk : blocks) {
-      torch::Tensor g = grad.narrow(2, blk.col, blk.len);
-      if (masked.defined()) g = g.masked_fill(masked.narrow(2, blk.col, blk.len), 0);
       const int64_t p = blk.table;
       torch::Tensor table = torch::zeros({n, t, p + 1}, grad.options().dtype(dtype));
-      table.as_strided({n, t, blk.len}, {t * (p + 1), p, 1}, t - 1).copy_(g);
+      // The shift's view writes each score's gradient to its own table element, so the mask is
+      // applied there in place (no score-sized masked copy of the gradient).
+      torch::Tensor shifted = table.as_strided({n, t, blk.len}, {t * (p + 1), p, 1}, t - 1);
+      shifted.copy_(grad.narrow(2, blk.col, blk.len));
+      if (masked.defined()) shifted.masked_fill_(masked.narrow(2, blk.col, blk.len), 0);
       grads.push_back(table.narrow(2, 0, p));
     }
     grads.push_back(torch::Tensor());  // blocks
