@@ -288,6 +288,14 @@ EOF
       fail "config.json's same_length, clamp_len and dropout are not the model's: $(config hfdir.h5)"
     hf_loss_matches "the directory's model (same_length, clamp_len 5 from config.json)" hfdir.h5 hfm.pt --same-length --clamp-len 5
     hf_dir_loss=$ours
+    # The directory as it now is imports to the model of its pytorch_model.bin above.
+    dir_gives_its_loss() {
+      local what=$1 h5=$2
+      expect 0 xl-import-torch hfdir -o "$h5"
+      expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$h5" hfwords.h5
+      [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
+        fail "the directory's $what gives loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
+    }
     expect 65 xl-import-torch --pre-lnorm true hfdir -o x.h5
     stderr_is_one_line "config.json" "--pre-lnorm true is given, but config.json has pre_lnorm = false"
     # save_pretrained's default since transformers 4.35: model.safetensors, a tied tensor listed once
@@ -315,10 +323,7 @@ torch.save(collections.OrderedDict((n, t.half().float()) for n, t in torch.load(
     hf_loss_matches "the model saved in float16 (safetensors)" hfm16.h5 hfm16.pt
     cp hfm.safetensors hfdir/model.safetensors
     printf 'not a state_dict' >hfdir/pytorch_model.bin
-    expect 0 xl-import-torch hfdir -o hfdir-st.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-st.h5 hfwords.h5
-    [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
-      fail "the directory's model.safetensors gives loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
+    dir_gives_its_loss "model.safetensors" hfdir-st.h5
     expect 64 xl-import-torch --key model_state hfdir -o x.h5
     stderr_is_one_line "model.safetensors" "--key does not apply"
     head -c -4 hfm.safetensors >hfdir/model.safetensors
@@ -362,10 +367,7 @@ for s, part in enumerate((names[0::2], names[1::2])):
     open("hfdir/" + file, "wb").write(struct.pack("<Q", len(raw)) + raw + b"".join(chunks))
 json.dump({"metadata": {"total_size": len(data)}, "weight_map": weight_map}, open("hfdir/model.safetensors.index.json", "w"))
 EOF
-    expect 0 xl-import-torch hfdir -o hfdir-shards.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-shards.h5 hfwords.h5
-    [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
-      fail "the directory's safetensors shards give loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
+    dir_gives_its_loss "safetensors shards" hfdir-shards.h5
     expect 64 xl-import-torch --key model_state hfdir -o x.h5
     stderr_is_one_line "model.safetensors.index.json" "--key does not apply"
     cp hfdir/model.safetensors.index.json index.json
@@ -399,10 +401,7 @@ for s, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
     weight_map.update((k, file) for k in part)
 json.dump({"metadata": {}, "weight_map": weight_map}, open("hfdir/pytorch_model.bin.index.json", "w"))
 EOF
-    expect 0 xl-import-torch hfdir -o hfdir-binshards.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfdir-binshards.h5 hfwords.h5
-    [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
-      fail "the directory's torch.save shards give loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
+    dir_gives_its_loss "torch.save shards" hfdir-binshards.h5
     rm hfdir/pytorch_model*
     expect 65 xl-tokenize --vocab vocab.pkl --test oov.txt -o x.h5
     stderr_is_one_line vocab.pkl "a pickle, not a vocab" "xl-import-torch"
