@@ -275,6 +275,14 @@ TEST(TxlStateDict, ConfigJsonsTyingDecidesWhatAFileListingTiedTensorsOnceMustHol
   EXPECT_NE(msg.find("config.json's tie_word_embeddings says the output layers are tied, but crit.out_layers.1.weight"),
             std::string::npos)
       << msg;
+  // Saying nothing, config.json leaves transformers' default: tied.
+  EXPECT_EQ(error_code([&] { import(layers_differ, given(nlohmann::json::object()), TiedNames::kEach); }, &msg),
+            xl::kExitDataErr);
+  EXPECT_NE(msg.find("config.json's tie_word_embeddings (absent: transformers' default, true) says the output layers "
+                     "are tied, but crit.out_layers.1.weight"),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(torch_config(layers_differ, given({{"tie_weight", false}}), "m.pt").tie_weight);
   // A flag wins over config.json (an untied copy of a tied model), and a length that is not one per
   // cluster is refused naming the field.
   TorchHyperParams flag = invisible(cfg);

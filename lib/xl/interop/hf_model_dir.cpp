@@ -81,9 +81,15 @@ WeightsFile read_hf_weights(const HfModelDir& dir, const std::string& key) {
 
 void hf_config_params(const nlohmann::json& config, TorchHyperParams* given, const std::string& file) {
   if (!config.is_object()) return;
-  const auto saved = SavedHyperParams::read("config.json", [&](const std::string& field) {
+  auto saved = SavedHyperParams::read("config.json", [&](const std::string& field) {
     return config.contains(field) ? config.at(field) : nlohmann::json();
   });
+  // transformers ties the output layers unless config.json says otherwise (save_pretrained leaves
+  // the default out).
+  if (saved.tie_weight.is_null()) {
+    saved.tie_weight = true;
+    saved.tie_weight_name = "tie_word_embeddings (absent: transformers' default, true)";
+  }
   apply_saved_hyper_params(saved, given, file);
 }
 

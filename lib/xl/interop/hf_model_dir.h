@@ -37,7 +37,8 @@ HfModelDir hf_model_dir(const std::string& dir);
 WeightsFile read_hf_weights(const HfModelDir& dir, const std::string& key);
 
 // What a TransfoXL config.json says beyond the tensors, filled into `given` as
-// apply_saved_hyper_params does (`file` names config.json in messages).
+// apply_saved_hyper_params does (`file` names config.json in messages); without
+// tie_word_embeddings or tie_weight the output layers are tied, as transformers ties them.
 void hf_config_params(const nlohmann::json& config, TorchHyperParams* given, const std::string& file);
 
 }  // namespace xl::interop
