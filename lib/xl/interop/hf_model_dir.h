@@ -1,7 +1,7 @@
 // Hugging Face's TransfoXL model directory, as save_pretrained() writes it and the hub holds
 // transfo-xl-wt103: the state_dict (model.safetensors or pytorch_model.bin, TransfoXLLMHeadModel's
-// names, or their shards with the index naming each tensor's shard), config.json (what the tensors cannot show: same_length, clamp_len, pre_lnorm, dropouts,
-// cutoffs) and the vocab (vocab.bin, or vocab.pkl as later versions name it: a Transformer-XL
+// names, or their shards with the index naming each tensor's shard), config.json (what the tensors
+// cannot show: same_length, clamp_len, pre_lnorm, dropouts, cutoffs, tying) and the vocab (vocab.bin, or vocab.pkl as later versions name it: a Transformer-XL
 // Vocab's __dict__, torch.save'd, or pickled among the tokenizer's other attributes by
 // save_vocabulary).
 #pragma once

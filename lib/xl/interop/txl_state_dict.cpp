@@ -310,8 +310,7 @@ void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* g
                 << "; xl implements the full and adaptive softmax, not the sampled one");
 
   // A flag given must agree on the architecture (pre_lnorm); on behaviour (as eval.py sets
-  // same_length and clamp_len) it wins.
-  // Returns whether the saved value was taken.
+  // same_length and clamp_len) it wins. Returns whether the saved value was taken.
   auto take = [&](const char* flag, const std::string& name, auto& field, auto value, bool architecture) {
     if (field && *field != value) {
       XL_CHECK(!architecture, kExitDataErr, file << ": --" << flag << " " << shown(*field) << " is given, but " << saved.source
