@@ -7,7 +7,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each, every target)
 #
-# TARGET: vocab_tsv tokens_h5 config_ini char_text (the xl_core readers; built in ~3 min), and
+# TARGET: vocab_tsv tokens_h5 config_ini char_text moses_text (the xl_core readers; built in ~3 min), and
 # checkpoint_h5 torch_pickle grid_ini (the LibTorch layer's readers: the whole library is built
 # with clang and the sanitizers first, ~25 min on 2 cores).
 set -euo pipefail
@@ -16,7 +16,7 @@ cd "$root"
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vocab_tsv tokens_h5 config_ini char_text checkpoint_h5 torch_pickle grid_ini)
+[ ${#targets[@]} -gt 0 ] || targets=(vocab_tsv tokens_h5 config_ini char_text moses_text checkpoint_h5 torch_pickle grid_ini)
 
 if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   echo "fuzz.sh: installing clang and its fuzzer runtime" >&2
@@ -38,7 +38,7 @@ trap 'rm -rf "$work"' EXIT
 text="$root/../shared/data/tinyshakespeare/input.txt"
 [ -f "$text" ] || text="$root/README.md"
 head -c 20000 "$text" >"$work/text"
-mkdir -p "$seeds"/{vocab_tsv,tokens_h5,config_ini,char_text,checkpoint_h5,torch_pickle,grid_ini}
+mkdir -p "$seeds"/{vocab_tsv,tokens_h5,config_ini,char_text,moses_text,checkpoint_h5,torch_pickle,grid_ini}
 B=build/bin
 for mode in byte char word; do
   $B/xl-build-vocab -q --mode $mode "$work/text" -o "$seeds/vocab_tsv/$mode.tsv" -f
@@ -47,6 +47,7 @@ done
 cp share/xl/configs/*.ini "$seeds/config_ini/"
 printf "# the keys the target declares\nn-layer = 4\nlr = 0.1  # a comment\nsame-length = true\n\n[ignored]\nskip-schedule = linear\ncutoffs = 1,2\n" >"$seeds/config_ini/declared.ini"
 head -c 4000 "$work/text" >"$seeds/char_text/english.txt"
+cp "$seeds/char_text/english.txt" "$seeds/moses_text/"
 # Checkpoints of small models (each group the loader reads: model, optimizer, generators,
 # memories, analysis; an adaptive softmax; a pruned one with per-layer heads; one with head scores), their
 # torch.save exports, and the grids that ship.
@@ -81,6 +82,7 @@ for f in tests/fuzz-regressions/*.gz; do
   t=$(basename "$f"); gunzip -c "$f" >"$seeds/${t%%-*}/${t%.gz}"
 done
 printf 'na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac10 \xf0\x9f\x98\x80\n' >"$seeds/char_text/utf8.txt"
+printf 'Hello (bracket) and side-scrolled [and] Henry'"'"'s $5,000 with 3.34 m. What'"'"'s up!?\n\xe2\x80\x9cMr. Smith\xe2\x80\x9d said\xc2\xa0: <unk> e.g. 1\xc2\xa0000...\n' >"$seeds/moses_text/raw.txt"
 
 status=0
 for t in "${targets[@]}"; do

@@ -1,6 +1,7 @@
 // xl-build-vocab: text -> vocab TSV (byte, char or word pieces, deterministic order).
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
+#include "xl/text/segmenter.h"
 #include "xl/text/vocab.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
@@ -19,7 +20,8 @@ int main(int argc, char** argv) {
         ("mode,m", xl::cli::po::value<std::string>()->default_value("byte"), "byte, char or word")
         ("min-count", xl::cli::po::value<int64_t>()->default_value(1), "char/word: rarer pieces become <unk>")
         ("max-size", xl::cli::po::value<int64_t>()->default_value(0), "word/char: at most this many entries (0: all)")
-        ("allow-invalid-utf8", xl::cli::po::bool_switch(), "char: count invalid bytes as <unk> instead of failing");
+        ("allow-invalid-utf8", xl::cli::po::bool_switch(), "char: count invalid bytes as <unk> instead of failing")
+        ("pretokenize", xl::cli::po::value<std::string>()->default_value("none"), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does)");
     cli.positional("input", -1);
     cli.add_output("the vocab");
     if (!cli.parse(argc, argv)) return 0;
@@ -29,6 +31,8 @@ int main(int argc, char** argv) {
     opts.min_count = cli.get<int64_t>("min-count");
     opts.max_size = cli.get<int64_t>("max-size");
     opts.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
+    opts.pretokenizer = xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"));
+    xl::text::check_pretokenizer(opts.type, opts.pretokenizer);
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);
     std::vector<std::string> texts;
     std::vector<std::string_view> views;

@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
         ("mem-len", po::value<int64_t>()->default_value(512), "memory (context) length")
         ("tgt-len", po::value<int64_t>()->default_value(128), "segment length for feeding the prompt")
         ("echo", po::bool_switch(), "write the prompt before the generated text")
-        ("allow-invalid-utf8", po::bool_switch(), "char/word vocabs: map invalid UTF-8 in the prompt to <unk>");
+        ("allow-invalid-utf8", po::bool_switch(), "char/word vocabs: map invalid UTF-8 in the prompt to <unk>")
+        ("pretokenize", po::value<std::string>()->default_value("none"), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does)");
     cli.positional("checkpoint", 1);
     xl::options::add_compute_options(cli);
     if (!cli.parse(argc, argv)) return 0;
@@ -105,7 +106,8 @@ int main(int argc, char** argv) {
     const xl::text::Vocab vocab = ckpt.vocab;
     ckpt = xl::checkpoint::Checkpoint();
     model->to(device);
-    xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"));
+    xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"),
+                                  xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize")));
 
     std::vector<int32_t> prompt;
     xl::text::EncodeStats stats;

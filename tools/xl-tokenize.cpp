@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
         ("valid", po::value<std::string>(), "valid text")
         ("test", po::value<std::string>(), "test text")
         ("allow-invalid-utf8", po::bool_switch(), "char/word: map invalid UTF-8 bytes to <unk> instead of failing")
+        ("pretokenize", po::value<std::string>()->default_value("none"), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does)")
         ("compress", po::bool_switch(), "store splits with shuffle+deflate")
         ("decode", po::value<std::string>(), "write split NAME (or all) of the tokens file INPUT as text");
     cli.positional("input", 1);
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
       req.build.max_size = cli.get<int64_t>("max-size");
     }
     req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
+    req.pretokenizer = xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"));
     xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
     auto corpus = xl::data::tokenize_corpus(req);
 

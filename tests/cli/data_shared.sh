@@ -11,6 +11,17 @@ if [ -z "$ENWIK8" ] && [ -z "$SHAKESPEARE" ]; then
   exit 77
 fi
 
+# --pretokenize moses makes the words Hugging Face's TransfoXL tokenizer makes: the sha256 of its
+# moses_pipeline's words (sacremoses 0.1.1, transformers' tokenize_numbers), joined by spaces, one
+# line per input line.
+moses_gives_hf_words() {
+  local file=$1 want=$2
+  expect 0 xl-build-vocab --mode word --pretokenize moses "$file" -f -o moses.tsv
+  expect 0 xl-tokenize --vocab moses.tsv --pretokenize moses "$file" -f -o moses.h5
+  [ "$(xl-tokenize --decode all moses.h5 | sha256sum | cut -d' ' -f1)" = "$want" ] ||
+    fail "$file: the Moses words differ from Hugging Face's tokenizer's"
+}
+
 if [ -n "$ENWIK8" ]; then
   step "enwik8: byte vocab, --split by counts, byte-exact --decode all"
   size=$(stat -c %s "$ENWIK8")
@@ -28,6 +39,8 @@ if [ -n "$ENWIK8" ]; then
   gzip -c "$ENWIK8" | xl-tokenize -q --mode byte - | xl-tokenize --decode all - >enwik8.pipe ||
     fail "gzip | xl-tokenize | xl-tokenize --decode failed"
   same_bytes enwik8.pipe "$ENWIK8" "enwik8 through pipes"
+  step "enwik8: Moses words as Hugging Face's tokenizer makes them (XML, links, other scripts)"
+  moses_gives_hf_words "$ENWIK8" ddecd39e38c0b8e7161739e5cf9a496aacd9c19d85cd0b8d433aa64de0f5924d
 else
   echo "skipped: enwik8.head-150000 is absent"
 fi
@@ -54,6 +67,8 @@ if [ -n "$SHAKESPEARE" ]; then
   [ "$(json out '[s["attributes"]["unknown"] for s in j["splits"]][0]')" -eq 0 ] || fail "word mode: <unk> in train"
   [ "$(json out '[s["attributes"]["unknown"] for s in j["splits"]][1]')" -gt 0 ] ||
     fail "word mode: no valid word is unseen in train (a vocab built from all splits?)"
+  step "tinyshakespeare: Moses words as Hugging Face's tokenizer makes them"
+  moses_gives_hf_words "$SHAKESPEARE" ea16b9ad95820bdad3b712b7f9cf9d12e7010c605bc839b8e7d927184ac09708
 else
   echo "skipped: tinyshakespeare is absent"
 fi

@@ -77,6 +77,17 @@ stderr_is_one_line bad-utf8.txt "invalid UTF-8"
 expect 0 xl-tokenize --mode char --allow-invalid-utf8 bad-utf8.txt -o bad.h5
 expect 0 xl-build-vocab --mode char --allow-invalid-utf8 bad-utf8.txt -o bad.tsv
 expect 0 xl-tokenize --mode byte bad-utf8.txt -o bad-byte.h5
+
+step "64/65: --pretokenize moses makes words, from UTF-8"
+expect 64 xl-tokenize -q --mode char --pretokenize moses text.txt -o moses.h5
+stderr_is_one_line "--pretokenize moses" "word vocab, not a char one"
+expect 64 xl-build-vocab --mode byte --pretokenize moses text.txt -o moses.tsv
+stderr_is_one_line "--pretokenize moses" "word vocab, not a byte one"
+expect 64 xl-tokenize -q --mode word --pretokenize sentencepiece text.txt -o moses.h5
+stderr_is_one_line "--pretokenize" "'sentencepiece'" "none or moses"
+expect 65 xl-tokenize -q --mode word --pretokenize moses bad-utf8.txt -o moses.h5
+stderr_is_one_line bad-utf8.txt "invalid UTF-8 at byte 3"
+[ ! -e moses.h5 ] && [ ! -e moses.tsv ] || fail "a refused --pretokenize moses left an output"
 no_temp_files .
 
 step "73: output that cannot be created, or exists without -f"

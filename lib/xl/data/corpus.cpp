@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "xl/text/segmenter.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -123,8 +124,9 @@ text::Vocab restrict_to_train(const text::Vocab& full, std::vector<h5::TokenSpli
 Corpus tokenize_corpus(const CorpusRequest& req) {
   Corpus corpus;
   const bool build = !req.vocab.has_value();
-  // A bad spec is a usage error: report it before reading anything.
+  // A bad spec or pretokenizer is a usage error: report it before reading anything.
   if (!req.whole_input.empty()) check_split_spec(req.split_spec, 3);
+  text::check_pretokenizer(build ? req.build.type : req.vocab->type(), req.pretokenizer);
   std::vector<std::string> texts, names;
   std::vector<std::string_view> views;
   auto read = [&](const std::string& path) {
@@ -141,8 +143,9 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   provisional.min_count = 1;
   provisional.max_size = 0;
   provisional.allow_invalid_utf8 = req.allow_invalid_utf8;
+  provisional.pretokenizer = req.pretokenizer;
   corpus.vocab = build ? text::build_vocab(views, provisional, names) : *req.vocab;
-  text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8);
+  text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8, req.pretokenizer);
 
   auto encode = [&](std::string_view text, const std::string& path, h5::TokenSplit* split) {
     text::EncodeStats stats;

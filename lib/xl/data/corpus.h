@@ -28,6 +28,7 @@ struct CorpusRequest {
   std::optional<text::Vocab> vocab;          // given vocab, or:
   text::VocabOptions build;                  // how to build one from the train split
   bool allow_invalid_utf8 = false;
+  text::Pretokenizer pretokenizer = text::Pretokenizer::kNone;  // word: how lines become words
 };
 
 struct Corpus {

@@ -7,8 +7,9 @@
 
 namespace xl::text {
 
-Tokenizer::Tokenizer(const Vocab& vocab, bool allow_invalid_utf8)
-    : vocab_(vocab), allow_invalid_(allow_invalid_utf8) {
+Tokenizer::Tokenizer(const Vocab& vocab, bool allow_invalid_utf8, Pretokenizer pretokenizer)
+    : vocab_(vocab), allow_invalid_(allow_invalid_utf8), pretokenizer_(pretokenizer) {
+  check_pretokenizer(vocab.type(), pretokenizer);  // before a byte vocab's path skips the segmenter
   if (vocab.type() == VocabType::kByte) {
     byte_table_.assign(256, -1);
     for (size_t id = 0; id < vocab.size(); ++id)
@@ -48,7 +49,7 @@ void Tokenizer::encode(std::string_view text, const std::string& source_name, st
     return;
   }
   out->reserve(start + text.size() / (vocab_.type() == VocabType::kWord ? 5 : 1));
-  Segmenter seg(vocab_.type(), text, allow_invalid_, source_name);
+  Segmenter seg(vocab_.type(), text, allow_invalid_, source_name, pretokenizer_);
   std::string_view piece;
   Segmenter::Kind kind;
   while (seg.next(&piece, &kind)) {

@@ -16,7 +16,7 @@ struct EncodeStats {
 
 class Tokenizer {
  public:
-  explicit Tokenizer(const Vocab& vocab, bool allow_invalid_utf8 = false);
+  explicit Tokenizer(const Vocab& vocab, bool allow_invalid_utf8 = false, Pretokenizer pretokenizer = Pretokenizer::kNone);
   // Appends the ids of `text` to `out`. Fails (65) on a piece the vocab cannot represent when it
   // has no <unk>.
   void encode(std::string_view text, const std::string& source_name, std::vector<int32_t>* out,
@@ -27,6 +27,7 @@ class Tokenizer {
  private:
   const Vocab& vocab_;
   bool allow_invalid_;
+  Pretokenizer pretokenizer_;
   std::vector<int32_t> byte_table_;  // byte -> id for byte vocabs (-1: not in the vocab)
   std::vector<int32_t> char_table_;  // code point -> id for char vocabs (-1: unknown)
 };

@@ -28,6 +28,12 @@ VocabType parse_vocab_type(const std::string& name) {
   XL_FAIL(kExitUsage, "unknown vocab mode '" << name << "' (use byte, char or word)");
 }
 
+Pretokenizer parse_pretokenizer(const std::string& name) {
+  if (name == "none") return Pretokenizer::kNone;
+  if (name == "moses") return Pretokenizer::kMoses;
+  XL_FAIL(kExitUsage, "--pretokenize: unknown '" << name << "' (use none or moses)");
+}
+
 Vocab::Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_t> counts, int specials)
     : type_(type), pieces_(std::move(pieces)), counts_(std::move(counts)), specials_(specials) {
   counts_.resize(pieces_.size(), 0);
@@ -186,9 +192,11 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
   const bool chars = opts.type == VocabType::kChar;
   std::vector<int64_t> cp_counts(chars ? 0x110000 : 0, 0);
   std::unordered_map<std::string_view, int64_t> word_counts;
+  std::unordered_map<std::string, int64_t> made_word_counts;  // words the pretokenizer made, not in the texts
   int64_t unk = 0, eos = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
-    Segmenter seg(opts.type, texts[i], opts.allow_invalid_utf8, i < source_names.size() ? source_names[i] : "input");
+    Segmenter seg(opts.type, texts[i], opts.allow_invalid_utf8, i < source_names.size() ? source_names[i] : "input",
+                  opts.pretokenizer);
     std::string_view piece;
     Segmenter::Kind kind;
     while (seg.next(&piece, &kind)) {
@@ -200,12 +208,14 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
         uint32_t cp = 0;
         utf8_decode(piece, 0, &cp);  // the segmenter returned one valid code point
         ++cp_counts[cp];
+      } else if (opts.pretokenizer == Pretokenizer::kMoses) {
+        ++made_word_counts[std::string(piece)];
       } else {
         ++word_counts[piece];
       }
     }
   }
-  std::unordered_map<std::string, int64_t> counts;
+  std::unordered_map<std::string, int64_t> counts = std::move(made_word_counts);
   if (chars) {
     for (uint32_t cp = 0; cp < cp_counts.size(); ++cp) {
       if (!cp_counts[cp]) continue;
@@ -214,7 +224,7 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
       counts.emplace(std::move(p), cp_counts[cp]);
     }
   } else {
-    counts.reserve(word_counts.size());
+    counts.reserve(counts.size() + word_counts.size());
     for (const auto& [p, n] : word_counts) counts.emplace(std::string(p), n);
   }
   return vocab_from_counts(opts, std::move(counts), eos, unk);

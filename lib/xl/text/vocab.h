@@ -13,6 +13,11 @@ enum class VocabType { kByte, kChar, kWord };
 std::string to_string(VocabType type);
 VocabType parse_vocab_type(const std::string& name);  // throws 64
 
+// How a word vocab's text becomes words: split at whitespace as it is (none: text already
+// tokenized, as WikiText is), or Moses-tokenized first as Hugging Face's TransfoXL tokenizer does.
+enum class Pretokenizer { kNone, kMoses };
+Pretokenizer parse_pretokenizer(const std::string& name);  // throws 64
+
 inline constexpr const char* kUnk = "<unk>";
 inline constexpr const char* kEos = "<eos>";
 
@@ -64,6 +69,7 @@ struct VocabOptions {
   int64_t min_count = 1;       // char/word: rarer pieces become <unk>
   int64_t max_size = 0;        // word: keep at most this many entries (0: all)
   bool allow_invalid_utf8 = false;  // char: count invalid bytes as <unk> instead of failing
+  Pretokenizer pretokenizer = Pretokenizer::kNone;  // word
 };
 
 // Counts pieces over the texts and orders them: specials first, then by falling count, ties by

@@ -1,0 +1,381 @@
+#include "xl/text/moses.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "xl/util/utf8.h"
+
+namespace xl::text {
+
+namespace {
+
+struct CodeRange {
+  char32_t first, last;
+};
+#include "xl/text/moses_tables.inc"
+
+using U32 = std::u32string;
+using U32View = std::u32string_view;
+
+enum Class : uint8_t { kIsAlnum = 1, kIsAlpha = 2, kIsLower = 4, kIsN = 8, kIsSymbol = 16, kIsDigit = 32, kIsSpace = 64 };
+
+template <size_t N>
+bool in_table(const CodeRange (&table)[N], char32_t c) {
+  auto it = std::lower_bound(std::begin(table), std::end(table), c,
+                             [](const CodeRange& r, char32_t v) { return r.last < v; });
+  return it != std::end(table) && it->first <= c;
+}
+
+// Python's str.isspace(), which its regexes' \s, strip() and split() use.
+bool python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+uint8_t classify(char32_t c) {
+  return static_cast<uint8_t>((in_table(kAlnum, c) ? kIsAlnum : 0) | (in_table(kAlpha, c) ? kIsAlpha : 0) |
+                              (in_table(kLower, c) ? kIsLower : 0) | (in_table(kNumber, c) ? kIsN : 0) |
+                              (in_table(kSymbol, c) ? kIsSymbol : 0) | (in_table(kDecimal, c) ? kIsDigit : 0) |
+                              (python_space(c) ? kIsSpace : 0));
+}
+
+// Every class is tested several times per character: look the common scripts up in one table.
+constexpr char32_t kCached = 0x3000;
+uint8_t classes(char32_t c) {
+  static const std::array<uint8_t, kCached> cache = [] {
+    std::array<uint8_t, kCached> t{};
+    for (char32_t i = 0; i < kCached; ++i) t[i] = classify(i);
+    return t;
+  }();
+  return c < kCached ? cache[c] : classify(c);
+}
+bool is(char32_t c, uint8_t cls) { return (classes(c) & cls) != 0; }
+bool alnum(char32_t c) { return is(c, kIsAlnum); }
+bool alpha(char32_t c) { return is(c, kIsAlpha); }
+bool number(char32_t c) { return is(c, kIsN); }
+bool digit(char32_t c) { return is(c, kIsDigit); }
+bool space(char32_t c) { return is(c, kIsSpace); }
+
+// One pass of a regular expression's substitution: `match(s, i, out)` returns how many characters
+// a match at i consumes, having written its replacement (0: no match at i, nothing written). As
+// re.sub scans, the next match starts after the last one.
+template <class Match>
+U32 rewrite(const U32& s, Match match) {
+  U32 out;
+  out.reserve(s.size() + s.size() / 4 + 8);
+  for (size_t i = 0; i < s.size();) {
+    size_t used = match(s, i, out);
+    if (used == 0) out.push_back(s[i++]);
+    else i += used;
+  }
+  return out;
+}
+
+// In place: most rules find nothing to replace on most lines.
+void replace_all(U32& s, U32View from, U32View to) {
+  size_t at = s.find(from.data(), 0, from.size());
+  if (at == U32::npos) return;
+  U32 out;
+  out.reserve(s.size() + 16);
+  size_t done = 0;
+  for (; at != U32::npos; at = s.find(from.data(), done, from.size())) {
+    out.append(s, done, at - done);
+    out += to;
+    done = at + from.size();
+  }
+  out.append(s, done, U32::npos);
+  s.swap(out);
+}
+
+bool contains(const U32& s, U32View what) { return s.find(what) != U32::npos; }
+
+// The character at i, or 0 past the end (no rule matches a NUL: the tokenizer removes them).
+char32_t at(const U32& s, size_t i) { return i < s.size() ? s[i] : 0; }
+
+// `a X b` -> `a` `replacement` `b` wherever the middle character is X and a, b pass their tests.
+template <class Left, class Right>
+U32 around(const U32& s, char32_t middle, Left left, Right right, U32View replacement) {
+  return rewrite(s, [&](const U32& t, size_t i, U32& out) -> size_t {
+    if (i + 2 >= t.size() || t[i + 1] != middle || !left(t[i]) || !right(t[i + 2])) return 0;
+    out += t[i];
+    out += replacement;
+    out += t[i + 2];
+    return 3;
+  });
+}
+
+U32 collapse(const U32& s, bool (*is_space)(char32_t)) {
+  U32 out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    if (!is_space(s[i])) {
+      out.push_back(s[i++]);
+      continue;
+    }
+    out.push_back(U' ');
+    while (i < s.size() && is_space(s[i])) ++i;
+  }
+  return out;
+}
+bool ascii_space(char32_t c) { return c == U' '; }
+
+U32 strip(const U32& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && space(s[b])) ++b;
+  while (e > b && space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+std::vector<U32> split(const U32& s) {
+  std::vector<U32> words;
+  for (size_t i = 0; i < s.size();) {
+    while (i < s.size() && space(s[i])) ++i;
+    size_t b = i;
+    while (i < s.size() && !space(s[i])) ++i;
+    if (i > b) words.push_back(s.substr(b, i - b));
+  }
+  return words;
+}
+
+constexpr char32_t kNbsp = 0xA0;
+
+// sacremoses' MosesPunctNormalizer("en").normalize with its defaults (penn, quotes before
+// commas, numbers), in its order.
+U32 normalize_punctuation(U32 s) {
+  s.erase(std::remove(s.begin(), s.end(), U'\r'), s.end());
+  replace_all(s, U"(", U" (");
+  replace_all(s, U")", U") ");
+  s = collapse(s, ascii_space);
+  s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {  // ") ." -> ")."
+    if (t[i] != U')' || at(t, i + 1) != U' ' || i + 2 >= t.size() || U32View(U".!:?;,").find(t[i + 2]) == U32View::npos)
+      return 0;
+    out += U')';
+    out += t[i + 2];
+    return 3;
+  });
+  replace_all(s, U"( ", U"(");
+  replace_all(s, U" )", U")");
+  s = around(s, U' ', digit, [](char32_t c) { return c == U'%'; }, U"");
+  replace_all(s, U" :", U":");
+  replace_all(s, U" ;", U";");
+  replace_all(s, U"`", U"'");
+  replace_all(s, U"''", U" \" ");
+  replace_all(s, U"\u201E", U"\"");  // „
+  replace_all(s, U"\u201C", U"\"");  // “
+  replace_all(s, U"\u201D", U"\"");  // ”
+  replace_all(s, U"\u2013", U"-");   // –
+  replace_all(s, U"\u2014", U" - "); // —
+  s = collapse(s, ascii_space);
+  replace_all(s, U"\u00B4", U"'");  // ´
+  // Its rules for ‘ and ’ between two ASCII letters write the ' that the next ones write anyway.
+  replace_all(s, U"\u2018", U"'");  // ‘
+  replace_all(s, U"\u201A", U"'");  // ‚
+  replace_all(s, U"\u2019", U"'");  // ’
+  replace_all(s, U"''", U"\"");
+  replace_all(s, U"\u2026", U"...");  // … (its ´´ rule never matches: ´ is gone)
+  replace_all(s, U"\u00A0\u00AB\u00A0", U"\"");  // « with its spaces
+  replace_all(s, U"\u00AB\u00A0", U"\"");
+  replace_all(s, U"\u00AB", U"\"");
+  replace_all(s, U"\u00A0\u00BB\u00A0", U"\"");  // »
+  replace_all(s, U"\u00A0\u00BB", U"\"");
+  replace_all(s, U"\u00BB", U"\"");
+  replace_all(s, U"\u00A0%", U"%");
+  replace_all(s, U"n\u00BA\u00A0", U"n\u00BA ");  // nº
+  replace_all(s, U"\u00A0:", U":");
+  replace_all(s, U"\u00A0\u00BAC", U" \u00BAC");  // ºC
+  replace_all(s, U"\u00A0cm", U" cm");
+  replace_all(s, U"\u00A0?", U"?");
+  replace_all(s, U"\u00A0!", U"!");
+  replace_all(s, U"\u00A0;", U";");
+  replace_all(s, U",\u00A0", U", ");
+  s = collapse(s, ascii_space);
+  s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {  // a quote before , or . goes after them
+    size_t j = i + 1;
+    if (t[i] != U'"') return 0;
+    while (j < t.size() && (t[j] == U',' || t[j] == U'.')) ++j;
+    if (j == i + 1) return 0;
+    out.append(t, i + 1, j - i - 1);
+    out += U'"';
+    return j - i;
+  });
+  s = around(s, kNbsp, digit, digit, U".");
+  return strip(s);
+}
+
+// <unk>, <eos> and <formula>, in any case, are held out of the rules as sacremoses holds its
+// protected patterns: each found spelling is replaced by an alphanumeric stand-in numbered in the
+// order found (pattern by pattern), longest first, and the stand-ins are put back at the end. Text
+// that spells a stand-in itself comes back as that token, as it does there.
+U32 stand_in(size_t k) {
+  std::string number = std::to_string(k);
+  if (number.size() < 3) number.insert(0, 3 - number.size(), '0');
+  U32 s = U"THISISPROTECTED";
+  return s.append(number.begin(), number.end());
+}
+
+bool same_letter(char32_t text, char32_t pattern) {
+  if (text == pattern) return true;
+  if (pattern >= U'a' && pattern <= U'z' && text == pattern - 32) return true;
+  // Python's IGNORECASE also folds the Kelvin sign into k and the long s into s.
+  return (pattern == U'k' && text == 0x212A) || (pattern == U's' && text == 0x17F);
+}
+
+U32 protect(U32 s, std::vector<U32>* held) {
+  for (U32View p : {U32View(U"<eos>"), U32View(U"<unk>"), U32View(U"<formula>")}) {
+    for (size_t i = 0; i + p.size() <= s.size();) {
+      bool hit = true;
+      for (size_t k = 0; k < p.size() && hit; ++k) hit = same_letter(s[i + k], p[k]);
+      if (!hit) {
+        ++i;
+        continue;
+      }
+      held->push_back(s.substr(i, p.size()));
+      i += p.size();
+    }
+  }
+  std::vector<size_t> order(held->size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*held)[a].size() > (*held)[b].size(); });
+  for (size_t k : order) replace_all(s, (*held)[k], stand_in(k));
+  return s;
+}
+
+U32 unprotect(U32 s, const std::vector<U32>& held) {
+  for (size_t k = 0; k < held.size(); ++k) replace_all(s, stand_in(k), held[k]);
+  return s;
+}
+
+// Runs of dots stay one word: "..." is held as " DOTDOTDOTMULTI" (sacremoses' replace_multidots).
+U32 hold_multidots(U32 s) {
+  s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {
+    if (t[i] != U'.' || at(t, i + 1) != U'.') return 0;
+    size_t j = i + 1;
+    while (j < t.size() && t[j] == U'.') ++j;
+    out += U" DOTMULTI";
+    out.append(j - i - 1, U'.');
+    return j - i;
+  });
+  while (contains(s, U"DOTMULTI.")) {
+    s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {
+      if (U32View(t).substr(i, 9) != U"DOTMULTI." || i + 9 >= t.size() || t[i + 9] == U'.') return 0;
+      out += U"DOTDOTMULTI ";
+      out += t[i + 9];
+      return 10;
+    });
+    replace_all(s, U"DOTMULTI.", U"DOTDOTMULTI");
+  }
+  return s;
+}
+
+U32 restore_multidots(U32 s) {
+  while (contains(s, U"DOTDOTMULTI")) replace_all(s, U"DOTDOTMULTI", U"DOTMULTI.");
+  replace_all(s, U"DOTMULTI", U".");
+  return s;
+}
+
+bool listed(const U32& word, const char* const* begin, const char* const* end) {
+  return std::any_of(begin, end, [&](const char* w) { return std::equal(word.begin(), word.end(), w, w + std::char_traits<char>::length(w)); });
+}
+
+// A final period becomes its own word unless the word is an abbreviation: one with an inner
+// period and a letter (e.g), a listed one (Mr), one before a lowercase word, or a numeric-only one
+// before a number (No. 5).
+U32 split_final_periods(const U32& s) {
+  std::vector<U32> words = split(s);
+  U32 out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    U32& w = words[i];
+    if (w.size() >= 2 && w.back() == U'.') {
+      U32 prefix = w.substr(0, w.size() - 1);
+      bool next = i + 1 < words.size();
+      bool dotted = contains(prefix, U".") && std::any_of(prefix.begin(), prefix.end(), alpha);
+      bool keep = dotted || listed(prefix, std::begin(kNonbreakingPrefixes), std::end(kNonbreakingPrefixes)) ||
+                  (next && is(words[i + 1][0], kIsLower)) ||
+                  (listed(prefix, std::begin(kNumericOnlyPrefixes), std::end(kNumericOnlyPrefixes)) && next &&
+                   words[i + 1][0] >= U'0' && words[i + 1][0] <= U'9');
+      if (!keep) w = prefix + U" .";
+    }
+    if (i > 0) out += U' ';
+    out += w;
+  }
+  return out;
+}
+
+// sacremoses' MosesTokenizer("en").tokenize(aggressive_dash_splits=True, escape=False,
+// protected_patterns=[<eos>, <unk>, <formula>]), in its order.
+U32 moses_words(U32 s) {
+  s = collapse(s, space);
+  s.erase(std::remove_if(s.begin(), s.end(), [](char32_t c) { return c < 0x20; }), s.end());
+  std::vector<U32> held;
+  s = strip(protect(s, &held));
+  s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {  // pad what is not a letter or digit
+    char32_t c = t[i];
+    if (alnum(c) || space(c) || U32View(U".'`,-").find(c) != U32View::npos) return 0;
+    out += U' ';
+    out += c;
+    out += U' ';
+    return 1;
+  });
+  s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {  // side-scrolled -> side @-@ scrolled
+    if (!alnum(t[i]) || at(t, i + 1) != U'-' || i + 2 >= t.size() || !alnum(t[i + 2])) return 0;
+    out += t[i];
+    out += U" @-@ ";
+    return 2;
+  });
+  s = hold_multidots(std::move(s));
+  auto comma = [](char32_t c) { return c == U','; };
+  auto not_number = [](char32_t c) { return !number(c); };
+  s = rewrite(s, [&](const U32& t, size_t i, U32& out) -> size_t {  // a comma after a non-number
+    if (!not_number(t[i]) || !comma(at(t, i + 1)) || i + 1 >= t.size()) return 0;
+    out += t[i];
+    out += U" , ";
+    return 2;
+  });
+  s = rewrite(s, [&](const U32& t, size_t i, U32& out) -> size_t {  // a comma before a non-number
+    if (!comma(t[i]) || i + 1 >= t.size() || !not_number(t[i + 1])) return 0;
+    out += U" , ";
+    out += t[i + 1];
+    return 2;
+  });
+  if (s.size() >= 2 && s.back() == U',' && number(s[s.size() - 2])) s.insert(s.size() - 1, U" ") += U' ';
+  auto not_alpha = [](char32_t c) { return !alpha(c); };
+  auto any_s = [](char32_t c) { return c == U's'; };
+  s = around(s, U'\'', not_alpha, not_alpha, U" ' ");
+  s = around(s, U'\'', [](char32_t c) { return !alpha(c) && !number(c); }, alpha, U" ' ");
+  s = around(s, U'\'', alpha, not_alpha, U" ' ");
+  s = around(s, U'\'', alpha, alpha, U" '");
+  s = around(s, U'\'', number, any_s, U" '");
+  s = strip(collapse(split_final_periods(s), space));
+  if (s.size() >= 2 && s.compare(s.size() - 2, 2, U".'") == 0) s.replace(s.size() - 2, 2, U" . ' ");
+  s = unprotect(std::move(s), held);
+  return restore_multidots(std::move(s));
+}
+
+// Hugging Face's tokenize_numbers: a , or . between two digits becomes its own word, @,@ or @.@.
+void split_numbers(const U32& word, std::vector<std::string>* out) {
+  U32 split_word = rewrite(word, [](const U32& t, size_t i, U32& o) -> size_t {
+    if ((t[i] != U',' && t[i] != U'.') || i == 0 || !digit(t[i - 1]) || i + 1 >= t.size() || !digit(t[i + 1]))
+      return 0;
+    o += U" @";
+    o += t[i];
+    o += U"@ ";
+    return 1;
+  });
+  for (const U32& w : split(split_word)) {
+    std::string utf8;
+    for (char32_t c : w) utf8_append(c, &utf8);
+    out->push_back(std::move(utf8));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> moses_tokenize(std::u32string line) {
+  std::vector<std::string> words;
+  for (const U32& w : split(moses_words(normalize_punctuation(strip(line))))) split_numbers(w, &words);
+  return words;
+}
+
+}  // namespace xl::text

@@ -1,0 +1,159 @@
+// Moses pretokenization against Hugging Face's TransfoXL tokenizer: the expected words below and
+// in tests/moses/ were written by its moses_pipeline (sacremoses 0.1.1's MosesPunctNormalizer("en")
+// and MosesTokenizer("en").tokenize(aggressive_dash_splits=True, escape=False, protected_patterns=
+// [<eos>, <unk>, <formula>]), then transformers' tokenize_numbers), one line at a time.
+#include <gtest/gtest.h>
+
+#include "xl/text/moses.h"
+#include "xl/text/segmenter.h"
+#include "xl/text/tokenizer.h"
+#include "xl/text/vocab.h"
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+#include "xl/util/utf8.h"
+
+using namespace xl::text;
+
+namespace {
+
+std::u32string code_points(const std::string& utf8) {
+  std::u32string out;
+  for (size_t at = 0; at < utf8.size();) {
+    uint32_t cp;
+    int len = xl::utf8_decode(utf8, at, &cp);
+    if (len == 0) throw std::runtime_error("test input is not UTF-8");
+    out.push_back(static_cast<char32_t>(cp));
+    at += static_cast<size_t>(len);
+  }
+  return out;
+}
+
+std::vector<std::string> moses(const std::string& line) { return moses_tokenize(code_points(line)); }
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    lines.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return lines;
+}
+
+}  // namespace
+
+// One line per rule of the normaliser and the tokenizer, with Hugging Face's own two examples first.
+TEST(Moses, EachRuleAsHuggingFacesTokenizerSplitsIt) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"Hello (bracket) and side-scrolled [and] Henry's $5,000 with 3.34 m. What's up!?",
+       {"Hello", "(", "bracket", ")", "and", "side", "@-@", "scrolled", "[", "and", "]", "Henry", "'s", "$", "5", "@,@", "000", "with", "3", "@.@", "34", "m", ".", "What", "'s", "up", "!", "?"}},
+      {"23,000 people are 1.80 m tall",
+       {"23", "@,@", "000", "people", "are", "1", "@.@", "80", "m", "tall"}},
+      {"“Quoted” text – with — dashes… and ‘single’ quotes´s „low“",
+       {"\"", "Quoted", "\"", "text", "-", "with", "-", "dashes", "...", "and", "'", "single", "'", "quotes", "'s", "\"", "low", "\""}},
+      {"He said: ``hi'' (loudly) . Then ( quietly ) ; done",
+       {"He", "said", ":", "\"", "hi", "\"", "(", "loudly", ")", ".", "Then", "(", "quietly", ")", ";", "done"}},
+      {"50 % of «les gens» said\u00a0: oui\u00a0! Il fait 20\u00a0ºC, nº\u00a05",
+       {"50", "%", "of", "\"", "les", "gens", "\"", "said", ":", "oui", "!", "Il", "fait", "20", "ºC", ",", "nº", "5"}},
+      {"1\u00a0000 and 2\u00a0500",
+       {"1", "@.@", "000", "and", "2", "@.@", "500"}},
+      {"\"Yes,\" she said. \"No\".",
+       {"\"", "Yes", ",", "\"", "she", "said", ".", "\"", "No", ".", "\""}},
+      {"Mr. Smith met Dr. Who at 5 p.m. on Jan. 3, e.g. in the U.S. No. 5 and No. way. Art. 7 pp. 3",
+       {"Mr.", "Smith", "met", "Dr.", "Who", "at", "5", "p.m.", "on", "Jan.", "3", ",", "e.g.", "in", "the", "U.S.", "No.", "5", "and", "No.", "way", ".", "Art.", "7", "pp.", "3"}},
+      {"Wait... what.... really..? Yes.",
+       {"Wait", "...", "what", "....", "really", "..", "?", "Yes", "."}},
+      {"I can't, won't, shouldn't've; it's John's and the '90s cats' toys",
+       {"I", "can", "'t", ",", "won", "'t", ",", "shouldn", "'t've", ";", "it", "'s", "John", "'s", "and", "the", "'", "90s", "cats", "'", "toys"}},
+      {"rock'n'roll 'tis 5's 1990's",
+       {"rock", "'n'roll", "'", "tis", "5", "'s", "1990", "'s"}},
+      {"<unk> words <UNK> and <formula> stay x<eos>y",
+       {"<unk>", "words", "<UNK>", "and", "<formula>", "stay", "x<eos>y"}},
+      // Python's case folding takes the Kelvin sign for k and the long s for s.
+      {"a<un\u212a>b <EO\u017f>, <Unk>. <form\u00fcla>",
+       {"a<un\u212a>b", "<EO\u017f>", ",", "<Unk>", ".", "<", "form\u00fcla", ">"}},
+      {"A,B,C 5,300 1,2,3 end,",
+       {"A", ",", "B", ",", "C", "5", "@,@", "300", "1", "@,@", "2", "@,@", "3", "end", ","}},
+      {"email me@x.org #tag 100% & $5 © 2020 €3",
+       {"email", "me", "@", "x.org", "#", "tag", "100", "%", "&", "$", "5", "©", "2020", "€", "3"}},
+      {"Ωμέγα, Привет-мир, 中文-字, 한국어",
+       {"Ωμέγα", ",", "Привет", "@-@", "мир", ",", "中", "文", "-", "字", ",", "한", "국", "어"}},
+      {"He said 'hello.'",
+       {"He", "said", "'", "hello", ".", "'"}},
+      {"tabs\tand\x01" "control\x1c" "chars   spaced\u00a0out",
+       {"tabs", "andcontrol", "chars", "spaced", "out"}},
+      {"",
+       {}},
+      {"   ",
+       {}},
+      {"3.14.15 1,000.5 v1.2-beta",
+       {"3", "@.@", "14", "@.@", "15", "1", "@,@", "000", "@.@", "5", "v1", "@.@", "2", "@-@", "beta"}},
+      {"'quoted' and `backticked`",
+       {"'quoted", "'", "and", "'", "backticked'"}},
+      {"(a) [b] {c} <d> a/b x--y",
+       {"(", "a", ")", "[", "b", "]", "{", "c", "}", "<", "d", ">", "a", "/", "b", "x--y"}},
+  };
+  for (const auto& [line, words] : cases) EXPECT_EQ(moses(line), words) << line;
+}
+
+// 800 lines of random pieces (quotes of every kind, no-break spaces, dots, apostrophes,
+// abbreviations, numbers, protected tokens in any case, other scripts, control bytes) to the word.
+TEST(Moses, RandomLinesAsHuggingFacesTokenizerSplitsThem) {
+  const std::string dir = std::string(XL_SOURCE_DIR) + "/tests/moses/";
+  const auto input = lines_of(xl::io::read_text(dir + "random-lines.txt.gz"));
+  const auto expected = lines_of(xl::io::read_text(dir + "random-lines.hf.txt.gz"));
+  ASSERT_EQ(input.size(), 800u);
+  ASSERT_EQ(expected.size(), input.size());
+  int differ = 0;
+  for (size_t i = 0; i < input.size(); ++i) {
+    std::string joined;
+    for (const auto& w : moses(input[i])) joined += (joined.empty() ? "" : " ") + w;
+    if (joined != expected[i] && ++differ <= 5) ADD_FAILURE() << "line " << i + 1 << ": " << joined << "\n  expected: " << expected[i];
+  }
+  EXPECT_EQ(differ, 0);
+}
+
+// The segmenter runs it per line: <eos> after every line (an empty one too; the last without its
+// newline if it has words), the words made, not the text's.
+TEST(Moses, WordVocabsAndTokenizersTakeItPerLine) {
+  const std::string text = "Hello, world.\n\n\"Mr. Smith's 1,000 cats.\"";
+  VocabOptions o;
+  o.type = VocabType::kWord;
+  o.pretokenizer = Pretokenizer::kMoses;
+  Vocab v = build_vocab({text}, o, "test");
+  for (const char* w : {"Hello", ",", "world", ".", "Mr.", "Smith", "'s", "1", "@,@", "000", "cats", "\""})
+    EXPECT_GE(v.find(w), 0) << w;
+  EXPECT_LT(v.find("world."), 0);
+  EXPECT_EQ(v.counts()[static_cast<size_t>(v.eos_id())], 3);
+  std::vector<int32_t> ids;
+  EncodeStats stats;
+  Tokenizer(v, false, Pretokenizer::kMoses).encode(text, "test", &ids, &stats);
+  EXPECT_EQ(Tokenizer(v).decode(ids), "Hello , world .\n\n\" Mr. Smith 's 1 @,@ 000 cats . \"\n");
+  EXPECT_EQ(stats.unknown, 0);
+  // Without it the same vocab misses the words the text glues to punctuation.
+  ids.clear();
+  Tokenizer(v).encode(text, "test", &ids, &stats);
+  EXPECT_GT(stats.unknown, 3);
+}
+
+TEST(Moses, RefusesOtherVocabTypesAndInvalidUtf8) {
+  try {
+    check_pretokenizer(VocabType::kChar, Pretokenizer::kMoses);
+    FAIL() << "a char vocab took --pretokenize moses";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("--pretokenize moses"), std::string::npos) << e.what();
+  }
+  VocabOptions o;
+  o.type = VocabType::kWord;
+  o.pretokenizer = Pretokenizer::kMoses;
+  try {
+    build_vocab({std::string("fine\nbad \xff byte")}, o, "in.txt");
+    FAIL() << "invalid UTF-8 was tokenized";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitDataErr);
+    EXPECT_NE(std::string(e.what()).find("in.txt: invalid UTF-8 at byte 9"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_pretokenizer("none"), Pretokenizer::kNone);
+  EXPECT_THROW(parse_pretokenizer("Moses"), xl::Error);
+}
