@@ -1,5 +1,7 @@
 // xl-generate: sample text from a checkpoint, with the segment memory carried along.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "xl/cli/options.h"
 #include "xl/model/kernels/torch_process.h"
@@ -10,6 +12,7 @@
 #include "xl/model/model_io.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
+#include "xl/text/moses.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -106,21 +109,35 @@ int main(int argc, char** argv) {
     const xl::text::Vocab vocab = ckpt.vocab;
     ckpt = xl::checkpoint::Checkpoint();
     model->to(device);
-    xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"),
-                                  xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize")));
+    const auto pretokenizer = xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"));
+    xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"), pretokenizer);
 
-    std::vector<int32_t> prompt;
-    xl::text::EncodeStats stats;
-    tokenizer.encode(prompt_text, prompt_name, &prompt, &stats);
+    std::vector<int32_t> prompt = xl::eval::prompt_ids(tokenizer, vocab, prompt_text, prompt_name);
     const bool have_prompt = !prompt.empty();
     if (!have_prompt) prompt.push_back(start_token(vocab));
-    if (cli.get<bool>("echo") && have_prompt) write_out(tokenizer.decode(prompt));
+    const bool echo = cli.get<bool>("echo") && have_prompt;
+    // Moses-tokenized words are detokenized line by line, a word's text written once it is final.
+    std::optional<xl::text::MosesLineWriter> moses;
+    if (pretokenizer == xl::text::Pretokenizer::kMoses) {
+      moses.emplace();
+      auto open = std::find(prompt.rbegin(), prompt.rend(), vocab.eos_id()).base();
+      std::vector<std::string> open_words;
+      for (auto it = open; it != prompt.end(); ++it) open_words.push_back(vocab.piece(*it));
+      if (echo) write_out(tokenizer.decode(prompt.data(), static_cast<size_t>(open - prompt.begin())));
+      write_out(moses->begin_line(std::move(open_words), echo));
+    } else if (echo) {
+      write_out(tokenizer.decode(prompt));
+    }
 
     // Decoding is append-only, so each token's text is what it adds after the previous token.
     int32_t prev = prompt.back();
     bool first = true;
     xl::Rng rng(compute.seed);
     xl::eval::generate(model, prompt, gs, rng, [&](int32_t id) {
+      if (moses) {
+        write_out(id == vocab.eos_id() ? moses->end_line() : moses->add(vocab.piece(id)));
+        return;
+      }
       int32_t pair[2] = {prev, id};
       std::string text;
       if (first && !have_prompt) {
@@ -133,6 +150,7 @@ int main(int argc, char** argv) {
       prev = id;
       write_out(text);
     });
+    if (moses) write_out(moses->rest());
     if (!g_ends_line) write_out("\n");
     return 0;
   });

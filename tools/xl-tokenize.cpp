@@ -16,7 +16,7 @@ int decode(const xl::cli::Options& cli, const std::string& input) {
   auto tokens = xl::h5::TokensFile::open(input);
   std::string which = cli.get<std::string>("decode");
   std::vector<std::string> splits = which == "all" ? tokens.split_names() : std::vector<std::string>{which};
-  xl::text::Tokenizer tokenizer(tokens.vocab());
+  xl::text::Tokenizer tokenizer(tokens.vocab(), false, xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize")));
   xl::io::AtomicOutput out(cli.output(), cli.force(), false);
   // "all" decodes the splits as one sequence: in word mode a line cut between two splits keeps
   // the space between its words.
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
                           "--vocab (a TSV, or the vocab a tokens file or checkpoint embeds), or is built from the\n"
                           "train split with --mode. The output (an HDF5 file, also through a pipe) embeds the vocab.\n"
                           "Pieces missing from the vocab become <unk> and are counted. --decode turns a split of a\n"
-                          "tokens file back into text.",
+                          "tokens file back into text (with --pretokenize moses, each line detokenized).",
                           "  xl-tokenize --vocab v.tsv --split 90M,5M,5M enwik8 -o enwik8.h5\n"
                           "  xl-tokenize --mode byte --split 0.9,0.05,0.05 corpus.txt.gz | xl-inspect -\n"
                           "  xl-tokenize --mode word --train wiki.train.tokens --valid wiki.valid.tokens -o wt.h5\n"

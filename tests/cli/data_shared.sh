@@ -11,15 +11,17 @@ if [ -z "$ENWIK8" ] && [ -z "$SHAKESPEARE" ]; then
   exit 77
 fi
 
-# --pretokenize moses makes the words Hugging Face's TransfoXL tokenizer makes: the sha256 of its
-# moses_pipeline's words (sacremoses 0.1.1, transformers' tokenize_numbers), joined by spaces, one
-# line per input line.
+# --pretokenize moses makes the words Hugging Face's TransfoXL tokenizer makes, and decodes them
+# as its decode does: the sha256 of its moses_pipeline's words (sacremoses 0.1.1, transformers'
+# tokenize_numbers) joined by spaces, one line per input line, and of its decode of each line.
 moses_gives_hf_words() {
-  local file=$1 want=$2
+  local file=$1 words=$2 text=$3
   expect 0 xl-build-vocab --mode word --pretokenize moses "$file" -f -o moses.tsv
   expect 0 xl-tokenize --vocab moses.tsv --pretokenize moses "$file" -f -o moses.h5
-  [ "$(xl-tokenize --decode all moses.h5 | sha256sum | cut -d' ' -f1)" = "$want" ] ||
+  [ "$(xl-tokenize --decode all moses.h5 | sha256sum | cut -d' ' -f1)" = "$words" ] ||
     fail "$file: the Moses words differ from Hugging Face's tokenizer's"
+  [ "$(xl-tokenize --pretokenize moses --decode all moses.h5 | sha256sum | cut -d' ' -f1)" = "$text" ] ||
+    fail "$file: the detokenized text differs from Hugging Face's decode"
 }
 
 if [ -n "$ENWIK8" ]; then
@@ -40,7 +42,8 @@ if [ -n "$ENWIK8" ]; then
     fail "gzip | xl-tokenize | xl-tokenize --decode failed"
   same_bytes enwik8.pipe "$ENWIK8" "enwik8 through pipes"
   step "enwik8: Moses words as Hugging Face's tokenizer makes them (XML, links, other scripts)"
-  moses_gives_hf_words "$ENWIK8" ddecd39e38c0b8e7161739e5cf9a496aacd9c19d85cd0b8d433aa64de0f5924d
+  moses_gives_hf_words "$ENWIK8" ddecd39e38c0b8e7161739e5cf9a496aacd9c19d85cd0b8d433aa64de0f5924d \
+    f5c2ee1426d32de1c54c52dcd120d41d765b3ed15303e4524eac8b10a7c0eca7
 else
   echo "skipped: enwik8.head-150000 is absent"
 fi
@@ -68,7 +71,8 @@ if [ -n "$SHAKESPEARE" ]; then
   [ "$(json out '[s["attributes"]["unknown"] for s in j["splits"]][1]')" -gt 0 ] ||
     fail "word mode: no valid word is unseen in train (a vocab built from all splits?)"
   step "tinyshakespeare: Moses words as Hugging Face's tokenizer makes them"
-  moses_gives_hf_words "$SHAKESPEARE" ea16b9ad95820bdad3b712b7f9cf9d12e7010c605bc839b8e7d927184ac09708
+  moses_gives_hf_words "$SHAKESPEARE" ea16b9ad95820bdad3b712b7f9cf9d12e7010c605bc839b8e7d927184ac09708 \
+    e9f6d8cb792ae1ea0f4800d189ab41c642b567acd2059fa2d8930f43267420e6
 else
   echo "skipped: tinyshakespeare is absent"
 fi

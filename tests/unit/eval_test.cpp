@@ -383,6 +383,25 @@ TEST(Eval, SamplingObeysTopKTopPAndIsReproducible) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(xl::eval::sample_token(p, s, a), xl::eval::sample_token(p, s, b));
 }
 
+// A word prompt's last line is continued unless it ends with its newline.
+TEST(Eval, PromptsLeaveAnOpenLastLineOpen) {
+  xl::text::Vocab words(xl::text::VocabType::kWord, {"<eos>", "<unk>", "a", "b"}, {}, 2);
+  xl::text::Tokenizer tok(words);
+  auto ids = [&](const std::string& text) { return xl::eval::prompt_ids(tok, words, text, "prompt"); };
+  EXPECT_EQ(ids("a b"), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(ids("a b\n"), (std::vector<int32_t>{2, 3, 0}));
+  EXPECT_EQ(ids("a\nb  "), (std::vector<int32_t>{2, 0, 3}));
+  EXPECT_EQ(ids("a\n\n"), (std::vector<int32_t>{2, 0, 0}));
+  EXPECT_EQ(ids("a\n  "), (std::vector<int32_t>{2, 0}));
+  EXPECT_EQ(ids("a <eos>"), (std::vector<int32_t>{2, 0}));  // a written <eos> is kept
+  EXPECT_TRUE(ids("").empty());
+  xl::text::Vocab moses_words(xl::text::VocabType::kWord, {"<eos>", "<unk>", "a", ","}, {}, 2);
+  xl::text::Tokenizer moses(moses_words, false, xl::text::Pretokenizer::kMoses);
+  EXPECT_EQ(xl::eval::prompt_ids(moses, moses_words, "a,", "prompt"), (std::vector<int32_t>{2, 3}));
+  xl::text::Vocab chars(xl::text::VocabType::kChar, {"<unk>", "a", "\n"}, {}, 1);
+  EXPECT_EQ(xl::eval::prompt_ids(xl::text::Tokenizer(chars), chars, "a\n", "prompt"), (std::vector<int32_t>{1, 2}));
+}
+
 TEST(Eval, GenerationIsReproducibleAndCarriesMemory) {
   auto m = eval_model(eval_config(), torch::kFloat32);
   xl::eval::GenerateSettings g;

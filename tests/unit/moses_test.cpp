@@ -1,8 +1,11 @@
 // Moses pretokenization against Hugging Face's TransfoXL tokenizer: the expected words below and
 // in tests/moses/ were written by its moses_pipeline (sacremoses 0.1.1's MosesPunctNormalizer("en")
 // and MosesTokenizer("en").tokenize(aggressive_dash_splits=True, escape=False, protected_patterns=
-// [<eos>, <unk>, <formula>]), then transformers' tokenize_numbers), one line at a time.
+// [<eos>, <unk>, <formula>]), then transformers' tokenize_numbers), one line at a time; the
+// expected texts by its decode (MosesDetokenizer("en").detokenize, then detokenize_numbers).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "xl/text/moses.h"
 #include "xl/text/segmenter.h"
@@ -113,6 +116,84 @@ TEST(Moses, RandomLinesAsHuggingFacesTokenizerSplitsThem) {
   EXPECT_EQ(differ, 0);
 }
 
+// One word sequence per rule of the detokenizer: quotes open and close in turn (a possessive ' after
+// an s closes nothing), currency and opening brackets join the next word, punctuation and
+// contractions the last, CJK joins CJK, XML entities are unescaped, @-@ @,@ @.@ join.
+TEST(Moses, DetokenizesAsHuggingFacesDecode) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"Hello", "(", "bracket", ")", "and", "side", "@-@", "scrolled", "[", "and", "]", "Henry", "'s", "$", "5", "@,@", "000", "with", "3", "@.@", "34", "m", ".", "What", "'s", "up", "!", "?"},
+       "Hello (bracket) and side-scrolled [and] Henry's $5,000 with 3.34 m. What's up!?"},
+      {{"\"", "Yes", ",", "\"", "she", "said", ",", "\"", "no", ".", "\""},
+       "\"Yes,\" she said, \"no.\""},
+      {{"the", "Jones", "'", "house", "and", "'", "quoted", "'", "words"},
+       "the Jones' house and 'quoted' words"},
+      {{"``", "Penn", "''", "quotes", "and", "„", "low", "“", "ones"},
+       "``Penn ''quotes and „low“ ones"},
+      {{"中", "文", "字", "and", "한", "국"},
+       "中文字 and 한국"},
+      {{"&amp;", "&lt;", "tag", "&gt;", "&quot;", "x", "&quot;", "&apos;s", "&#124;", "&#91;", "1", "&#93;"},
+       "& < tag > \"x\"'s | [1]"},
+      {{"¿", "que", "?", "¡", "si", "!", "(", "a", ")", "[", "b", "]", "{", "c", "}", "$", "(", "5", ")"},
+       "¿que? ¡si! (a) [b] {c} $(5)"},
+      {{"a", "@-@", "@-@", "b", "@,@", "@.@", "c"},
+       "a-@-@ b,@.@ c"},
+      {{"@-@", "x"},
+       "-x"},
+      {{"I", "can", "'t", ",", "won", "'t", ";", "it", "'s", "'em"},
+       "I can't, won't; it's'em"},
+      {{},
+       ""},
+  };
+  for (const auto& [words, text] : cases) EXPECT_EQ(moses_detokenize(words), text) << text;
+}
+
+// 800 lines of random words from a pool of quotes, brackets, currency, punctuation, contractions,
+// joiners, CJK, entities and plain words; and the same words given one at a time to the writer
+// xl-generate uses, whose pieces must add up to the whole line's text.
+TEST(Moses, RandomWordsDetokenizeAsHuggingFacesDecodeAndWordByWord) {
+  const std::string dir = std::string(XL_SOURCE_DIR) + "/tests/moses/";
+  const auto input = lines_of(xl::io::read_text(dir + "random-words.txt.gz"));
+  const auto expected = lines_of(xl::io::read_text(dir + "random-words.hf.txt.gz"));
+  ASSERT_EQ(input.size(), 800u);
+  ASSERT_EQ(expected.size(), input.size());
+  int differ = 0, streamed_differ = 0;
+  for (size_t i = 0; i < input.size(); ++i) {
+    std::vector<std::string> words;
+    for (size_t at = 0; at < input[i].size();) {
+      size_t end = std::min(input[i].find(' ', at), input[i].size());
+      words.push_back(input[i].substr(at, end - at));
+      at = end + 1;
+    }
+    const std::string text = moses_detokenize(words);
+    if (text != expected[i] && ++differ <= 5) ADD_FAILURE() << "line " << i + 1 << ": " << text << "\n  expected: " << expected[i];
+    MosesLineWriter writer;
+    std::string streamed = writer.begin_line({}, true);
+    for (const auto& w : words) streamed += writer.add(w);
+    streamed += writer.end_line();
+    if (streamed != text + "\n" && ++streamed_differ <= 5) ADD_FAILURE() << "line " << i + 1 << " word by word: " << streamed;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(streamed_differ, 0);
+}
+
+// A word's text is given once no later word can change it: the last word waits for the next, and
+// words next to a joiner wait for the word after it.
+TEST(Moses, LineWriterHoldsWordsAJoinerMayStillChange) {
+  MosesLineWriter writer;
+  EXPECT_EQ(writer.begin_line({"A", "state"}, true), "A");
+  EXPECT_EQ(writer.add("@-@"), "");
+  EXPECT_EQ(writer.add("of"), "");
+  EXPECT_EQ(writer.add("the"), " state-of");
+  EXPECT_EQ(writer.add("art"), " the");
+  EXPECT_EQ(writer.add("."), " art");
+  EXPECT_EQ(writer.end_line(), ".\n");
+  // Words written elsewhere (an echoed prompt) are continued, not repeated.
+  EXPECT_EQ(writer.begin_line({"He", "said"}, false), "");
+  EXPECT_EQ(writer.add(","), "");
+  EXPECT_EQ(writer.add("\""), ",");
+  EXPECT_EQ(writer.rest(), " \"");
+}
+
 // The segmenter runs it per line: <eos> after every line (an empty one too; the last without its
 // newline if it has words), the words made, not the text's.
 TEST(Moses, WordVocabsAndTokenizersTakeItPerLine) {
@@ -129,6 +210,7 @@ TEST(Moses, WordVocabsAndTokenizersTakeItPerLine) {
   EncodeStats stats;
   Tokenizer(v, false, Pretokenizer::kMoses).encode(text, "test", &ids, &stats);
   EXPECT_EQ(Tokenizer(v).decode(ids), "Hello , world .\n\n\" Mr. Smith 's 1 @,@ 000 cats . \"\n");
+  EXPECT_EQ(Tokenizer(v, false, Pretokenizer::kMoses).decode(ids), "Hello, world.\n\n\"Mr. Smith's 1,000 cats.\"\n");
   EXPECT_EQ(stats.unknown, 0);
   // Without it the same vocab misses the words the text glues to punctuation.
   ids.clear();

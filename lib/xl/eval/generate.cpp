@@ -53,6 +53,18 @@ int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rn
   return ids[n - 1];
 }
 
+std::vector<int32_t> prompt_ids(const text::Tokenizer& tokenizer, const text::Vocab& vocab, std::string_view text,
+                                const std::string& name) {
+  std::vector<int32_t> ids, last_line;
+  text::EncodeStats stats;
+  tokenizer.encode(text, name, &ids, &stats);
+  if (vocab.type() != text::VocabType::kWord || ids.empty() || ids.back() != vocab.eos_id()) return ids;
+  // The last line's own ids end with the <eos> the segmenter closed it with if it has words.
+  tokenizer.encode(text.substr(text.rfind('\n') + 1), name, &last_line, &stats);
+  if (!last_line.empty()) ids.pop_back();
+  return ids;
+}
+
 std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int32_t>& prompt,
                               const GenerateSettings& s, Rng& rng, const std::function<void(int32_t)>& on_token) {
   XL_CHECK(!prompt.empty(), kExitUsage, "generation needs a prompt of at least one token");

@@ -4,12 +4,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "xl/model/precision.h"
 #include "xl/model/transformer_xl.h"
+#include "xl/text/tokenizer.h"
 #include "xl/util/rng.h"
 
 namespace xl::eval {
@@ -32,6 +35,11 @@ struct GenerateSettings {
   int64_t mem_len = 512;  // memory (context) kept while generating
   SampleSettings sampling;
 };
+
+// The ids of a prompt text (`name` for errors). A word vocab closes every line with <eos>, but a
+// last line without its newline is left open: generation continues it.
+std::vector<int32_t> prompt_ids(const text::Tokenizer& tokenizer, const text::Vocab& vocab, std::string_view text,
+                                const std::string& name);
 
 // Feeds `prompt` (at least one token) and samples `length` tokens, calling `on_token` with each
 // as soon as it is drawn. Returns the generated ids. Runs without autograd in eval mode and

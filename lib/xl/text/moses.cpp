@@ -19,7 +19,9 @@ struct CodeRange {
 using U32 = std::u32string;
 using U32View = std::u32string_view;
 
-enum Class : uint8_t { kIsAlnum = 1, kIsAlpha = 2, kIsLower = 4, kIsN = 8, kIsSymbol = 16, kIsDigit = 32, kIsSpace = 64 };
+enum Class : uint8_t {
+  kIsAlnum = 1, kIsAlpha = 2, kIsIndicMark = 4, kIsLower = 8, kIsN = 16, kIsCurrency = 32, kIsDigit = 64, kIsSpace = 128
+};
 
 template <size_t N>
 bool in_table(const CodeRange (&table)[N], char32_t c) {
@@ -36,8 +38,9 @@ bool python_space(char32_t c) {
 
 uint8_t classify(char32_t c) {
   return static_cast<uint8_t>((in_table(kAlnum, c) ? kIsAlnum : 0) | (in_table(kAlpha, c) ? kIsAlpha : 0) |
+                              (in_table(kIndicMarks, c) ? kIsIndicMark : 0) |
                               (in_table(kLower, c) ? kIsLower : 0) | (in_table(kNumber, c) ? kIsN : 0) |
-                              (in_table(kSymbol, c) ? kIsSymbol : 0) | (in_table(kDecimal, c) ? kIsDigit : 0) |
+                              (in_table(kCurrency, c) ? kIsCurrency : 0) | (in_table(kDecimal, c) ? kIsDigit : 0) |
                               (python_space(c) ? kIsSpace : 0));
 }
 
@@ -52,8 +55,9 @@ uint8_t classes(char32_t c) {
   return c < kCached ? cache[c] : classify(c);
 }
 bool is(char32_t c, uint8_t cls) { return (classes(c) & cls) != 0; }
-bool alnum(char32_t c) { return is(c, kIsAlnum); }
-bool alpha(char32_t c) { return is(c, kIsAlpha); }
+// The tokenizer's letters and digits take the Indic marks too; the detokenizer's letters do not.
+bool alnum(char32_t c) { return is(c, kIsAlnum | kIsIndicMark); }
+bool alpha(char32_t c) { return is(c, kIsAlpha | kIsIndicMark); }
 bool number(char32_t c) { return is(c, kIsN); }
 bool digit(char32_t c) { return is(c, kIsDigit); }
 bool space(char32_t c) { return is(c, kIsSpace); }
@@ -370,6 +374,31 @@ void split_numbers(const U32& word, std::vector<std::string>* out) {
   }
 }
 
+bool cjk(char32_t c) {
+  for (const CodeRange& r : kCjkOpen)
+    if (c < r.last) return c > r.first;
+  return false;
+}
+
+bool all_in(const U32& word, U32View set) {
+  return std::all_of(word.begin(), word.end(), [&](char32_t c) { return set.find(c) != U32View::npos; });
+}
+
+U32 code_points(const std::string& utf8) {
+  U32 out;
+  for (size_t at = 0; at < utf8.size();) {
+    uint32_t cp;
+    int len = utf8_decode(utf8, at, &cp);
+    if (len == 0) {  // a vocab's word is UTF-8; a byte that is not stands for itself
+      cp = static_cast<unsigned char>(utf8[at]);
+      len = 1;
+    }
+    out.push_back(static_cast<char32_t>(cp));
+    at += static_cast<size_t>(len);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> moses_tokenize(std::u32string line) {
@@ -377,5 +406,99 @@ std::vector<std::string> moses_tokenize(std::u32string line) {
   for (const U32& w : split(moses_words(normalize_punctuation(strip(line))))) split_numbers(w, &words);
   return words;
 }
+
+// sacremoses' MosesDetokenizer("en").detokenize, then Hugging Face's detokenize_numbers (its
+// convert_tokens_to_string).
+std::string moses_detokenize(const std::vector<std::string>& words) {
+  U32 s = U" ";
+  for (const std::string& w : words) s += code_points(w) + U' ';
+  replace_all(s, U" @-@ ", U"-");
+  static const U32View kEntities[][2] = {{U"&bar;", U"|"}, {U"&#124;", U"|"}, {U"&lt;", U"<"}, {U"&gt;", U">"},
+                                         {U"&bra;", U"["}, {U"&ket;", U"]"}, {U"&quot;", U"\""}, {U"&apos;", U"'"},
+                                         {U"&#91;", U"["}, {U"&#93;", U"]"}, {U"&amp;", U"&"}};
+  for (const auto& e : kEntities) replace_all(s, e[0], e[1]);
+  const std::vector<U32> tokens = split(s);
+  U32 out;
+  U32View space_before = U" ";  // what the next word gets before it
+  std::vector<std::pair<U32, int>> quotes;  // how often each quote has been seen
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const U32& t = tokens[i];
+    auto shift_right = [&] { out += space_before; out += t; space_before = U""; };
+    auto shift_left = [&] { out += t; space_before = U" "; };
+    if (cjk(t[0])) {
+      if (!(i > 0 && cjk(tokens[i - 1].back()))) out += space_before;
+      out += t;
+      space_before = U" ";
+    } else if (std::all_of(t.begin(), t.end(), [](char32_t c) { return is(c, kIsCurrency) || U32View(U"([{\u00BF\u00A1").find(c) != U32View::npos; })) {
+      shift_right();
+    } else if (all_in(t, U",.?!:;\\%}])")) {
+      shift_left();
+    } else if (i > 0 && t.size() >= 2 && t[0] == U'\'' && is(t[1], kIsAlpha)) {  // English contractions: 's, 'll
+      shift_left();
+    } else if (all_in(t, U"'\"\u201E\u201C`")) {  // quotes open and close in turn
+      U32 key = all_in(t, U"\u201E\u201C\u201D") ? U32(U"\"") : t;
+      auto it = std::find_if(quotes.begin(), quotes.end(), [&](const auto& q) { return q.first == key; });
+      if (it == quotes.end()) it = quotes.insert(quotes.end(), {key, 0});
+      if (it->second % 2 == 1) {
+        shift_left();
+        ++it->second;
+      } else if (t == U"'" && i > 0 && tokens[i - 1].back() == U's') {  // the Jones' house
+        shift_left();
+      } else {
+        shift_right();
+        ++it->second;
+      }
+    } else {
+      out += space_before;
+      out += t;
+      space_before = U" ";
+    }
+  }
+  out = strip(collapse(out, ascii_space));
+  replace_all(out, U" @,@ ", U",");
+  replace_all(out, U" @.@ ", U".");
+  out = strip(out);
+  std::string utf8;
+  for (char32_t c : out) utf8_append(c, &utf8);
+  return utf8;
+}
+
+size_t moses_settled(const std::vector<std::string>& words) {
+  auto glue = [](const std::string& w) { return w == "@-@" || w == "@,@" || w == "@.@"; };
+  for (size_t m = words.size(); m-- > 1;)
+    if (!glue(words[m]) && !glue(words[m - 1])) return m;
+  return 0;
+}
+
+std::string MosesLineWriter::text_from_given(const std::string& text) {
+  // Settled text only grows; after words written elsewhere (an echoed prompt) a word joined to
+  // them may respace them, which cannot be taken back: the text then goes on from its length.
+  std::string out = text.size() > given_ ? text.substr(given_) : std::string();
+  given_ = std::max(given_, text.size());
+  return out;
+}
+
+std::string MosesLineWriter::begin_line(std::vector<std::string> words, bool write) {
+  words_ = std::move(words);
+  given_ = 0;
+  if (write) return text_from_given(moses_detokenize({words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(moses_settled(words_))}));
+  given_ = moses_detokenize(words_).size();
+  return {};
+}
+
+std::string MosesLineWriter::add(std::string word) {
+  words_.push_back(std::move(word));
+  const size_t settled = moses_settled(words_);
+  return text_from_given(moses_detokenize({words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(settled)}));
+}
+
+std::string MosesLineWriter::rest() {
+  std::string out = text_from_given(moses_detokenize(words_));
+  words_.clear();
+  given_ = 0;
+  return out;
+}
+
+std::string MosesLineWriter::end_line() { return rest() + "\n"; }
 
 }  // namespace xl::text

@@ -1,7 +1,7 @@
 // Moses tokenization of raw text, as Hugging Face's TransfoXL tokenizer does it before looking
 // words up (its moses_pipeline): sacremoses' English punctuation normaliser, its tokenizer with
 // dashes split ("side @-@ scrolled") and no XML escapes, then numbers' separators split
-// ("23 @,@ 000", "1 @.@ 80"); <unk>, <eos> and <formula> stay whole.
+// ("23 @,@ 000", "1 @.@ 80"); <unk>, <eos> and <formula> stay whole. And back: its detokenizer.
 #pragma once
 #include <string>
 #include <vector>
@@ -10,5 +10,30 @@ namespace xl::text {
 
 // The words of one line (code points, no line end), in UTF-8.
 std::vector<std::string> moses_tokenize(std::u32string line);
+
+// The text of one line's words as Hugging Face's decode gives it (sacremoses' detokenizer, then
+// "@,@" and "@.@" joined): "Henry 's $ 5 @,@ 000 ." is "Henry's $5,000.".
+std::string moses_detokenize(const std::vector<std::string>& words);
+
+// How many of a line's first words have their final text: moses_detokenize of them is the start
+// of moses_detokenize of the line whatever words follow. "@-@", "@,@" and "@.@" join the words on
+// either side, so a word next to one, or the last word, may still change.
+size_t moses_settled(const std::vector<std::string>& words);
+
+// The text of words that come one at a time (xl-generate): each call gives what has become final.
+class MosesLineWriter {
+ public:
+  // Words already on the line: with `write`, their final text is returned to be written; without,
+  // they were written elsewhere, or are context only, and the text that follows continues them.
+  std::string begin_line(std::vector<std::string> words, bool write);
+  std::string add(std::string word);
+  std::string end_line();  // the rest of the line and a newline
+  std::string rest();      // the rest of the line, at the end of the text
+
+ private:
+  std::vector<std::string> words_;
+  size_t given_ = 0;  // bytes of the line's text given out
+  std::string text_from_given(const std::string& text);
+};
 
 }  // namespace xl::text

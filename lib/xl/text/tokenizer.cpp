@@ -1,6 +1,7 @@
 #include "xl/text/tokenizer.h"
 
 #include "xl/text/escape.h"
+#include "xl/text/moses.h"
 #include "xl/text/segmenter.h"
 #include "xl/util/utf8.h"
 #include "xl/util/error.h"
@@ -72,17 +73,34 @@ void Tokenizer::encode(std::string_view text, const std::string& source_name, st
   stats->tokens += static_cast<int64_t>(out->size() - start);
 }
 
+const std::string& Tokenizer::piece(int32_t id) const {
+  XL_CHECK(id >= 0 && static_cast<size_t>(id) < vocab_.size(), kExitDataErr,
+           "token id " << id << " is out of range for a vocab of " << vocab_.size());
+  return vocab_.piece(id);
+}
+
 std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
   std::string out;
+  if (pretokenizer_ == Pretokenizer::kMoses) {
+    std::vector<std::string> line;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& p = piece(ids[i]);
+      if (ids[i] != vocab_.eos_id()) {
+        line.push_back(p);
+        continue;
+      }
+      out += moses_detokenize(line) + "\n";
+      line.clear();
+    }
+    return out + moses_detokenize(line);
+  }
   const bool word = vocab_.type() == VocabType::kWord;
   out.reserve(word ? n * 6 : n);
   bool line_start = true;
   for (size_t i = 0; i < n; ++i) {
-    int32_t id = ids[i];
-    XL_CHECK(id >= 0 && static_cast<size_t>(id) < vocab_.size(), kExitDataErr,
-             "token id " << id << " is out of range for a vocab of " << vocab_.size());
+    const std::string& p = piece(ids[i]);
     if (word) {
-      if (id == vocab_.eos_id()) {
+      if (ids[i] == vocab_.eos_id()) {
         out.push_back('\n');
         line_start = true;
         continue;
@@ -90,7 +108,7 @@ std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
       if (!line_start) out.push_back(' ');
       line_start = false;
     }
-    out += vocab_.piece(id);
+    out += p;
   }
   return out;
 }

@@ -21,10 +21,13 @@ class Tokenizer {
   // has no <unk>.
   void encode(std::string_view text, const std::string& source_name, std::vector<int32_t>* out,
               EncodeStats* stats) const;
+  // Word pieces joined by spaces, a line per <eos>; with the Moses pretokenizer each line is
+  // detokenized (moses_detokenize).
   std::string decode(const int32_t* ids, size_t n) const;
   std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
 
  private:
+  const std::string& piece(int32_t id) const;  // fails (65) on an id outside the vocab
   const Vocab& vocab_;
   bool allow_invalid_;
   Pretokenizer pretokenizer_;
