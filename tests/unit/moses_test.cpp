@@ -43,6 +43,18 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+// A recorded case file, tests/moses/NAME.txt.gz, and what Hugging Face made of each of its 800
+// lines, NAME.hf.txt.gz.
+std::pair<std::vector<std::string>, std::vector<std::string>> recorded(const std::string& name) {
+  const std::string dir = std::string(XL_SOURCE_DIR) + "/tests/moses/";
+  auto input = lines_of(xl::io::read_text(dir + name + ".txt.gz"));
+  auto expected = lines_of(xl::io::read_text(dir + name + ".hf.txt.gz"));
+  EXPECT_EQ(input.size(), 800u);
+  EXPECT_EQ(expected.size(), input.size());
+  expected.resize(input.size());
+  return {input, expected};
+}
+
 }  // namespace
 
 // One line per rule of the normaliser and the tokenizer, with Hugging Face's own two examples first.
@@ -102,11 +114,7 @@ TEST(Moses, EachRuleAsHuggingFacesTokenizerSplitsIt) {
 // 800 lines of random pieces (quotes of every kind, no-break spaces, dots, apostrophes,
 // abbreviations, numbers, protected tokens in any case, other scripts, control bytes) to the word.
 TEST(Moses, RandomLinesAsHuggingFacesTokenizerSplitsThem) {
-  const std::string dir = std::string(XL_SOURCE_DIR) + "/tests/moses/";
-  const auto input = lines_of(xl::io::read_text(dir + "random-lines.txt.gz"));
-  const auto expected = lines_of(xl::io::read_text(dir + "random-lines.hf.txt.gz"));
-  ASSERT_EQ(input.size(), 800u);
-  ASSERT_EQ(expected.size(), input.size());
+  const auto [input, expected] = recorded("random-lines");
   int differ = 0;
   for (size_t i = 0; i < input.size(); ++i) {
     std::string joined;
@@ -151,11 +159,7 @@ TEST(Moses, DetokenizesAsHuggingFacesDecode) {
 // joiners, CJK, entities and plain words; and the same words given one at a time to the writer
 // xl-generate uses, whose pieces must add up to the whole line's text.
 TEST(Moses, RandomWordsDetokenizeAsHuggingFacesDecodeAndWordByWord) {
-  const std::string dir = std::string(XL_SOURCE_DIR) + "/tests/moses/";
-  const auto input = lines_of(xl::io::read_text(dir + "random-words.txt.gz"));
-  const auto expected = lines_of(xl::io::read_text(dir + "random-words.hf.txt.gz"));
-  ASSERT_EQ(input.size(), 800u);
-  ASSERT_EQ(expected.size(), input.size());
+  const auto [input, expected] = recorded("random-words");
   int differ = 0, streamed_differ = 0;
   for (size_t i = 0; i < input.size(); ++i) {
     std::vector<std::string> words;
