@@ -1,7 +1,8 @@
 // Raw text Moses-tokenized into words: any bytes are refused cleanly (invalid UTF-8 is 65) or build
 // a word vocab under which they encode without <unk>, into words that split at whitespace again as
-// they were made (decoded and read back without the pretokenizer, the same ids), and whose lines
-// detokenize word by word (xl-generate's writer) into the text they detokenize to at once.
+// they were made (decoded and read back without the pretokenizer, the same ids), the same in
+// three chunks as in one, and whose lines detokenize word by word (xl-generate's writer) into the
+// text they detokenize to at once.
 #include "fuzz_support.h"
 #include "xl/text/moses.h"
 #include "xl/text/tokenizer.h"
@@ -21,6 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     xl::text::Tokenizer plain(vocab);
     plain.encode(plain.decode(ids), "decoded", &again, &stats);
     if (again != ids) xl::fuzz::finding("Moses words do not split at whitespace as they were made");
+    if (xl::text::moses_pretokenize(text, "fuzz.txt", 3) != xl::text::moses_pretokenize(text, "fuzz.txt", 1))
+      xl::fuzz::finding("three chunks pretokenize otherwise than one");
     std::string whole, streamed;
     std::vector<std::string> line;
     xl::text::MosesLineWriter writer;

@@ -1,7 +1,6 @@
 // xl-build-vocab: text -> vocab TSV (byte, char or word pieces, deterministic order).
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
-#include "xl/text/segmenter.h"
 #include "xl/text/vocab.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"

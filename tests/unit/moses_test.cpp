@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "xl/text/moses.h"
-#include "xl/text/segmenter.h"
 #include "xl/text/tokenizer.h"
 #include "xl/text/vocab.h"
 #include "xl/util/error.h"
@@ -220,6 +219,29 @@ TEST(Moses, WordVocabsAndTokenizersTakeItPerLine) {
   ids.clear();
   Tokenizer(v).encode(text, "test", &ids, &stats);
   EXPECT_GT(stats.unknown, 3);
+}
+
+// A text's words, line by line, with a newline where the text has one; the same in any number of
+// chunks, whose first invalid byte is the text's.
+TEST(Moses, PretokenizedTextIsEachLinesWordsInAnyNumberOfChunks) {
+  const auto [lines, expected] = recorded("random-lines");
+  std::string text, want;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    text += lines[i] + (i + 1 < lines.size() ? "\n" : "");
+    want += expected[i] + (i + 1 < lines.size() ? "\n" : "");
+  }
+  for (size_t chunks : {1, 2, 7, 2000}) EXPECT_EQ(moses_pretokenize(text, "t", chunks), want) << chunks << " chunks";
+  EXPECT_EQ(moses_pretokenize("a,b\n\n  \n", "t"), "a , b\n\n\n");
+  EXPECT_EQ(moses_pretokenize("", "t"), "");
+  const std::string bad = text.substr(0, 20000) + "\xff" + text.substr(20000) + "\xc3";
+  for (size_t chunks : {1, 5}) {
+    try {
+      moses_pretokenize(bad, "in.txt", chunks);
+      ADD_FAILURE() << "invalid UTF-8 was tokenized";
+    } catch (const xl::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("in.txt: invalid UTF-8 at byte 20000"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Moses, RefusesOtherVocabTypesAndInvalidUtf8) {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "xl/text/segmenter.h"
+#include "xl/text/moses.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -136,6 +136,13 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   };
   if (!req.whole_input.empty()) read(req.whole_input);
   for (const auto& in : req.inputs) read(in.path);
+  std::vector<std::string> sha256s;  // of the inputs as read
+  for (const auto& t : texts) sha256s.push_back(sha256_hex(t));
+  std::vector<int64_t> sizes;
+  for (const auto& t : texts) sizes.push_back(static_cast<int64_t>(t.size()));
+  // Moses-tokenized once: the vocab and the ids then read its words as pre-tokenized text.
+  if (req.pretokenizer == text::Pretokenizer::kMoses)
+    for (size_t i = 0; i < texts.size(); ++i) texts[i] = text::moses_pretokenize(texts[i], names[i]);
   for (const auto& t : texts) views.emplace_back(t);
 
   // Without a vocab, tokenize with one that holds every piece, then keep what train supports.
@@ -143,9 +150,8 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   provisional.min_count = 1;
   provisional.max_size = 0;
   provisional.allow_invalid_utf8 = req.allow_invalid_utf8;
-  provisional.pretokenizer = req.pretokenizer;
   corpus.vocab = build ? text::build_vocab(views, provisional, names) : *req.vocab;
-  text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8, req.pretokenizer);
+  text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8);
 
   auto encode = [&](std::string_view text, const std::string& path, h5::TokenSplit* split) {
     text::EncodeStats stats;
@@ -153,11 +159,10 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     split->source.unknown = stats.unknown;
   };
   if (!req.whole_input.empty()) {
-    const std::string& text = texts[0];
-    corpus.source_sha256 = sha256_hex(text);
-    corpus.source_bytes = static_cast<int64_t>(text.size());
+    corpus.source_sha256 = sha256s[0];
+    corpus.source_bytes = sizes[0];
     h5::TokenSplit all;
-    encode(text, req.whole_input, &all);
+    encode(texts[0], req.whole_input, &all);
     auto lengths = split_lengths(req.split_spec, static_cast<int64_t>(all.ids.size()));
     XL_CHECK(lengths.size() <= 3, kExitUsage, "--split: at most three parts (train, valid, test)");
     int64_t offset = 0;
@@ -180,8 +185,8 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
       s.name = req.inputs[i].split;
       encode(texts[i], req.inputs[i].path, &s);
       s.source.name = io::display_name(req.inputs[i].path);
-      s.source.sha256 = sha256_hex(texts[i]);
-      s.source.bytes = static_cast<int64_t>(texts[i].size());
+      s.source.sha256 = sha256s[i];
+      s.source.bytes = sizes[i];
       corpus.splits.push_back(std::move(s));
     }
   }

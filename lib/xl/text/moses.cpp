@@ -4,7 +4,9 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <thread>
 
+#include "xl/util/error.h"
 #include "xl/util/utf8.h"
 
 namespace xl::text {
@@ -405,6 +407,68 @@ std::vector<std::string> moses_tokenize(std::u32string line) {
   std::vector<std::string> words;
   for (const U32& w : split(moses_words(normalize_punctuation(strip(line))))) split_numbers(w, &words);
   return words;
+}
+
+namespace {
+
+// Pretokenizes text[begin, end), whole lines; returns the offset of its first invalid UTF-8 byte,
+// or npos.
+size_t pretokenize_lines(std::string_view text, size_t begin, size_t end, std::string* out) {
+  out->reserve((end - begin) * 11 / 10);
+  U32 line;
+  for (size_t at = begin; at < end;) {
+    size_t stop = std::min(text.find('\n', at), end);
+    line.clear();
+    while (at < stop) {
+      uint32_t cp;
+      int len = utf8_decode(text, at, &cp);
+      if (len == 0) return at;
+      line.push_back(static_cast<char32_t>(cp));
+      at += static_cast<size_t>(len);
+    }
+    const std::vector<std::string> words = moses_tokenize(line);
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (i > 0) out->push_back(' ');
+      *out += words[i];
+    }
+    if (stop < end) out->push_back('\n');
+    at = stop + 1;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+std::string moses_pretokenize(std::string_view text, const std::string& source, size_t chunks) {
+  if (chunks == 0) {
+    constexpr size_t kMinChunk = size_t{1} << 20;
+    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    chunks = std::max<size_t>(1, std::min(cores, text.size() / kMinChunk));
+  }
+  std::vector<size_t> bounds{0};  // chunks end at line ends
+  for (size_t c = 1; c < chunks; ++c) {
+    size_t nl = text.find('\n', std::max(bounds.back(), text.size() / chunks * c));
+    if (nl == std::string_view::npos) break;
+    bounds.push_back(nl + 1);
+  }
+  bounds.push_back(text.size());
+  const size_t n = bounds.size() - 1;
+  std::vector<std::string> parts(n);
+  std::vector<size_t> invalid(n, std::string_view::npos);
+  std::vector<std::thread> workers;
+  for (size_t c = 1; c < n; ++c)
+    workers.emplace_back([&, c] { invalid[c] = pretokenize_lines(text, bounds[c], bounds[c + 1], &parts[c]); });
+  invalid[0] = pretokenize_lines(text, bounds[0], bounds[1], &parts[0]);
+  for (auto& w : workers) w.join();
+  for (size_t c = 0; c < n; ++c)
+    XL_CHECK(invalid[c] == std::string_view::npos, kExitDataErr,
+             source << ": invalid UTF-8 at byte " << invalid[c] << " (--pretokenize moses reads UTF-8 text)");
+  std::string out;
+  size_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  out.reserve(total);
+  for (const auto& p : parts) out += p;
+  return out;
 }
 
 // sacremoses' MosesDetokenizer("en").detokenize, then Hugging Face's detokenize_numbers (its

@@ -4,12 +4,20 @@
 // ("23 @,@ 000", "1 @.@ 80"); <unk>, <eos> and <formula> stay whole. And back: its detokenizer.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace xl::text {
 
 // The words of one line (code points, no line end), in UTF-8.
 std::vector<std::string> moses_tokenize(std::u32string line);
+
+// The words of every line of UTF-8 `text`, joined by spaces, each line ended as it was (a last
+// line without its newline stays so): text that splits at whitespace into the words, which a word
+// vocab then reads as it reads pre-tokenized text. Lines are tokenized in `chunks` parts at once
+// (0: one per core, of 1 MiB at least), which do not change the result. Fails (65) on invalid
+// UTF-8, naming `source` and the first such byte.
+std::string moses_pretokenize(std::string_view text, const std::string& source, size_t chunks = 0);
 
 // The text of one line's words as Hugging Face's decode gives it (sacremoses' detokenizer, then
 // "@,@" and "@.@" joined): "Henry 's $ 5 @,@ 000 ." is "Henry's $5,000.".

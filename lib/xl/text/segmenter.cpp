@@ -1,21 +1,12 @@
 #include "xl/text/segmenter.h"
 
-#include "xl/text/moses.h"
 #include "xl/util/utf8.h"
 #include "xl/util/error.h"
 
 namespace xl::text {
 
-Segmenter::Segmenter(VocabType type, std::string_view text, bool allow_invalid, std::string source_name,
-                     Pretokenizer pretokenizer)
-    : type_(type), text_(text), allow_invalid_(allow_invalid), source_(std::move(source_name)), pretokenizer_(pretokenizer) {
-  check_pretokenizer(type, pretokenizer);
-}
-
-void check_pretokenizer(VocabType type, Pretokenizer pretokenizer) {
-  XL_CHECK(pretokenizer == Pretokenizer::kNone || type == VocabType::kWord, kExitUsage,
-           "--pretokenize moses makes words: it needs a word vocab, not a " << to_string(type) << " one");
-}
+Segmenter::Segmenter(VocabType type, std::string_view text, bool allow_invalid, std::string source_name)
+    : type_(type), text_(text), allow_invalid_(allow_invalid), source_(std::move(source_name)) {}
 
 namespace {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
@@ -44,7 +35,6 @@ bool Segmenter::next(std::string_view* piece, Kind* kind) {
     *kind = Kind::kPiece;
     return true;
   }
-  if (pretokenizer_ == Pretokenizer::kMoses) return next_moses(piece, kind);
   // Word mode.
   while (pos_ < text_.size() && is_space(text_[pos_])) ++pos_;
   if (pos_ >= text_.size()) {
@@ -68,37 +58,6 @@ bool Segmenter::next(std::string_view* piece, Kind* kind) {
   *piece = text_.substr(start, pos_ - start);
   *kind = Kind::kPiece;
   line_open_ = true;
-  return true;
-}
-
-bool Segmenter::next_moses(std::string_view* piece, Kind* kind) {
-  while (next_word_ >= line_words_.size()) {
-    if (line_open_) {
-      line_open_ = false;
-      *kind = Kind::kEos;
-      *piece = {};
-      return true;
-    }
-    if (pos_ >= text_.size()) return false;
-    size_t end = text_.find('\n', pos_);
-    const bool ended = end != std::string_view::npos;
-    if (!ended) end = text_.size();
-    std::u32string line;
-    line.reserve(end - pos_);
-    for (size_t at = pos_; at < end;) {
-      uint32_t cp;
-      int len = utf8_decode(text_, at, &cp);
-      XL_CHECK(len > 0, kExitDataErr, source_ << ": invalid UTF-8 at byte " << at << " (--pretokenize moses reads UTF-8 text)");
-      line.push_back(static_cast<char32_t>(cp));
-      at += static_cast<size_t>(len);
-    }
-    line_words_ = moses_tokenize(std::move(line));
-    next_word_ = 0;
-    pos_ = ended ? end + 1 : end;
-    line_open_ = ended || !line_words_.empty();  // every line ends with <eos>; a last one without its newline if it has words
-  }
-  *piece = line_words_[next_word_++];
-  *kind = Kind::kPiece;
   return true;
 }
 

@@ -49,8 +49,10 @@ void Tokenizer::encode(std::string_view text, const std::string& source_name, st
     stats->tokens += static_cast<int64_t>(text.size());
     return;
   }
+  std::string pretokenized;
+  if (pretokenizer_ == Pretokenizer::kMoses) text = pretokenized = moses_pretokenize(text, source_name);
   out->reserve(start + text.size() / (vocab_.type() == VocabType::kWord ? 5 : 1));
-  Segmenter seg(vocab_.type(), text, allow_invalid_, source_name, pretokenizer_);
+  Segmenter seg(vocab_.type(), text, allow_invalid_, source_name);
   std::string_view piece;
   Segmenter::Kind kind;
   while (seg.next(&piece, &kind)) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "xl/text/escape.h"
+#include "xl/text/moses.h"
 #include "xl/text/segmenter.h"
 #include "xl/util/utf8.h"
 #include "xl/util/error.h"
@@ -32,6 +33,11 @@ Pretokenizer parse_pretokenizer(const std::string& name) {
   if (name == "none") return Pretokenizer::kNone;
   if (name == "moses") return Pretokenizer::kMoses;
   XL_FAIL(kExitUsage, "--pretokenize: unknown '" << name << "' (use none or moses)");
+}
+
+void check_pretokenizer(VocabType type, Pretokenizer pretokenizer) {
+  XL_CHECK(pretokenizer == Pretokenizer::kNone || type == VocabType::kWord, kExitUsage,
+           "--pretokenize moses makes words: it needs a word vocab, not a " << to_string(type) << " one");
 }
 
 Vocab::Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_t> counts, int specials)
@@ -192,11 +198,14 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
   const bool chars = opts.type == VocabType::kChar;
   std::vector<int64_t> cp_counts(chars ? 0x110000 : 0, 0);
   std::unordered_map<std::string_view, int64_t> word_counts;
-  std::unordered_map<std::string, int64_t> made_word_counts;  // words the pretokenizer made, not in the texts
   int64_t unk = 0, eos = 0;
+  check_pretokenizer(opts.type, opts.pretokenizer);
+  std::vector<std::string> pretokenized(opts.pretokenizer == Pretokenizer::kMoses ? texts.size() : 0);
   for (size_t i = 0; i < texts.size(); ++i) {
-    Segmenter seg(opts.type, texts[i], opts.allow_invalid_utf8, i < source_names.size() ? source_names[i] : "input",
-                  opts.pretokenizer);
+    const std::string name = i < source_names.size() ? source_names[i] : "input";
+    std::string_view text = texts[i];
+    if (!pretokenized.empty()) text = pretokenized[i] = moses_pretokenize(text, name);  // counted by views: kept
+    Segmenter seg(opts.type, text, opts.allow_invalid_utf8, name);
     std::string_view piece;
     Segmenter::Kind kind;
     while (seg.next(&piece, &kind)) {
@@ -208,14 +217,12 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
         uint32_t cp = 0;
         utf8_decode(piece, 0, &cp);  // the segmenter returned one valid code point
         ++cp_counts[cp];
-      } else if (opts.pretokenizer == Pretokenizer::kMoses) {
-        ++made_word_counts[std::string(piece)];
       } else {
         ++word_counts[piece];
       }
     }
   }
-  std::unordered_map<std::string, int64_t> counts = std::move(made_word_counts);
+  std::unordered_map<std::string, int64_t> counts;
   if (chars) {
     for (uint32_t cp = 0; cp < cp_counts.size(); ++cp) {
       if (!cp_counts[cp]) continue;
@@ -224,7 +231,7 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
       counts.emplace(std::move(p), cp_counts[cp]);
     }
   } else {
-    counts.reserve(counts.size() + word_counts.size());
+    counts.reserve(word_counts.size());
     for (const auto& [p, n] : word_counts) counts.emplace(std::string(p), n);
   }
   return vocab_from_counts(opts, std::move(counts), eos, unk);

@@ -17,6 +17,8 @@ VocabType parse_vocab_type(const std::string& name);  // throws 64
 // tokenized, as WikiText is), or Moses-tokenized first as Hugging Face's TransfoXL tokenizer does.
 enum class Pretokenizer { kNone, kMoses };
 Pretokenizer parse_pretokenizer(const std::string& name);  // throws 64
+// Fails (64) on a pretokenizer the vocab type cannot take: only words are pretokenized.
+void check_pretokenizer(VocabType type, Pretokenizer pretokenizer);
 
 inline constexpr const char* kUnk = "<unk>";
 inline constexpr const char* kEos = "<eos>";
