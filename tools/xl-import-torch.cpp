@@ -200,6 +200,10 @@ int main(int argc, char** argv) {
     xl::checkpoint::save(cli.output(), ckpt, cli.force());
     auto cfg = xl::model::ModelConfig::from_json(ckpt.model_config, display);
     XL_INFO("imported " << sd.size() << " tensors (" << ckpt.model.size() << " after tying) as " << xl::interop::import_flags(cfg));
+    // Hugging Face's tokenizer Moses-tokenizes what it reads; WikiText is tokenized already.
+    if (hf && vocab.type() == xl::text::VocabType::kWord)
+      XL_INFO("raw text meets this vocab as Hugging Face's tokenizer gives it with --pretokenize moses "
+              "(xl-tokenize, xl-generate); WikiText's .tokens files need none");
     return 0;
   });
 }

@@ -292,6 +292,7 @@ EOF
     dir_gives_its_loss() {
       local what=$1 h5=$2
       expect 0 xl-import-torch hfdir -o "$h5"
+      grep -q -- "--pretokenize moses" err || fail "importing a Hugging Face word model does not point to --pretokenize moses"
       expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$h5" hfwords.h5
       [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
         fail "the directory's $what gives loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
