@@ -244,17 +244,48 @@ U32 protect(U32 s, std::vector<U32>* held) {
   std::vector<size_t> order(held->size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*held)[a].size() > (*held)[b].size(); });
-  for (size_t k : order) replace_all(s, (*held)[k], stand_in(k));
+  // A spelling replaced once is gone: its later copies would find nothing.
+  std::vector<U32View> done;
+  for (size_t k : order) {
+    if (std::find(done.begin(), done.end(), U32View((*held)[k])) != done.end()) continue;
+    done.push_back((*held)[k]);
+    replace_all(s, (*held)[k], stand_in(k));
+  }
   return s;
 }
 
-U32 unprotect(U32 s, const std::vector<U32>& held) {
-  for (size_t k = 0; k < held.size(); ++k) replace_all(s, stand_in(k), held[k]);
-  return s;
+// sacremoses puts each stand-in back in turn; in one pass here, the same where it is defined: the
+// stand-ins (of three digits up to 1,000 tokens, where sacremoses stops) cannot overlap.
+U32 unprotect(const U32& s, const std::vector<U32>& held) {
+  if (held.empty()) return s;
+  constexpr U32View kStem = U"THISISPROTECTED";
+  const size_t max_digits = held.size() <= 1000 ? 3 : 20;
+  return rewrite(s, [&](const U32& t, size_t i, U32& out) -> size_t {
+    if (U32View(t).substr(i, kStem.size()) != kStem) return 0;
+    size_t end = i + kStem.size(), k = 0;
+    while (end < t.size() && end - i - kStem.size() < max_digits && t[end] >= U'0' && t[end] <= U'9')
+      k = k * 10 + static_cast<size_t>(t[end++] - U'0');
+    if (end - i - kStem.size() < 3 || k >= held.size()) return 0;
+    out += held[k];
+    return end - i;
+  });
 }
 
-// Runs of dots stay one word: "..." is held as " DOTDOTDOTMULTI" (sacremoses' replace_multidots).
-U32 hold_multidots(U32 s) {
+// Runs of dots stay one word: "...x" is held as " DOTDOTDOTMULTI x" (sacremoses' replace_multidots,
+// which adds one DOT per pass: one pass here unless the text spells DOTMULTI itself, where those
+// passes are followed as they go).
+U32 hold_multidots(U32 s, bool literal) {
+  if (!literal) {
+    return rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {
+      if (t[i] != U'.' || at(t, i + 1) != U'.') return 0;
+      size_t j = i;
+      while (j < t.size() && t[j] == U'.') ++j;
+      out += U' ';
+      for (size_t k = i; k < j; ++k) out += U"DOT";
+      out += j < t.size() ? U"MULTI " : U"MULTI";
+      return j - i;
+    });
+  }
   s = rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {
     if (t[i] != U'.' || at(t, i + 1) != U'.') return 0;
     size_t j = i + 1;
@@ -275,7 +306,16 @@ U32 hold_multidots(U32 s) {
   return s;
 }
 
-U32 restore_multidots(U32 s) {
+U32 restore_multidots(U32 s, bool literal) {
+  if (!literal) {  // every DOT...MULTI is one held run
+    return rewrite(s, [](const U32& t, size_t i, U32& out) -> size_t {
+      size_t j = i;
+      while (U32View(t).substr(j, 3) == U"DOT") j += 3;
+      if (j == i || U32View(t).substr(j, 5) != U"MULTI") return 0;
+      out.append((j - i) / 3, U'.');
+      return j + 5 - i;
+    });
+  }
   while (contains(s, U"DOTDOTMULTI")) replace_all(s, U"DOTDOTMULTI", U"DOTMULTI.");
   replace_all(s, U"DOTMULTI", U".");
   return s;
@@ -330,7 +370,8 @@ U32 moses_words(U32 s) {
     out += U" @-@ ";
     return 2;
   });
-  s = hold_multidots(std::move(s));
+  const bool spelt = contains(s, U"DOTMULTI");
+  s = hold_multidots(std::move(s), spelt);
   auto comma = [](char32_t c) { return c == U','; };
   auto not_number = [](char32_t c) { return !number(c); };
   s = rewrite(s, [&](const U32& t, size_t i, U32& out) -> size_t {  // a comma after a non-number
@@ -355,8 +396,8 @@ U32 moses_words(U32 s) {
   s = around(s, U'\'', number, any_s, U" '");
   s = strip(collapse(split_final_periods(s), space));
   if (s.size() >= 2 && s.compare(s.size() - 2, 2, U".'") == 0) s.replace(s.size() - 2, 2, U" . ' ");
-  s = unprotect(std::move(s), held);
-  return restore_multidots(std::move(s));
+  s = unprotect(s, held);
+  return restore_multidots(std::move(s), spelt);
 }
 
 // Hugging Face's tokenize_numbers: a , or . between two digits becomes its own word, @,@ or @.@.
