@@ -245,8 +245,9 @@ TEST(Moses, PretokenizedTextIsEachLinesWordsInAnyNumberOfChunks) {
 }
 
 // sacremoses takes a pass per dot of the longest run of dots and per protected token: quadratic
-// in a long line (20,000 dots took 13 s that way). Here such lines come out whole, as it makes them.
-TEST(Moses, LongRunsOfDotsAndManyProtectedTokens) {
+// in a long line (20,000 dots took 13 s that way), as was detokenizing a line again for each word
+// generated. Here such lines come out whole, as it makes them.
+TEST(Moses, LongLines) {
   const std::string dots(100000, '.');
   EXPECT_EQ(moses("a" + dots + "b, c" + dots), (std::vector<std::string>{"a", dots, "b", ",", "c", dots}));
   std::string line;
@@ -256,6 +257,13 @@ TEST(Moses, LongRunsOfDotsAndManyProtectedTokens) {
     for (const char* w : i % 2 ? std::vector<const char*>{"<unk>", "x", ","} : std::vector<const char*>{"<UNK>y"}) words.push_back(w);
   }
   EXPECT_EQ(moses(line), words);
+  // Words given one at a time: @,@ 5 5 @,@ 5 5 ... @,@, whose @,@ join the 5s around them.
+  MosesLineWriter writer;
+  std::string streamed;
+  for (int i = 0; i < 100000; ++i) streamed += writer.add(i % 3 ? "5" : "@,@");
+  std::string want = "@,@ 5 5";
+  for (int i = 1; i < 33333; ++i) want += ",5 5";
+  EXPECT_EQ(streamed + writer.rest(), want + " @,@");
 }
 
 TEST(Moses, RefusesOtherVocabTypesAndInvalidUtf8) {

@@ -513,8 +513,9 @@ std::string moses_pretokenize(std::string_view text, const std::string& source, 
 }
 
 // sacremoses' MosesDetokenizer("en").detokenize, then Hugging Face's detokenize_numbers (its
-// convert_tokens_to_string).
-std::string moses_detokenize(const std::vector<std::string>& words) {
+// convert_tokens_to_string). A part of a line ends between two words that no joiner touches, so
+// no merge, entity or number join spans two parts, and no part but the first starts the line.
+std::string MosesLineDetokenizer::add(const std::vector<std::string>& words) {
   U32 s = U" ";
   for (const std::string& w : words) s += code_points(w) + U' ';
   replace_all(s, U" @-@ ", U"-");
@@ -522,51 +523,52 @@ std::string moses_detokenize(const std::vector<std::string>& words) {
                                          {U"&bra;", U"["}, {U"&ket;", U"]"}, {U"&quot;", U"\""}, {U"&apos;", U"'"},
                                          {U"&#91;", U"["}, {U"&#93;", U"]"}, {U"&amp;", U"&"}};
   for (const auto& e : kEntities) replace_all(s, e[0], e[1]);
-  const std::vector<U32> tokens = split(s);
   U32 out;
-  U32View space_before = U" ";  // what the next word gets before it
-  std::vector<std::pair<U32, int>> quotes;  // how often each quote has been seen
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const U32& t = tokens[i];
-    auto shift_right = [&] { out += space_before; out += t; space_before = U""; };
-    auto shift_left = [&] { out += t; space_before = U" "; };
+  const bool line_start = !started_;
+  for (const U32& t : split(s)) {
+    auto shift_right = [&] { out += space_before_; out += t; space_before_ = U""; };
+    auto shift_left = [&] { out += t; space_before_ = U" "; };
     if (cjk(t[0])) {
-      if (!(i > 0 && cjk(tokens[i - 1].back()))) out += space_before;
+      if (!(started_ && cjk(last_.back()))) out += space_before_;
       out += t;
-      space_before = U" ";
+      space_before_ = U" ";
     } else if (std::all_of(t.begin(), t.end(), [](char32_t c) { return is(c, kIsCurrency) || U32View(U"([{\u00BF\u00A1").find(c) != U32View::npos; })) {
       shift_right();
     } else if (all_in(t, U",.?!:;\\%}])")) {
       shift_left();
-    } else if (i > 0 && t.size() >= 2 && t[0] == U'\'' && is(t[1], kIsAlpha)) {  // English contractions: 's, 'll
+    } else if (started_ && t.size() >= 2 && t[0] == U'\'' && is(t[1], kIsAlpha)) {  // English contractions: 's, 'll
       shift_left();
     } else if (all_in(t, U"'\"\u201E\u201C`")) {  // quotes open and close in turn
       U32 key = all_in(t, U"\u201E\u201C\u201D") ? U32(U"\"") : t;
-      auto it = std::find_if(quotes.begin(), quotes.end(), [&](const auto& q) { return q.first == key; });
-      if (it == quotes.end()) it = quotes.insert(quotes.end(), {key, 0});
+      auto it = std::find_if(quotes_.begin(), quotes_.end(), [&](const auto& q) { return q.first == key; });
+      if (it == quotes_.end()) it = quotes_.insert(quotes_.end(), {key, 0});
       if (it->second % 2 == 1) {
         shift_left();
         ++it->second;
-      } else if (t == U"'" && i > 0 && tokens[i - 1].back() == U's') {  // the Jones' house
+      } else if (t == U"'" && started_ && last_.back() == U's') {  // the Jones' house
         shift_left();
       } else {
         shift_right();
         ++it->second;
       }
     } else {
-      out += space_before;
+      out += space_before_;
       out += t;
-      space_before = U" ";
+      space_before_ = U" ";
     }
+    last_ = t;
+    started_ = true;
   }
-  out = strip(collapse(out, ascii_space));
+  out = collapse(out, ascii_space);
+  if (line_start) out = strip(out);  // a part ends with a word: only the line's start has a space to strip
   replace_all(out, U" @,@ ", U",");
   replace_all(out, U" @.@ ", U".");
-  out = strip(out);
   std::string utf8;
   for (char32_t c : out) utf8_append(c, &utf8);
   return utf8;
 }
+
+std::string moses_detokenize(const std::vector<std::string>& words) { return MosesLineDetokenizer().add(words); }
 
 size_t moses_settled(const std::vector<std::string>& words) {
   auto glue = [](const std::string& w) { return w == "@-@" || w == "@,@" || w == "@.@"; };
@@ -575,32 +577,33 @@ size_t moses_settled(const std::vector<std::string>& words) {
   return 0;
 }
 
-std::string MosesLineWriter::text_from_given(const std::string& text) {
-  // Settled text only grows; after words written elsewhere (an echoed prompt) a word joined to
-  // them may respace them, which cannot be taken back: the text then goes on from its length.
-  std::string out = text.size() > given_ ? text.substr(given_) : std::string();
-  given_ = std::max(given_, text.size());
-  return out;
+std::string MosesLineWriter::settle() {
+  const size_t m = moses_settled(pending_);
+  if (m == 0) return {};
+  std::vector<std::string> part(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.begin() + static_cast<std::ptrdiff_t>(m)));
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(m));
+  return line_.add(part);
 }
 
 std::string MosesLineWriter::begin_line(std::vector<std::string> words, bool write) {
-  words_ = std::move(words);
-  given_ = 0;
-  if (write) return text_from_given(moses_detokenize({words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(moses_settled(words_))}));
-  given_ = moses_detokenize(words_).size();
+  line_ = MosesLineDetokenizer();
+  pending_ = std::move(words);
+  if (write) return settle();
+  // Written elsewhere: a joiner that follows starts afresh rather than respace what is written.
+  line_.add(pending_);
+  pending_.clear();
   return {};
 }
 
 std::string MosesLineWriter::add(std::string word) {
-  words_.push_back(std::move(word));
-  const size_t settled = moses_settled(words_);
-  return text_from_given(moses_detokenize({words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(settled)}));
+  pending_.push_back(std::move(word));
+  return settle();
 }
 
 std::string MosesLineWriter::rest() {
-  std::string out = text_from_given(moses_detokenize(words_));
-  words_.clear();
-  given_ = 0;
+  std::string out = line_.add(pending_);
+  pending_.clear();
+  line_ = MosesLineDetokenizer();
   return out;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace xl::text {
@@ -28,6 +29,19 @@ std::string moses_detokenize(const std::vector<std::string>& words);
 // either side, so a word next to one, or the last word, may still change.
 size_t moses_settled(const std::vector<std::string>& words);
 
+// moses_detokenize of a line given in parts, each ending where moses_settled does: the text of
+// each part as the whole line's text has it, in time linear in the line.
+class MosesLineDetokenizer {
+ public:
+  std::string add(const std::vector<std::string>& words);
+
+ private:
+  std::u32string space_before_ = U" ";  // what the next word gets before it
+  std::vector<std::pair<std::u32string, int>> quotes_;  // how often each quote has been seen
+  std::u32string last_;  // the last word, as the detokenizer split it
+  bool started_ = false;
+};
+
 // The text of words that come one at a time (xl-generate): each call gives what has become final.
 class MosesLineWriter {
  public:
@@ -39,9 +53,9 @@ class MosesLineWriter {
   std::string rest();      // the rest of the line, at the end of the text
 
  private:
-  std::vector<std::string> words_;
-  size_t given_ = 0;  // bytes of the line's text given out
-  std::string text_from_given(const std::string& text);
+  MosesLineDetokenizer line_;
+  std::vector<std::string> pending_;  // words whose text may still change
+  std::string settle();
 };
 
 }  // namespace xl::text
