@@ -97,7 +97,7 @@ void replace_all(U32& s, U32View from, U32View to) {
 
 bool contains(const U32& s, U32View what) { return s.find(what) != U32::npos; }
 
-// The character at i, or 0 past the end (no rule matches a NUL: the tokenizer removes them).
+// The character at i, or 0 past the end (no rule looks for a 0 where it looks past the end).
 char32_t at(const U32& s, size_t i) { return i < s.size() ? s[i] : 0; }
 
 // `a X b` -> `a` `replacement` `b` wherever the middle character is X and a, b pass their tests.
@@ -243,7 +243,8 @@ U32 protect(U32 s, std::vector<U32>* held) {
   }
   std::vector<size_t> order(held->size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*held)[a].size() > (*held)[b].size(); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return (*held)[a].size() > (*held)[b].size(); });
   // A spelling replaced once is gone: its later copies would find nothing.
   std::vector<U32View> done;
   for (size_t k : order) {
@@ -322,7 +323,9 @@ U32 restore_multidots(U32 s, bool literal) {
 }
 
 bool listed(const U32& word, const char* const* begin, const char* const* end) {
-  return std::any_of(begin, end, [&](const char* w) { return std::equal(word.begin(), word.end(), w, w + std::char_traits<char>::length(w)); });
+  return std::any_of(begin, end, [&](const char* w) {
+    return std::equal(word.begin(), word.end(), w, w + std::char_traits<char>::length(w));
+  });
 }
 
 // A final period becomes its own word unless the word is an abbreviation: one with an inner
@@ -422,6 +425,8 @@ bool cjk(char32_t c) {
     if (c < r.last) return c > r.first;
   return false;
 }
+
+bool opening(char32_t c) { return U32View(U"([{\u00BF\u00A1").find(c) != U32View::npos; }  // ( [ { ¿ ¡
 
 bool all_in(const U32& word, U32View set) {
   return std::all_of(word.begin(), word.end(), [&](char32_t c) { return set.find(c) != U32View::npos; });
@@ -532,7 +537,7 @@ std::string MosesLineDetokenizer::add(const std::vector<std::string>& words) {
       if (!(started_ && cjk(last_.back()))) out += space_before_;
       out += t;
       space_before_ = U" ";
-    } else if (std::all_of(t.begin(), t.end(), [](char32_t c) { return is(c, kIsCurrency) || U32View(U"([{\u00BF\u00A1").find(c) != U32View::npos; })) {
+    } else if (std::all_of(t.begin(), t.end(), [](char32_t c) { return is(c, kIsCurrency) || opening(c); })) {
       shift_right();
     } else if (all_in(t, U",.?!:;\\%}])")) {
       shift_left();
@@ -580,8 +585,9 @@ size_t moses_settled(const std::vector<std::string>& words) {
 std::string MosesLineWriter::settle() {
   const size_t m = moses_settled(pending_);
   if (m == 0) return {};
-  std::vector<std::string> part(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.begin() + static_cast<std::ptrdiff_t>(m)));
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(m));
+  const auto end = pending_.begin() + static_cast<std::ptrdiff_t>(m);
+  std::vector<std::string> part(std::make_move_iterator(pending_.begin()), std::make_move_iterator(end));
+  pending_.erase(pending_.begin(), end);
   return line_.add(part);
 }
 

@@ -10,7 +10,7 @@ namespace xl::text {
 
 Tokenizer::Tokenizer(const Vocab& vocab, bool allow_invalid_utf8, Pretokenizer pretokenizer)
     : vocab_(vocab), allow_invalid_(allow_invalid_utf8), pretokenizer_(pretokenizer) {
-  check_pretokenizer(vocab.type(), pretokenizer);  // before a byte vocab's path skips the segmenter
+  check_pretokenizer(vocab.type(), pretokenizer);
   if (vocab.type() == VocabType::kByte) {
     byte_table_.assign(256, -1);
     for (size_t id = 0; id < vocab.size(); ++id)
