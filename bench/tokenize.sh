@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Throughput of the data tools: xl-tokenize in byte, char and word mode (vocab built from the
-# train split, output to a file), xl-tokenize --decode all, and xl-build-vocab. Each number is the
-# median wall time of RUNS fresh processes; MB/s counts input bytes (10^6). Prints one JSON object.
+# train split, output to a file), word mode with --pretokenize moses, xl-tokenize --decode all
+# (bytes, and Moses words back to text), and xl-build-vocab. Each number is the median wall time
+# of RUNS fresh processes; MB/s counts input bytes (10^6). Where Python can import sacremoses (not
+# part of xl), Hugging Face's TransfoXL pipeline over the same text runs beside it
+# ("huggingface_moses": its normaliser and tokenizer as transformers calls them, and the number
+# split), and "moses_speedup" is its median over xl's. Prints one JSON object.
 #
 #   bench/tokenize.sh [INPUT]    INPUT defaults to ../shared/data/enwik8/enwik8.head-4154064
-#   env: XL_BIN (default build/bin), RUNS (default 5)
+#   env: XL_BIN (default build/bin), RUNS (default 5), PYTHON (default python3; for sacremoses)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,10 +28,10 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-python3 - "$bin" "$input" "$runs" "$tmp" <<'EOF'
+python3 - "$bin" "$input" "$runs" "$tmp" "${PYTHON:-python3}" <<'EOF'
 import json, os, statistics, subprocess, sys, time
 
-bin_dir, path, runs, tmp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+bin_dir, path, runs, tmp, python = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 size = os.path.getsize(path)
 
 
@@ -94,9 +98,31 @@ for mode in ["byte", "char", "word"]:
     m["output_bytes"] = os.path.getsize(out)
     result["tokenize"][mode] = m
 
+moses_out = os.path.join(tmp, "word-moses.h5")
+m = measure([tool("xl-tokenize"), "-q", "-f", "--mode", "word", "--pretokenize", "moses", path, "-o", moses_out])
+info = json.loads(subprocess.run([tool("xl-inspect"), "--json", moses_out], check=True, capture_output=True).stdout)
+m["tokens"], m["vocab_size"] = info["total_tokens"], info["vocab"]["size"]
+result["tokenize"]["word_moses"] = m
+
 decoded = os.path.join(tmp, "decoded.txt")
 m = measure([tool("xl-tokenize"), "-q", "-f", "--decode", "all", os.path.join(tmp, "byte.h5"), "-o", decoded])
 result["decode_all_byte"] = m
+result["decode_all_word_moses"] = measure(
+    [tool("xl-tokenize"), "-q", "-f", "--pretokenize", "moses", "--decode", "all", moses_out, "-o", decoded])
+
+# Hugging Face's TransfoXLTokenizer splits each line so (moses_pipeline), beside xl where it can run.
+hf = """
+import re, sys, sacremoses
+norm, tok = sacremoses.MosesPunctNormalizer("en"), sacremoses.MosesTokenizer("en")
+n = 0
+for line in open(sys.argv[1], encoding="utf-8"):
+    words = tok.tokenize(norm.normalize(line.strip()), aggressive_dash_splits=True, return_str=False,
+                         escape=False, protected_patterns=["<eos>", "<unk>", "<formula>"])
+    n += sum(len(re.sub(r"(?<=\\d)[,.](?=\\d)", r" @\\g<0>@ ", w).split()) for w in words) + 1
+"""
+if subprocess.run([python, "-c", "import sacremoses"], capture_output=True).returncode == 0:
+    result["huggingface_moses"] = measure([python, "-c", hf, path])
+    result["moses_speedup"] = round(result["huggingface_moses"]["seconds"] / result["tokenize"]["word_moses"]["seconds"], 2)
 
 result["build_vocab"] = {}
 for mode in ["byte", "char", "word"]:
