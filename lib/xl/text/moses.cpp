@@ -564,7 +564,7 @@ std::string MosesLineDetokenizer::add(const std::vector<std::string>& words) {
     last_ = t;
     started_ = true;
   }
-  out = collapse(out, ascii_space);
+  // sacremoses then merges runs of spaces: there are none, as words hold no space and get one at most.
   if (line_start) out = strip(out);  // a part ends with a word: only the line's start has a space to strip
   replace_all(out, U" @,@ ", U",");
   replace_all(out, U" @.@ ", U".");
