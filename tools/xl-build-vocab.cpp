@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
         ("min-count", xl::cli::po::value<int64_t>()->default_value(1), "char/word: rarer pieces become <unk>")
         ("max-size", xl::cli::po::value<int64_t>()->default_value(0), "word/char: at most this many entries (0: all)")
         ("allow-invalid-utf8", xl::cli::po::bool_switch(), "char: count invalid bytes as <unk> instead of failing")
-        ("pretokenize", xl::cli::po::value<std::string>()->default_value("none"), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does)");
+        ("pretokenize", xl::cli::po::value<std::string>(), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does); default: what the vocab records, none for a new vocab");
     cli.positional("input", -1);
     cli.add_output("the vocab");
     if (!cli.parse(argc, argv)) return 0;
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     opts.min_count = cli.get<int64_t>("min-count");
     opts.max_size = cli.get<int64_t>("max-size");
     opts.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
-    opts.pretokenizer = xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"));
+    opts.pretokenizer = xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"));
     xl::text::check_pretokenizer(opts.type, opts.pretokenizer);
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);
     std::vector<std::string> texts;

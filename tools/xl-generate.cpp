@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
         ("tgt-len", po::value<int64_t>()->default_value(128), "segment length for feeding the prompt")
         ("echo", po::bool_switch(), "write the prompt before the generated text")
         ("allow-invalid-utf8", po::bool_switch(), "char/word vocabs: map invalid UTF-8 in the prompt to <unk>")
-        ("pretokenize", po::value<std::string>()->default_value("none"), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does)");
+        ("pretokenize", po::value<std::string>(), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does); default: what the vocab records, none for a new vocab");
     cli.positional("checkpoint", 1);
     xl::options::add_compute_options(cli);
     if (!cli.parse(argc, argv)) return 0;
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     const xl::text::Vocab vocab = ckpt.vocab;
     ckpt = xl::checkpoint::Checkpoint();
     model->to(device);
-    const auto pretokenizer = xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"));
+    const auto pretokenizer = xl::text::pretokenizer_for(vocab, cli.get_or<std::string>("pretokenize", ""));
     xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"), pretokenizer);
 
     std::vector<int32_t> prompt = xl::eval::prompt_ids(tokenizer, vocab, prompt_text, prompt_name);

@@ -16,7 +16,8 @@ int decode(const xl::cli::Options& cli, const std::string& input) {
   auto tokens = xl::h5::TokensFile::open(input);
   std::string which = cli.get<std::string>("decode");
   std::vector<std::string> splits = which == "all" ? tokens.split_names() : std::vector<std::string>{which};
-  xl::text::Tokenizer tokenizer(tokens.vocab(), false, xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize")));
+  const auto pretokenizer = xl::text::pretokenizer_for(tokens.vocab(), cli.get_or<std::string>("pretokenize", ""));
+  xl::text::Tokenizer tokenizer(tokens.vocab(), false, pretokenizer);
   xl::io::AtomicOutput out(cli.output(), cli.force(), false);
   // "all" decodes the splits as one sequence: in word mode a line cut between two splits keeps
   // the space between its words.
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
                           "--vocab (a TSV, or the vocab a tokens file or checkpoint embeds), or is built from the\n"
                           "train split with --mode. The output (an HDF5 file, also through a pipe) embeds the vocab.\n"
                           "Pieces missing from the vocab become <unk> and are counted. --decode turns a split of a\n"
-                          "tokens file back into text (with --pretokenize moses, each line detokenized).",
+                          "tokens file back into text (Moses words detokenized line by line).",
                           "  xl-tokenize --vocab v.tsv --split 90M,5M,5M enwik8 -o enwik8.h5\n"
                           "  xl-tokenize --mode byte --split 0.9,0.05,0.05 corpus.txt.gz | xl-inspect -\n"
                           "  xl-tokenize --mode word --train wiki.train.tokens --valid wiki.valid.tokens -o wt.h5\n"
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
         ("valid", po::value<std::string>(), "valid text")
         ("test", po::value<std::string>(), "test text")
         ("allow-invalid-utf8", po::bool_switch(), "char/word: map invalid UTF-8 bytes to <unk> instead of failing")
-        ("pretokenize", po::value<std::string>()->default_value("none"), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does)")
+        ("pretokenize", po::value<std::string>(), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does); default: what the vocab records, none for a new vocab")
         ("compress", po::bool_switch(), "store splits with shuffle+deflate")
         ("decode", po::value<std::string>(), "write split NAME (or all) of the tokens file INPUT as text");
     cli.positional("input", 1);
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
       req.build.max_size = cli.get<int64_t>("max-size");
     }
     req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
-    req.pretokenizer = xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"));
+    req.pretokenizer = req.vocab ? xl::text::pretokenizer_for(*req.vocab, cli.get_or<std::string>("pretokenize", ""))
+                                 : xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"));
     xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
     auto corpus = xl::data::tokenize_corpus(req);
 

@@ -87,6 +87,9 @@ expect 64 xl-tokenize -q --mode word --pretokenize sentencepiece text.txt -o mos
 stderr_is_one_line "--pretokenize" "'sentencepiece'" "none or moses"
 expect 65 xl-tokenize -q --mode word --pretokenize moses bad-utf8.txt -o moses.h5
 stderr_is_one_line bad-utf8.txt "invalid UTF-8 at byte 3"
+printf '#xl-vocab 1 type=word pretokenize=bpe\n0\t<eos>\t1\n1\t<unk>\t0\n' >bpe.tsv
+expect 65 xl-tokenize -q --vocab bpe.tsv text.txt -o moses.h5
+stderr_is_one_line bpe.tsv "unknown pretokenize 'bpe'"
 [ ! -e moses.h5 ] && [ ! -e moses.tsv ] || fail "a refused --pretokenize moses left an output"
 no_temp_files .
 

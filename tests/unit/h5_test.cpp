@@ -422,6 +422,45 @@ TEST(TokensFile, LoadVocabTakesATsvOrTheVocabAnHdf5FileEmbeds) {
   EXPECT_NE(what.find("plain.h5: an HDF5 file without a vocab"), std::string::npos) << what;
 }
 
+// A word vocab's pretokenizer travels with it: in the TSV header and the HDF5 vocab group, absent
+// for none (so older files read as before), outside the identity, refused (65) where unknown or
+// on a type that is not words.
+TEST(TokensFile, VocabsRecordTheirPretokenizer) {
+  TempDir dir;
+  auto moses = word_vocab(6);
+  moses.set_pretokenizer(xl::text::Pretokenizer::kMoses);
+  const auto plain = word_vocab(6);
+  EXPECT_EQ(moses.sha256(), plain.sha256());
+  EXPECT_NE(moses.to_tsv().find(" pretokenize=moses\n"), std::string::npos);
+  EXPECT_EQ(plain.to_tsv().find("pretokenize"), std::string::npos);
+  write_file(dir.file("v.tsv"), moses.to_tsv());
+  {
+    File f = File::create(dir.file("moses.h5"), "moses.h5");
+    write_tokens(f, moses, {split("train", {1, 5})}, meta());
+    File g = File::create(dir.file("plain.h5"), "plain.h5");
+    write_tokens(g, plain, {split("train", {1, 5})}, meta());
+  }
+  EXPECT_EQ(load_vocab(dir.file("v.tsv")).pretokenizer(), xl::text::Pretokenizer::kMoses);
+  EXPECT_EQ(TokensFile::open(dir.file("moses.h5")).vocab().pretokenizer(), xl::text::Pretokenizer::kMoses);
+  EXPECT_EQ(TokensFile::open(dir.file("plain.h5")).vocab().pretokenizer(), xl::text::Pretokenizer::kNone);
+  EXPECT_FALSE(has_attr(open_group(File::open(dir.file("plain.h5"), "t"), "vocab", "plain.h5"), "pretokenize"));
+  std::string what;
+  std::string tsv = moses.to_tsv();
+  tsv.replace(tsv.find("moses"), 5, "bpe");
+  EXPECT_EQ(error_code([&] { xl::text::Vocab::from_tsv(tsv, "bpe.tsv"); }, &what), xl::kExitDataErr);
+  EXPECT_NE(what.find("bpe.tsv: unknown pretokenize 'bpe'"), std::string::npos) << what;
+  EXPECT_EQ(error_code([&] { xl::text::Vocab::from_tsv("#xl-vocab 1 type=char pretokenize=moses\n0\ta\t1\n", "c.tsv"); }, &what),
+            xl::kExitDataErr);
+  EXPECT_NE(what.find("c.tsv: a char vocab says pretokenize=moses"), std::string::npos) << what;
+  {
+    File f = File::create(dir.file("bpe.h5"), "bpe.h5");
+    write_tokens(f, plain, {split("train", {1})}, meta());
+    write_attr(open_group(f, "vocab", "bpe.h5"), "pretokenize", std::string("bpe"));
+  }
+  EXPECT_EQ(error_code([&] { TokensFile::open(dir.file("bpe.h5")); }, &what), xl::kExitDataErr);
+  EXPECT_NE(what.find("bpe.h5: unknown pretokenize 'bpe'"), std::string::npos) << what;
+}
+
 TEST(TokensFile, RefusesOtherFilesAndBadContent) {
   TempDir dir;
   std::string what;

@@ -13,6 +13,7 @@
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/utf8.h"
+#include "test_support.h"
 
 using namespace xl::text;
 
@@ -219,6 +220,34 @@ TEST(Moses, WordVocabsAndTokenizersTakeItPerLine) {
   ids.clear();
   Tokenizer(v).encode(text, "test", &ids, &stats);
   EXPECT_GT(stats.unknown, 3);
+}
+
+// A vocab built from Moses words records it; a tool reading text with a vocab takes the flag when
+// given, else the record; a char vocab cannot take it (64).
+TEST(Moses, VocabsRecordItAndToolsDefaultToTheRecord) {
+  VocabOptions o;
+  o.type = VocabType::kWord;
+  o.pretokenizer = Pretokenizer::kMoses;
+  const Vocab moses = build_vocab({std::string_view("Hello, world.\n")}, o, "test");
+  EXPECT_EQ(moses.pretokenizer(), Pretokenizer::kMoses);
+  o.pretokenizer = Pretokenizer::kNone;
+  const Vocab plain = build_vocab({std::string_view("Hello , world .\n")}, o, "test");
+  EXPECT_EQ(plain.pretokenizer(), Pretokenizer::kNone);
+  EXPECT_EQ(plain.sha256(), moses.sha256());  // the same words, whatever made them
+  EXPECT_EQ(pretokenizer_for(moses, ""), Pretokenizer::kMoses);
+  EXPECT_EQ(pretokenizer_for(moses, "none"), Pretokenizer::kNone);
+  EXPECT_EQ(pretokenizer_for(plain, ""), Pretokenizer::kNone);
+  EXPECT_EQ(pretokenizer_for(plain, "moses"), Pretokenizer::kMoses);
+  o.type = VocabType::kChar;
+  const Vocab chars = build_vocab({std::string_view("ab\n")}, o, "test");
+  EXPECT_EQ(pretokenizer_for(chars, ""), Pretokenizer::kNone);
+  std::string what;
+  EXPECT_EQ(xl::test::error_code([&] { pretokenizer_for(chars, "moses"); }, &what), xl::kExitUsage);
+  Vocab copy = chars;
+  EXPECT_EQ(xl::test::error_code([&] { copy.set_pretokenizer(Pretokenizer::kMoses); }, &what), xl::kExitUsage);
+  Vocab assigned;
+  assigned = moses;
+  EXPECT_EQ(assigned.pretokenizer(), Pretokenizer::kMoses);
 }
 
 // A text's words, line by line, with a newline where the text has one; the same in any number of

@@ -49,6 +49,9 @@ class Options {
   bool on_command_line(const std::string& name) const { return command_line_.count(name) > 0; }
   template <typename T>
   T get(const std::string& name) const { return vm_[name].as<T>(); }
+  // For options without a default: the value, or `otherwise` when not given.
+  template <typename T>
+  T get_or(const std::string& name, T otherwise) const { return has(name) ? get<T>(name) : otherwise; }
   const po::variables_map& vm() const { return vm_; }
 
   std::string output() const { return get<std::string>("output"); }

@@ -150,6 +150,7 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   provisional.min_count = 1;
   provisional.max_size = 0;
   provisional.allow_invalid_utf8 = req.allow_invalid_utf8;
+  provisional.pretokenizer = text::Pretokenizer::kNone;  // the texts are already its words
   corpus.vocab = build ? text::build_vocab(views, provisional, names) : *req.vocab;
   text::Tokenizer tokenizer(corpus.vocab, req.allow_invalid_utf8);
 
@@ -194,6 +195,8 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     text::VocabOptions final_opts = req.build;
     corpus.vocab = restrict_to_train(corpus.vocab, &corpus.splits, final_opts);
   }
+  // The vocab records how this text became its words, for the tools that decode it or read more.
+  corpus.vocab.set_pretokenizer(req.pretokenizer);
   // One input cut by token counts: the unknown pieces of each split (invalid UTF-8 bytes included)
   // are the <unk> ids that landed in it.
   if (!req.whole_input.empty() && corpus.vocab.unk_id() >= 0)

@@ -26,13 +26,15 @@ struct CorpusRequest {
   std::string whole_input;                   // or one input ...
   std::string split_spec;                    // ... cut by this spec into train, valid, test
   std::optional<text::Vocab> vocab;          // given vocab, or:
-  text::VocabOptions build;                  // how to build one from the train split
+  text::VocabOptions build;                  // how to build one from the train split (its
+                                             // pretokenizer unused: the one below is)
   bool allow_invalid_utf8 = false;
-  text::Pretokenizer pretokenizer = text::Pretokenizer::kNone;  // word: how lines become words
+  text::Pretokenizer pretokenizer = text::Pretokenizer::kNone;  // word: how lines become words,
+                                                                // recorded in Corpus::vocab
 };
 
 struct Corpus {
-  text::Vocab vocab;
+  text::Vocab vocab;  // records the request's pretokenizer
   std::vector<h5::TokenSplit> splits;
   std::string source_sha256;  // whole input only
   int64_t source_bytes = 0;

@@ -240,6 +240,14 @@ void head_mask_text(std::ostream& os, const nlohmann::json& k) {
   }
 }
 
+nlohmann::json describe_vocab(const File& file) {
+  const text::Vocab vocab = read_vocab(file.id(), "vocab", file.name());
+  nlohmann::json v = {{"type", text::to_string(vocab.type())}, {"size", vocab.size()},
+                      {"specials", vocab.specials()}, {"sha256", vocab.sha256()}};
+  if (vocab.type() == text::VocabType::kWord) v["pretokenize"] = text::to_string(vocab.pretokenizer());
+  return v;
+}
+
 }  // namespace
 
 nlohmann::json describe(const File& file) {
@@ -249,9 +257,7 @@ nlohmann::json describe(const File& file) {
   std::string format = read_attr_string(file.id(), "xl_format").value_or("");
   j["format"] = format.empty() ? "unknown (not written by xl)" : format;
   if (format == kTokensFormat) {
-    text::Vocab vocab = read_vocab(file.id(), "vocab", file.name());
-    j["vocab"] = {{"type", text::to_string(vocab.type())}, {"size", vocab.size()},
-                  {"specials", vocab.specials()}, {"sha256", vocab.sha256()}};
+    j["vocab"] = describe_vocab(file);
     nlohmann::json splits = nlohmann::json::array();
     int64_t total = 0;
     for (const auto& name : list(file.id(), "splits")) {
@@ -271,11 +277,7 @@ nlohmann::json describe(const File& file) {
   }
   if (format == kCheckpointFormat) {
     j["checkpoint"] = describe_checkpoint(file);
-    if (exists(file.id(), "vocab")) {
-      text::Vocab vocab = read_vocab(file.id(), "vocab", file.name());
-      j["vocab"] = {{"type", text::to_string(vocab.type())}, {"size", vocab.size()},
-                    {"specials", vocab.specials()}, {"sha256", vocab.sha256()}};
-    }
+    if (exists(file.id(), "vocab")) j["vocab"] = describe_vocab(file);
   }
   nlohmann::json datasets = nlohmann::json::array();
   VisitState st{&datasets, file.name(), nullptr};
@@ -304,7 +306,9 @@ std::string describe_text(const nlohmann::json& j) {
   if (j.contains("vocab")) {
     const auto& v = j["vocab"];
     os << "vocab: " << v["type"].get<std::string>() << ", " << v["size"] << " entries (" << v["specials"]
-       << " special), sha256 " << v["sha256"].get<std::string>() << "\n";
+       << " special)";
+    if (v.value("pretokenize", "none") != "none") os << ", pretokenize " << v["pretokenize"].get<std::string>();
+    os << ", sha256 " << v["sha256"].get<std::string>() << "\n";
   }
   if (j.contains("splits")) {
     os << "splits:\n";

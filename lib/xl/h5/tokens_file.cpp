@@ -29,6 +29,7 @@ void write_vocab(hid_t loc, const std::string& group, const text::Vocab& vocab) 
   write_attr(g, "size", static_cast<int64_t>(vocab.size()));
   write_attr(g, "specials", static_cast<int64_t>(vocab.specials()));
   write_attr(g, "sha256", vocab.sha256());
+  if (vocab.pretokenizer() != text::Pretokenizer::kNone) write_attr(g, "pretokenize", text::to_string(vocab.pretokenizer()));
 }
 
 text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& file) {
@@ -52,6 +53,8 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
   auto sha = read_attr_string(g, "sha256");
   if (sha && *sha != vocab.sha256()) fail(file, kExitDataErr, "embedded vocab does not match its sha256");
   vocab.check(file);
+  if (auto pretokenize = read_attr_string(g, "pretokenize"))
+    vocab.set_pretokenizer(text::parse_recorded_pretokenizer(vocab.type(), *pretokenize, file));
   return vocab;
 }
 

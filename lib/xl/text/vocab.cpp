@@ -9,6 +9,7 @@
 #include "xl/text/segmenter.h"
 #include "xl/util/utf8.h"
 #include "xl/util/error.h"
+#include "xl/util/log.h"
 #include "xl/util/sha256.h"
 
 namespace xl::text {
@@ -35,9 +36,33 @@ Pretokenizer parse_pretokenizer(const std::string& name) {
   XL_FAIL(kExitUsage, "--pretokenize: unknown '" << name << "' (use none or moses)");
 }
 
+std::string to_string(Pretokenizer pretokenizer) {
+  return pretokenizer == Pretokenizer::kMoses ? "moses" : "none";
+}
+
 void check_pretokenizer(VocabType type, Pretokenizer pretokenizer) {
   XL_CHECK(pretokenizer == Pretokenizer::kNone || type == VocabType::kWord, kExitUsage,
            "--pretokenize moses makes words: it needs a word vocab, not a " << to_string(type) << " one");
+}
+
+Pretokenizer parse_recorded_pretokenizer(VocabType type, const std::string& name, const std::string& file) {
+  XL_CHECK(name == "none" || name == "moses", kExitDataErr, file << ": unknown pretokenize '" << name << "' in the vocab");
+  const Pretokenizer p = parse_pretokenizer(name);
+  XL_CHECK(p == Pretokenizer::kNone || type == VocabType::kWord, kExitDataErr,
+           file << ": a " << to_string(type) << " vocab says pretokenize=" << name << " (only word vocabs are pretokenized)");
+  return p;
+}
+
+Pretokenizer pretokenizer_for(const Vocab& vocab, const std::string& flag) {
+  if (!flag.empty()) {
+    const Pretokenizer given = parse_pretokenizer(flag);
+    check_pretokenizer(vocab.type(), given);
+    return given;
+  }
+  if (vocab.pretokenizer() != Pretokenizer::kNone)
+    XL_INFO("--pretokenize " << to_string(vocab.pretokenizer())
+            << ", as the vocab records (give --pretokenize none for words split at whitespace only)");
+  return vocab.pretokenizer();
 }
 
 Vocab::Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_t> counts, int specials)
@@ -47,7 +72,8 @@ Vocab::Vocab(VocabType type, std::vector<std::string> pieces, std::vector<int64_
 }
 
 Vocab::Vocab(const Vocab& other)
-    : type_(other.type_), pieces_(other.pieces_), counts_(other.counts_), specials_(other.specials_) {
+    : type_(other.type_), pieces_(other.pieces_), counts_(other.counts_), specials_(other.specials_),
+      pretokenizer_(other.pretokenizer_) {
   build_index();
 }
 
@@ -57,9 +83,15 @@ Vocab& Vocab::operator=(const Vocab& other) {
     pieces_ = other.pieces_;
     counts_ = other.counts_;
     specials_ = other.specials_;
+    pretokenizer_ = other.pretokenizer_;
     build_index();
   }
   return *this;
+}
+
+void Vocab::set_pretokenizer(Pretokenizer pretokenizer) {
+  check_pretokenizer(type_, pretokenizer);
+  pretokenizer_ = pretokenizer;
 }
 
 void Vocab::build_index() {
@@ -95,8 +127,9 @@ std::string Vocab::sha256() const {
 
 std::string Vocab::to_tsv() const {
   std::ostringstream os;
-  os << "#xl-vocab 1 type=" << to_string(type_) << " size=" << pieces_.size() << " specials=" << specials_
-     << "\n";
+  os << "#xl-vocab 1 type=" << to_string(type_) << " size=" << pieces_.size() << " specials=" << specials_;
+  if (pretokenizer_ != Pretokenizer::kNone) os << " pretokenize=" << to_string(pretokenizer_);
+  os << "\n";
   for (size_t i = 0; i < pieces_.size(); ++i) os << i << '\t' << escape_piece(pieces_[i]) << '\t' << counts_[i] << '\n';
   return os.str();
 }
@@ -110,7 +143,7 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
   std::string version, field;
   head >> version;
   XL_CHECK(version == "1", kExitDataErr, file << ": unsupported vocab format version " << version);
-  std::string type_name;
+  std::string type_name, pretokenize = "none";
   long long size = -1, specials = 0;
   while (head >> field) {
     auto eq = field.find('=');
@@ -119,6 +152,7 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
       if (key == "type") type_name = value;
       else if (key == "size") size = std::stoll(value);
       else if (key == "specials") specials = std::stoll(value);
+      else if (key == "pretokenize") pretokenize = value;
     } catch (...) {
       XL_FAIL(kExitDataErr, file << ":1: bad header field '" << field << "'");
     }
@@ -157,6 +191,7 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
   XL_CHECK(!pieces.empty(), kExitDataErr, file << ": empty vocab");
   Vocab v(type, std::move(pieces), std::move(counts), static_cast<int>(specials));
   v.check(file);
+  v.set_pretokenizer(parse_recorded_pretokenizer(type, pretokenize, file));
   return v;
 }
 
@@ -185,6 +220,7 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
 
 Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
                   const std::vector<std::string>& source_names) {
+  check_pretokenizer(opts.type, opts.pretokenizer);
   if (opts.type == VocabType::kByte) {
     std::array<int64_t, 256> counts{};
     for (auto t : texts)
@@ -199,7 +235,6 @@ Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions
   std::vector<int64_t> cp_counts(chars ? 0x110000 : 0, 0);
   std::unordered_map<std::string_view, int64_t> word_counts;
   int64_t unk = 0, eos = 0;
-  check_pretokenizer(opts.type, opts.pretokenizer);
   std::vector<std::string> pretokenized(opts.pretokenizer == Pretokenizer::kMoses ? texts.size() : 0);
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::string name = i < source_names.size() ? source_names[i] : "input";
@@ -273,7 +308,9 @@ Vocab vocab_from_counts(const VocabOptions& opts, std::unordered_map<std::string
       piece_counts[static_cast<size_t>(specials - 1)] += count;  // folded into <unk>
     }
   }
-  return Vocab(opts.type, std::move(pieces), std::move(piece_counts), specials);
+  Vocab vocab(opts.type, std::move(pieces), std::move(piece_counts), specials);
+  vocab.set_pretokenizer(opts.pretokenizer);
+  return vocab;
 }
 
 }  // namespace xl::text

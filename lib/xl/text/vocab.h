@@ -16,9 +16,17 @@ VocabType parse_vocab_type(const std::string& name);  // throws 64
 // How a word vocab's text becomes words: split at whitespace as it is (none: text already
 // tokenized, as WikiText is), or Moses-tokenized first as Hugging Face's TransfoXL tokenizer does.
 enum class Pretokenizer { kNone, kMoses };
+class Vocab;
 Pretokenizer parse_pretokenizer(const std::string& name);  // throws 64
+std::string to_string(Pretokenizer pretokenizer);
 // Fails (64) on a pretokenizer the vocab type cannot take: only words are pretokenized.
 void check_pretokenizer(VocabType type, Pretokenizer pretokenizer);
+// What a tool reading text with `vocab` uses: --pretokenize as given (`flag`, empty when not),
+// else what the vocab records (logged when that is not none). Fails (64) as check_pretokenizer.
+Pretokenizer pretokenizer_for(const Vocab& vocab, const std::string& flag);
+// The pretokenizer a vocab file records, `name` read from `file`: fails (65, naming it) on an
+// unknown one or one the type cannot take.
+Pretokenizer parse_recorded_pretokenizer(VocabType type, const std::string& name, const std::string& file);
 
 inline constexpr const char* kUnk = "<unk>";
 inline constexpr const char* kEos = "<eos>";
@@ -44,6 +52,10 @@ class Vocab {
   int32_t find(std::string_view piece) const;
   int32_t unk_id() const { return unk_id_; }
   int32_t eos_id() const { return eos_id_; }
+  // How raw text became the words this vocab was built from: what tools that read text with it
+  // use unless told otherwise. Not part of the identity (the ids mean the same either way).
+  Pretokenizer pretokenizer() const { return pretokenizer_; }
+  void set_pretokenizer(Pretokenizer pretokenizer);  // fails (64) on a pretokenizer the type cannot take
 
   // Fails (65, naming `file`) on what the type cannot hold: duplicate pieces, a byte vocab with
   // specials or pieces other than single bytes, a char vocab piece (after the specials) other than
@@ -61,6 +73,7 @@ class Vocab {
   std::vector<std::string> pieces_;
   std::vector<int64_t> counts_;
   int specials_ = 0;
+  Pretokenizer pretokenizer_ = Pretokenizer::kNone;
   int32_t unk_id_ = -1, eos_id_ = -1;
   std::unordered_map<std::string_view, int32_t> index_;  // views into pieces_
   void build_index();
@@ -71,7 +84,7 @@ struct VocabOptions {
   int64_t min_count = 1;       // char/word: rarer pieces become <unk>
   int64_t max_size = 0;        // word: keep at most this many entries (0: all)
   bool allow_invalid_utf8 = false;  // char: count invalid bytes as <unk> instead of failing
-  Pretokenizer pretokenizer = Pretokenizer::kNone;  // word
+  Pretokenizer pretokenizer = Pretokenizer::kNone;  // word: applied to the texts, and recorded
 };
 
 // Counts pieces over the texts and orders them: specials first, then by falling count, ties by
