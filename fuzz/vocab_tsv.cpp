@@ -8,7 +8,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   xl::fuzz::expect_clean_refusal([&] {
     const auto vocab = xl::text::Vocab::from_tsv(text, "fuzz.tsv");
     const auto again = xl::text::Vocab::from_tsv(vocab.to_tsv(), "again.tsv");
-    if (again.sha256() != vocab.sha256()) xl::fuzz::finding("a vocab read back differs from the one written");
+    if (again.sha256() != vocab.sha256() || again.pretokenizer() != vocab.pretokenizer())
+      xl::fuzz::finding("a vocab read back differs from the one written");
   });
   return 0;
 }

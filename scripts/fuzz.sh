@@ -44,6 +44,9 @@ for mode in byte char word; do
   $B/xl-build-vocab -q --mode $mode "$work/text" -o "$seeds/vocab_tsv/$mode.tsv" -f
   $B/xl-tokenize -q --mode $mode --split 0.8,0.1,0.1 "$work/text" -o "$seeds/tokens_h5/$mode.h5" -f
 done
+# Moses words: the vocab and tokens file record their pretokenizer.
+$B/xl-build-vocab -q --mode word --pretokenize moses "$work/text" -o "$seeds/vocab_tsv/moses.tsv" -f
+$B/xl-tokenize -q --mode word --pretokenize moses --split 0.8,0.1,0.1 "$work/text" -o "$seeds/tokens_h5/moses.h5" -f
 cp share/xl/configs/*.ini "$seeds/config_ini/"
 printf "# the keys the target declares\nn-layer = 4\nlr = 0.1  # a comment\nsame-length = true\n\n[ignored]\nskip-schedule = linear\ncutoffs = 1,2\n" >"$seeds/config_ini/declared.ini"
 head -c 4000 "$work/text" >"$seeds/char_text/english.txt"
