@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <numeric>
 
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
@@ -381,6 +382,64 @@ TEST(Eval, SamplingObeysTopKTopPAndIsReproducible) {
   xl::Rng a(9), b(9);
   s.top_p = 1;
   for (int i = 0; i < 50; ++i) EXPECT_EQ(xl::eval::sample_token(p, s, a), xl::eval::sample_token(p, s, b));
+}
+
+// sample_token against the definition written out: every candidate sorted by falling probability
+// (ties: lower id), the mass summed in id order, the nucleus and the draw walked in sorted order.
+// Random distributions, ties among them, every filter; the same generator states draw the same ids.
+TEST(Eval, SamplingDrawsWhatTheFullySortedDefinitionDraws) {
+  auto naive = [](const torch::Tensor& log_probs, const xl::eval::SampleSettings& s, xl::Rng& rng) {
+    const auto lp = log_probs.contiguous();
+    const double* p = lp.data_ptr<double>();
+    const int32_t v = static_cast<int32_t>(lp.numel());
+    std::vector<int32_t> sorted(static_cast<size_t>(v));
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::sort(sorted.begin(), sorted.end(), [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    if (s.temperature <= 0 || s.top_k == 1) return sorted[0];
+    if (s.top_k > 0 && s.top_k < v) sorted.resize(static_cast<size_t>(s.top_k));
+    std::vector<int32_t> by_id = sorted;
+    std::sort(by_id.begin(), by_id.end());
+    const double inv_t = 1.0 / s.temperature;
+    const double top = p[sorted[0]] * inv_t;
+    auto w = [&](int32_t id) { return std::exp(p[id] * inv_t - top); };
+    double total = 0;
+    for (int32_t id : by_id) total += w(id);
+    size_t n = sorted.size();
+    if (s.top_p < 1) {
+      double cum = 0, kept = 0;
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        cum += w(sorted[i]) / total;
+        kept += w(sorted[i]);
+        if (cum >= s.top_p) {
+          n = i + 1;
+          break;
+        }
+      }
+      total = kept;
+    }
+    double u = rng.uniform() * total;
+    for (size_t i = 0; i < n; ++i)
+      if ((u -= w(sorted[i])) < 0) return sorted[i];
+    return sorted[n - 1];
+  };
+  torch::manual_seed(3);
+  for (int64_t v : {1, 2, 7, 300, 5000}) {
+    for (bool ties : {false, true}) {
+      auto logits = torch::randn({v}, torch::kDouble) * 3;
+      if (ties) logits = logits.round();  // a few dozen distinct values, many tokens each
+      const auto lp = torch::log_softmax(logits, 0);
+      for (double temperature : {0.0, 0.7, 1.0, 2.5})
+        for (int64_t top_k : {0, 1, 5, 1000})
+          for (double top_p : {1.0, 0.9, 0.3}) {
+            xl::eval::SampleSettings s{temperature, top_k, top_p};
+            xl::Rng a(v * 7 + top_k), b(v * 7 + top_k);
+            for (int i = 0; i < 8; ++i)
+              ASSERT_EQ(xl::eval::sample_token(lp, s, a), naive(lp, s, b))
+                  << "V " << v << (ties ? " with ties" : "") << ", T " << temperature << ", k " << top_k << ", p " << top_p
+                  << ", draw " << i;
+          }
+    }
+  }
 }
 
 // A word prompt's last line is continued unless it ends with its newline.

@@ -24,8 +24,9 @@ struct SampleSettings {
 };
 
 // Draws one token id from log-probabilities [V] with `rng` (deterministic for a given state:
-// the distribution is filtered and normalised in double precision on the CPU and inverted with
-// one uniform draw). Ties in top-k keep the lower id.
+// the distribution is filtered and normalised in double precision on the CPU, its mass summed in
+// id order, and one uniform draw inverted over the candidates by falling probability, ties by
+// lower id, as in top-k). Takes time linear in V where the draw lands among the likely tokens.
 int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rng& rng);
 
 struct GenerateSettings {
