@@ -352,6 +352,34 @@ TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
   }
 }
 
+// Without autograd the head's weight with the cluster rows appended is kept between calls; it must
+// follow the weights when they change in place (an optimizer step) or get new data (set_data).
+TEST(Model, AdaptiveSoftmaxWithoutAutogradFollowsItsWeights) {
+  auto m = make_model(small_adaptive_config());
+  Tensor h = torch::randn({3, 8}, torch::kFloat64);
+  auto fresh = [&] { return m->log_probs(h).detach(); };  // with autograd: made anew
+  auto kept = [&] {
+    torch::NoGradGuard g;
+    return m->log_probs(h);
+  };
+  const Tensor before = fresh();
+  EXPECT_TRUE(torch::equal(kept(), before));
+  EXPECT_TRUE(torch::equal(kept(), before));
+  Tensor head = m->named_parameters()["word_emb.emb_layers.0.weight"];
+  {
+    torch::NoGradGuard g;
+    head.add_(0.5);
+    m->crit->cluster_bias.sub_(1.0);
+  }
+  const Tensor updated = fresh();
+  EXPECT_FALSE(torch::equal(updated, before));
+  EXPECT_TRUE(torch::equal(kept(), updated));
+  head.set_data(head.detach().clone() * 2);
+  const Tensor replaced = fresh();
+  EXPECT_FALSE(torch::equal(replaced, updated));
+  EXPECT_TRUE(torch::equal(kept(), replaced));
+}
+
 TEST(Model, AdaptiveSoftmaxGradientsMatchTheFullLogProbabilities) {
   // The loss takes one log-probability per token from each row's log-sum-exp; its gradients must be
   // those of the full distribution (log_probs: every cluster's log_softmax, concatenated) at the

@@ -105,21 +105,24 @@ AdaptiveLogSoftmaxImpl::AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveE
   }
 }
 
-std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::cluster_params(int64_t i) const {
-  torch::Tensor w, b;
+std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::cluster_params(int64_t i) {
+  const OutputLayer& layer = layers[div_val == 1 ? 0 : i];
+  torch::Tensor w = layer->weight, b = layer->bias;
   if (div_val == 1) {
     int64_t l = cutoff_ends[i], r = cutoff_ends[i + 1];
-    w = layers[0]->weight.slice(0, l, r);
-    b = layers[0]->bias.slice(0, l, r);
-  } else {
-    w = layers[i]->weight;
-    b = layers[i]->bias;
+    w = w.slice(0, l, r);
+    b = b.slice(0, l, r);
   }
-  if (i == 0 && n_clusters > 0) {
-    w = torch::cat({w, cluster_weight}, 0);
-    b = torch::cat({b, cluster_bias}, 0);
-  }
-  return {w, b};
+  if (i > 0 || n_clusters == 0) return {w, b};
+  if (torch::GradMode::is_enabled()) return {torch::cat({w, cluster_weight}, 0), torch::cat({b, cluster_bias}, 0)};
+  const std::vector<torch::Tensor> from{layer->weight, layer->bias, cluster_weight, cluster_bias};
+  std::vector<std::pair<const void*, int64_t>> state;
+  for (const auto& t : from) state.emplace_back(t.data_ptr(), t._version());
+  const bool kept = head_copy_.state == state &&
+                    std::equal(from.begin(), from.end(), head_copy_.from.begin(),
+                               [](const torch::Tensor& a, const torch::Tensor& b) { return a.is_same(b); });
+  if (!kept) head_copy_ = {from, state, torch::cat({w, cluster_weight}, 0), torch::cat({b, cluster_bias}, 0)};
+  return {head_copy_.weight, head_copy_.bias};
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const torch::Tensor& weight,
