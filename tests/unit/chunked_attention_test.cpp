@@ -103,6 +103,9 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       // Keys a page apart (2 x H x dh floats = 4 KB): each task works on a copy of its rows.
       {2, 2, 70, 256, fresh(70), false, 70},
       {4, 1, 80, 128, {{kPosition - 300, 50}, {kPosition - 40, 40}}, true, 70},
+      // ... but not for a few queries (generation's one), which read each row about once.
+      {2, 2, 1, 256, fresh(70), false, 70},
+      {2, 1, 15, 256, fresh(70), true, 70},
       // Keys no query sees (the widest row block stops short of them), read in place and copied.
       {2, 2, 70, 8, fresh(70), false, 70, 5},
       {2, 2, 70, 256, fresh(70), false, 70, 3},

@@ -68,8 +68,9 @@ struct Geometry {
   // product packed them again through the cache and the TLB at a fraction of its speed. On one
   // core of an Intel Xeon with AVX-512 (2026-11-25), 64 x 1024 x 64 products ran at 102 (keys) and
   // 91 (values) GFLOP/s from those rows, 149 and 145 from contiguous ones. At 1-2 KB apart (the
-  // tiny and small models) the copy cost more than it saved.
-  bool copies_heads() const { return ld_kv() * static_cast<int64_t>(sizeof(float)) >= 4096; }
+  // tiny and small models) the copy cost more than it saved. A few queries (generation's one)
+  // read each row about once: there the copy is only one more pass over them.
+  bool copies_heads() const { return t >= 16 && ld_kv() * static_cast<int64_t>(sizeof(float)) >= 4096; }
   // Row stride of the kept probabilities: persistent keys first, then the context.
   int64_t ld_probs() const { return unaliased(persistent + k); }
   // Row strides of the token-major layouts.
