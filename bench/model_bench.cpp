@@ -5,8 +5,8 @@
 //   xl_bench_model CONFIG [MODE [STEPS [SKIP_SCHEDULE [BETA]]]]
 //   CONFIG: tiny | small | base (../shared/docs/bench-configs.md), or the paper's per-GPU shapes
 //   enwik8 (Table 1: 12 x 512, batch 30) and wt103 (Table 2: 15 x 624, adaptive softmax, batch 16);
-//   MODE: train | eval; SKIP_SCHEDULE: none (default) | linear | uniform | ... (Skip-Retain,
-//   phase 1); BETA: SCH rate.
+//   MODE: train | eval | generate (xl-generate's loop: bench_generate); SKIP_SCHEDULE: none
+//   (default) | linear | uniform | ... (Skip-Retain, phase 1); BETA: SCH rate.
 // Environment: XL_BENCH_DEVICE (cpu, cuda, cuda:N; default cpu), XL_BENCH_PRECISION (fp32, bf16,
 // fp16, auto; default auto), XL_BENCH_BATCH (overrides the config's batch), XL_BENCH_KV_CACHE (eval:
 // on keeps each memory's key/value projections as xl-eval-longctx does within its default budget;
@@ -25,6 +25,7 @@
 #include <iostream>
 
 #include "xl/eval/evaluator.h"
+#include "xl/eval/generate.h"
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
 #include "xl/model/kernels/blas.h"
@@ -121,6 +122,51 @@ double peak_rss_mb() {
 
 }  // namespace
 
+// Generation as xl-generate runs it (one stream, default sampling from the whole distribution):
+// a prompt of mem_len tokens fills the memory, then STEPS tokens are drawn, each one token's
+// forward through the memory and a draw, timed from the first drawn token to the last. Drawing
+// alone is timed too, on two distributions over the vocab: the model's own (untrained weights:
+// nearly flat, so draws land anywhere) and a peaked one with a trained word model's perplexity
+// (log-probabilities -1.5 log(rank): 24 over 267,735 words), where a draw usually lands early.
+nlohmann::json bench_generate(const BenchConfig& bc, TransformerXL& model, const torch::Device& device,
+                              Precision precision, int steps) {
+  xl::eval::GenerateSettings gs;
+  gs.precision = precision;
+  gs.length = steps + 1;
+  gs.tgt_len = bc.tgt_len;
+  gs.mem_len = bc.mem_len;
+  const auto prompt_ids = torch::randint(0, bc.vocab, {bc.mem_len}, torch::kLong);
+  std::vector<int32_t> prompt(prompt_ids.data_ptr<int64_t>(), prompt_ids.data_ptr<int64_t>() + bc.mem_len);
+  xl::Rng rng(1);
+  Clock::time_point first;
+  int drawn = 0;
+  xl::eval::generate(model, prompt, gs, rng, [&](int32_t) {
+    if (drawn++ == 0) first = Clock::now();
+  });
+  synchronize(device);
+  const double seconds = seconds_since(first);
+  if (const char* f = std::getenv("XL_BENCH_PROFILE")) {  // a trace of 30 more tokens
+    gs.length = 30;
+    torch::autograd::profiler::RecordProfile prof(f);
+    xl::eval::generate(model, prompt, gs, rng, nullptr);
+  }
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto flat = model->log_probs(torch::randn({1, bc.d_model}, torch::TensorOptions().device(device)));
+  const auto rank = torch::arange(1, bc.vocab + 1, torch::kDouble);
+  const auto peaked = torch::log_softmax(-1.5 * rank.log(), 0).index({torch::randperm(bc.vocab)});
+  auto draw_ms = [&](const torch::Tensor& log_probs) {
+    constexpr int kDraws = 50;
+    const auto t = Clock::now();
+    for (int i = 0; i < kDraws; ++i) xl::eval::sample_token(log_probs, {}, rng);
+    return seconds_since(t) * 1e3 / kDraws;
+  };
+  const double perplexity = std::exp(-(peaked.exp() * peaked).sum().item<double>());
+  return {{"tokens_per_s", steps / seconds}, {"ms_per_token", seconds * 1e3 / steps}, {"steps", steps},
+          {"vocab", bc.vocab}, {"mem_len", bc.mem_len}, {"draw_ms_flat", draw_ms(flat)},
+          {"draw_ms_peaked", draw_ms(peaked)}, {"peaked_perplexity", perplexity}};
+}
+
 int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl_bench_model", argc, argv, [](int argc, char** argv) {
     std::string name = argc > 1 ? argv[1] : "tiny";
@@ -153,6 +199,18 @@ int main(int argc, char** argv) {
     cfg.validate("XL_BENCH_* settings");
     TransformerXL model(cfg);
     model->to(device);
+    if (mode == "generate") {
+      nlohmann::json j = bench_generate(bc, model, device, precision, steps);
+      j["config"] = name;
+      j["mode"] = mode;
+      j["threads"] = 2;
+      j["device"] = device.str();
+      j["peak_rss_mb"] = peak_rss_mb();
+      j["cpu"] = cpu_model_name();
+      j["blas_core"] = blas_core();
+      std::cout << j.dump() << std::endl;
+      return 0;
+    }
     const bool train = mode == "train";
     if (train) use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
     const int64_t tgt = bc.tgt_len, mem_len = train ? bc.mem_len : 2 * bc.tgt_len, b = bc.batch;
