@@ -10,9 +10,12 @@ namespace xl::eval {
 
 namespace {
 
-// Candidates by falling probability, ties by id (a stable order on every platform), sorted only
-// as far as they are asked for: a draw usually stops within the first few hundred of a word
-// vocab's 267,735, and sorting them all took longer than the model's step.
+// Falling probability, ties by lower id: a strict order, the same on every platform.
+bool more_likely(const double* p, int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); }
+
+// Candidates in that order, sorted only as far as they are asked for: a draw usually stops within
+// the first few hundred of a word vocab's 267,735, and sorting them all took longer than the
+// model's step.
 class FallingOrder {
  public:
   FallingOrder(std::vector<int32_t> ids, const double* p) : ids_(std::move(ids)), p_(p) {}
@@ -26,7 +29,7 @@ class FallingOrder {
  private:
   // The next block's candidates to the front of the rest, in order; each block twice the last.
   void sort_next_block() {
-    auto better = [p = p_](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+    auto better = [p = p_](int32_t a, int32_t b) { return more_likely(p, a, b); };
     const size_t end = std::min(ids_.size(), sorted_ + block_);
     if (end < ids_.size()) std::nth_element(ids_.begin() + sorted_, ids_.begin() + end, ids_.end(), better);
     std::sort(ids_.begin() + sorted_, ids_.begin() + end, better);
@@ -45,7 +48,7 @@ int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rn
   const int64_t v = lp.numel();
   XL_CHECK(v > 0, kExitSoftware, "empty distribution");
   const double* p = lp.data_ptr<double>();
-  auto better = [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+  auto better = [p](int32_t a, int32_t b) { return more_likely(p, a, b); };
   int32_t best = 0;
   for (int32_t id = 1; id < v; ++id)
     if (better(id, best)) best = id;
