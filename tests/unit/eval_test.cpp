@@ -253,7 +253,7 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
 }
 
 // Each layer reuses its positional keys while r_net's weight is unchanged. After the weights move,
-// by Adam's fused update (written through the pointer) or an in-place op, evaluation must give
+// by Adam's fused update (written through the pointer), an in-place op or new data, evaluation must give
 // what a model that never evaluated gives with those weights.
 TEST(Eval, ReusedPositionalKeysFollowTheWeights) {
   ModelConfig c = eval_config();
@@ -295,6 +295,16 @@ TEST(Eval, ReusedPositionalKeysFollowTheWeights) {
   const double after_scale = xl::eval::evaluate(m, ids, s).loss_sum;
   EXPECT_NE(after_scale, after_step);
   EXPECT_EQ(after_scale, xl::eval::evaluate(scaled, ids, s).loss_sum);
+
+  // New data under the same tensor (set_data, as Module::to does) leaves the version as it was.
+  for (auto& layer : m->layer_list) {
+    const torch::Tensor w = layer->dec_attn->r_net->weight;
+    w.set_data(w.detach() * 0.5);
+  }
+  auto replaced = same_weights();
+  const double after_set_data = xl::eval::evaluate(m, ids, s).loss_sum;
+  EXPECT_NE(after_set_data, after_scale);
+  EXPECT_EQ(after_set_data, xl::eval::evaluate(replaced, ids, s).loss_sum);
 }
 
 TEST(Eval, MaxTokensStopsAfterTheSegmentThatReachesIt) {

@@ -116,12 +116,8 @@ std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::cluster_params(i
   if (i > 0 || n_clusters == 0) return {w, b};
   if (torch::GradMode::is_enabled()) return {torch::cat({w, cluster_weight}, 0), torch::cat({b, cluster_bias}, 0)};
   const std::vector<torch::Tensor> from{layer->weight, layer->bias, cluster_weight, cluster_bias};
-  std::vector<std::pair<const void*, int64_t>> state;
-  for (const auto& t : from) state.emplace_back(t.data_ptr(), t._version());
-  const bool kept = head_copy_.state == state &&
-                    std::equal(from.begin(), from.end(), head_copy_.from.begin(),
-                               [](const torch::Tensor& a, const torch::Tensor& b) { return a.is_same(b); });
-  if (!kept) head_copy_ = {from, state, torch::cat({w, cluster_weight}, 0), torch::cat({b, cluster_bias}, 0)};
+  if (!head_copy_.from.unchanged(from))
+    head_copy_ = {TensorSnapshot(from), torch::cat({w, cluster_weight}, 0), torch::cat({b, cluster_bias}, 0)};
   return {head_copy_.weight, head_copy_.bias};
 }
 

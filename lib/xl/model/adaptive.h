@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "xl/model/config.h"
+#include "xl/model/tensor_snapshot.h"
 
 namespace xl::model {
 
@@ -58,11 +59,10 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   // Weight and bias of cluster i's output rows (head includes the cluster rows at its end).
   std::pair<torch::Tensor, torch::Tensor> cluster_params(int64_t i);
   // The head's rows with the cluster rows appended are a copy (20,003 x 624 floats at wt103): without
-  // autograd it is kept while what it was made of is unchanged (the same tensors, data and
-  // versions), or evaluation and generation would make it again for every segment or token.
+  // autograd it is kept while what it was made of is unchanged, or evaluation and generation would
+  // make it again for every segment or token.
   struct HeadCopy {
-    std::vector<torch::Tensor> from;
-    std::vector<std::pair<const void*, int64_t>> state;  // data and version of each
+    TensorSnapshot from;
     torch::Tensor weight, bias;
   };
   HeadCopy head_copy_;

@@ -195,14 +195,13 @@ torch::Tensor RelMultiHeadAttnImpl::positional_keys(const KeyBlock& blk, int64_t
   const bool reusable = !(pass.training && pass.dropout > 0) && !torch::GradMode::is_enabled() &&
                         blk.d_max <= top && blk.d_max - blk.table + 1 >= 0;
   if (!reusable) return project(blk.d_max, blk.table);
-  const std::array<int64_t, 5> what = {top, pass.clamp_len, w_r._version(),
-                                       static_cast<int64_t>(opts.dtype().toScalarType()),
+  const std::array<int64_t, 4> what = {top, pass.clamp_len, static_cast<int64_t>(opts.dtype().toScalarType()),
                                        static_cast<int64_t>(active_autocast_dtype(w_r.device()))};
   auto it = std::find_if(positional_keys_.begin(), positional_keys_.end(),
-                         [&](const PositionalKeys& k) { return k.what == what && k.weight.is_same(w_r); });
+                         [&](const PositionalKeys& k) { return k.what == what && k.weight.unchanged({w_r}); });
   if (it == positional_keys_.end()) {
     if (positional_keys_.size() >= 4) positional_keys_.clear();
-    positional_keys_.push_back({what, w_r, project(top, top + 1)});
+    positional_keys_.push_back({what, TensorSnapshot({w_r}), project(top, top + 1)});
     it = positional_keys_.end() - 1;
   }
   return it->keys.narrow(0, top - blk.d_max, blk.table);

@@ -13,6 +13,7 @@
 #include "xl/model/config.h"
 #include "xl/model/memory.h"
 #include "xl/model/positional.h"
+#include "xl/model/tensor_snapshot.h"
 #include "xl/model/kernels/rel_softmax.h"
 
 namespace xl::model {
@@ -73,13 +74,14 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
  private:
   // Positional keys [P, H, dh] of one distance table for T queries: r_net of the (dropped) sinusoids.
   torch::Tensor positional_keys(const KeyBlock& blk, int64_t t, AttentionPass& pass, const torch::TensorOptions& opts);
-  // Those of every distance, kept without dropout or autograd while r_net's weight is the same
-  // tensor at the same version (held, so that its address is never another's): generation would
+  // Those of every distance, kept without dropout or autograd while r_net's weight is unchanged
+  // (TensorSnapshot): generation would
   // project up to mem_len + 1 distances for every token, evaluation T + M every segment (~10% of
   // base's at mem_len 3,800).
   struct PositionalKeys {
-    std::array<int64_t, 5> what;  // top distance, clamp_len, weight version, dtype, autocast dtype
-    torch::Tensor weight, keys;   // keys [top + 1, H, dh]: distances top down to 0
+    std::array<int64_t, 4> what;  // top distance, clamp_len, dtype, autocast dtype
+    TensorSnapshot weight;        // r_net's
+    torch::Tensor keys;           // [top + 1, H, dh]: distances top down to 0
   };
   std::vector<PositionalKeys> positional_keys_;
 };
