@@ -16,6 +16,7 @@ class Linear : public torch::autograd::Function<Linear> {
   // (LibTorch 1.13's Function::apply takes no undefined tensors).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
+    RECORD_FUNCTION("xl::linear", std::vector<c10::IValue>());
     const int64_t n = x2.size(0), in = x2.size(1), out = weight.size(0);
     torch::Tensor y = torch::empty({n, out}, x2.options());
     float beta = 0;
@@ -32,6 +33,7 @@ class Linear : public torch::autograd::Function<Linear> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
+    RECORD_FUNCTION("xl::linear_backward", std::vector<c10::IValue>());
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x2 = saved[0], &weight = saved[1];
     const int64_t n = x2.size(0), in = x2.size(1), out = weight.size(0);
