@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <string>
 
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
@@ -432,24 +434,47 @@ TEST(Eval, SamplingDrawsWhatTheFullySortedDefinitionDraws) {
       if ((u -= w(sorted[i])) < 0) return sorted[i];
     return sorted[n - 1];
   };
+  auto check = [&](const torch::Tensor& lp, const std::string& what, const std::vector<double>& temperatures,
+                   const std::vector<int64_t>& top_ks, const std::vector<double>& top_ps) {
+    for (double temperature : temperatures)
+      for (int64_t top_k : top_ks)
+        for (double top_p : top_ps) {
+          xl::eval::SampleSettings s{temperature, top_k, top_p};
+          xl::Rng a(lp.numel() * 7 + top_k), b(lp.numel() * 7 + top_k);
+          for (int i = 0; i < 8; ++i)
+            ASSERT_EQ(xl::eval::sample_token(lp, s, a), naive(lp, s, b))
+                << what << ", T " << temperature << ", k " << top_k << ", p " << top_p << ", draw " << i;
+        }
+  };
   torch::manual_seed(3);
   for (int64_t v : {1, 2, 7, 300, 5000}) {
-    for (bool ties : {false, true}) {
+    for (std::string kind : {"", " with ties", " with impossible tokens", " unnormalised"}) {
       auto logits = torch::randn({v}, torch::kDouble) * 3;
-      if (ties) logits = logits.round();  // a few dozen distinct values, many tokens each
-      const auto lp = torch::log_softmax(logits, 0);
-      for (double temperature : {0.0, 0.7, 1.0, 2.5})
-        for (int64_t top_k : {0, 1, 5, 1000})
-          for (double top_p : {1.0, 0.9, 0.3}) {
-            xl::eval::SampleSettings s{temperature, top_k, top_p};
-            xl::Rng a(v * 7 + top_k), b(v * 7 + top_k);
-            for (int i = 0; i < 8; ++i)
-              ASSERT_EQ(xl::eval::sample_token(lp, s, a), naive(lp, s, b))
-                  << "V " << v << (ties ? " with ties" : "") << ", T " << temperature << ", k " << top_k << ", p " << top_p
-                  << ", draw " << i;
-          }
+      if (kind == " with ties") logits = logits.round();  // a few dozen distinct values, many tokens each
+      if (kind == " with impossible tokens") {  // probability 0 (log-probability -inf), but not for token 0
+        auto impossible = torch::rand({v}, torch::kDouble) < 0.3;
+        impossible[0] = false;
+        logits.masked_fill_(impossible, -std::numeric_limits<double>::infinity());
+      }
+      // Logits work too (the mass is summed anyway), positive and negative alike.
+      check(kind == " unnormalised" ? logits : torch::log_softmax(logits, 0), "V " + std::to_string(v) + kind, {0.0, 0.7, 1.0, 2.5}, {0, 1, 5, 1000},
+            {1.0, 0.9, 0.3});
     }
   }
+  // Nearly flat distributions, as an untrained model or a high temperature gives: the draw walks
+  // deep, through large groups of candidates whose leading bits agree (and, rounded, whole groups
+  // of equal ones).
+  for (bool ties : {false, true}) {
+    auto logits = torch::randn({100000}, torch::kDouble) * 0.02;
+    if (ties) logits = (logits * 1000).round() / 1000;
+    check(torch::log_softmax(logits, 0), ties ? "flat, with ties" : "flat", {1.0, 2.5}, {0, 1000}, {1.0, 0.9});
+  }
+  // -0 and +0 are equal, so the lower id comes first.
+  xl::Rng rng(1);
+  EXPECT_EQ(xl::eval::sample_token(torch::tensor({-1.0, -0.0, 0.0}, torch::kDouble), {0.0, 0, 1.0}, rng), 1);
+  // A model gone wrong is named, not sampled from.
+  const auto nan = torch::tensor({-1.0, std::nan(""), -2.0}, torch::kDouble);
+  EXPECT_THROW(xl::eval::sample_token(nan, {}, rng), xl::Error);
 }
 
 // A word prompt's last line is continued unless it ends with its newline.

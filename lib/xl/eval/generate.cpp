@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "xl/util/error.h"
@@ -13,32 +14,75 @@ namespace {
 // Falling probability, ties by lower id: a strict order, the same on every platform.
 bool more_likely(const double* p, int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); }
 
-// Candidates in that order, sorted only as far as they are asked for: a draw usually stops within
-// the first few hundred of a word vocab's 267,735, and sorting them all took longer than the
-// model's step.
+// An unsigned key that rises as the value falls (+0 and -0 alike), so that a radix digit of it
+// sorts candidates into groups that each come wholly before the next.
+uint64_t falling_key(double x) {
+  uint64_t bits;
+  x += 0.0;  // -0 becomes +0
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits >> 63 ? bits : ~bits & ~(uint64_t{1} << 63);
+}
+
+// Candidates in falling order, sorted only as far as they are asked for: a draw usually stops
+// within the first few hundred of a word vocab's 267,735, and sorting them all took longer than
+// the model's step. A counting pass groups every id by its key's leading 16 bits; a group is
+// split again by its next bits, or sorted when small, only once the walk reaches it. At a high temperature, or from an untrained model, draws land deep
+// in a nearly flat distribution, whose few large groups the splits keep cheap.
 class FallingOrder {
  public:
-  FallingOrder(std::vector<int32_t> ids, const double* p) : ids_(std::move(ids)), p_(p) {}
+  FallingOrder(const double* p, int64_t v) : p_(p), ids_(static_cast<size_t>(v)), scratch_(ids_.size()) {
+    for (int64_t id = 0; id < v; ++id)
+      XL_CHECK(!std::isnan(p[id]), kExitDataErr, "the model's log-probability of token " << id << " is NaN");
+    std::iota(scratch_.begin(), scratch_.end(), 0);
+    split({0, ids_.size(), 64});
+  }
   size_t size() const { return ids_.size(); }
   // The i-th most likely candidate.
   int32_t operator[](size_t i) {
-    while (i >= sorted_) sort_next_block();
+    while (i >= sorted_) sort_next();
     return ids_[i];
   }
 
  private:
-  // The next block's candidates to the front of the rest, in order; each block twice the last.
-  void sort_next_block() {
-    auto better = [p = p_](int32_t a, int32_t b) { return more_likely(p, a, b); };
-    const size_t end = std::min(ids_.size(), sorted_ + block_);
-    if (end < ids_.size()) std::nth_element(ids_.begin() + sorted_, ids_.begin() + end, ids_.end(), better);
-    std::sort(ids_.begin() + sorted_, ids_.begin() + end, better);
-    sorted_ = end;
-    block_ *= 2;
+  struct Group {
+    size_t begin, end;
+    int bits;  // the key's bits below those its ids share
+  };
+  static constexpr size_t kSortBelow = 64;
+
+  void sort_next() {
+    const Group g = pending_.back();
+    pending_.pop_back();
+    if (g.end - g.begin <= kSortBelow || g.bits == 0) {
+      std::sort(ids_.begin() + g.begin, ids_.begin() + g.end,
+                [p = p_](int32_t a, int32_t b) { return more_likely(p, a, b); });
+      sorted_ = g.end;
+    } else {
+      std::copy(ids_.begin() + g.begin, ids_.begin() + g.end, scratch_.begin() + g.begin);
+      split(g);
+    }
   }
-  std::vector<int32_t> ids_;
+  // Distributes scratch_[g] into ids_[g] by the next digit of the key (16 bits for large groups,
+  // 8 for small ones) and queues the non-empty groups, the most likely on top.
+  void split(const Group& g) {
+    const int digit = std::min(g.bits, g.end - g.begin > 16384 ? 16 : 8);
+    const int shift = g.bits - digit;
+    const uint64_t mask = (uint64_t{1} << digit) - 1;
+    auto digit_of = [&](int32_t id) { return static_cast<size_t>((falling_key(p_[id]) >> shift) & mask); };
+    std::vector<size_t> start((size_t{1} << digit) + 1, 0);
+    for (size_t i = g.begin; i < g.end; ++i) ++start[digit_of(scratch_[i]) + 1];
+    start[0] = g.begin;
+    for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
+    std::vector<size_t> next(start.begin(), start.end() - 1);
+    for (size_t i = g.begin; i < g.end; ++i) ids_[next[digit_of(scratch_[i])]++] = scratch_[i];
+    for (size_t d = start.size() - 1; d-- > 0;)
+      if (start[d + 1] > start[d]) pending_.push_back({start[d], start[d + 1], shift});
+  }
+
   const double* p_;
-  size_t sorted_ = 0, block_ = 256;
+  std::vector<int32_t> ids_, scratch_;
+  std::vector<Group> pending_;
+  size_t sorted_ = 0;
 };
 
 }  // namespace
@@ -48,34 +92,35 @@ int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rn
   const int64_t v = lp.numel();
   XL_CHECK(v > 0, kExitSoftware, "empty distribution");
   const double* p = lp.data_ptr<double>();
-  auto better = [p](int32_t a, int32_t b) { return more_likely(p, a, b); };
-  int32_t best = 0;
-  for (int32_t id = 1; id < v; ++id)
-    if (better(id, best)) best = id;
+  FallingOrder order(p, v);
+  const int32_t best = order[0];
   if (s.temperature <= 0 || s.top_k == 1) return best;
-  // The top-k candidates (all without k), in id order for the sum.
-  std::vector<int32_t> ids(static_cast<size_t>(v));
-  std::iota(ids.begin(), ids.end(), 0);
-  if (s.top_k > 0 && s.top_k < v) {
-    std::nth_element(ids.begin(), ids.begin() + s.top_k, ids.end(), better);
-    ids.resize(static_cast<size_t>(s.top_k));
-    std::sort(ids.begin(), ids.end());
-  }
-  // Softmax of log p / temperature over the candidates.
+  // Softmax of log p / temperature over the top-k candidates (all without k), summed in id order.
+  const size_t n_candidates = s.top_k > 0 && s.top_k < v ? static_cast<size_t>(s.top_k) : order.size();
   const double inv_t = 1.0 / s.temperature;
   const double top = p[best] * inv_t;
-  auto weight = [&](int32_t id) { return std::exp(p[id] * inv_t - top); };
+  std::vector<double> w(static_cast<size_t>(v));
+  auto weigh = [&](int32_t id) { w[id] = std::exp(p[id] * inv_t - top); };
   double total = 0;
-  for (int32_t id : ids) total += weight(id);
-  FallingOrder order(std::move(ids), p);
+  if (n_candidates < order.size()) {
+    std::vector<int32_t> ids(n_candidates);
+    for (size_t i = 0; i < n_candidates; ++i) ids[i] = order[i];
+    std::sort(ids.begin(), ids.end());
+    for (int32_t id : ids) weigh(id), total += w[id];
+  } else {
+    at::parallel_for(0, v, 16384, [&](int64_t b, int64_t e) {
+      for (int64_t id = b; id < e; ++id) weigh(static_cast<int32_t>(id));
+    });
+    for (double x : w) total += x;
+  }
   // Nucleus: the shortest prefix whose mass reaches top_p.
-  size_t n = order.size();
+  size_t n = n_candidates;
   if (s.top_p < 1.0) {
     double cum = 0, kept = 0;
-    for (size_t i = 0; i < order.size(); ++i) {
-      const double w = weight(order[i]);
-      cum += w / total;
-      kept += w;
+    for (size_t i = 0; i < n_candidates; ++i) {
+      const double x = w[order[i]];
+      cum += x / total;
+      kept += x;
       if (cum >= s.top_p) {
         n = i + 1;
         break;
@@ -85,7 +130,7 @@ int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rn
   }
   double u = rng.uniform() * total;
   for (size_t i = 0; i < n; ++i) {
-    u -= weight(order[i]);
+    u -= w[order[i]];
     if (u < 0) return order[i];
   }
   return order[n - 1];
