@@ -81,11 +81,12 @@ TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
 }
 
 // Every transpose combination and beta, a small output (cleared by the wrapper for beta 0), one
-// past its threshold (cleared by the BLAS) and one wider than 1,024 columns (A B^T in column
-// blocks), against an explicit loop in double precision.
+// past its threshold (cleared by the BLAS), one wider than 1,024 columns (A B^T in column blocks)
+// and single rows (A B^T as a matrix-vector product), against an explicit loop in double precision.
 void expect_products_match_loops(const char* where) {
   torch::manual_seed(3);
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {300, 230, 7}, {5, 2100, 9}})
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {300, 230, 7}, {5, 2100, 9}, {1, 2100, 9},
+                                {1, 29, 53}})
     for (float beta : {0.5f, 0.0f})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {

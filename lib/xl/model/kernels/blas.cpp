@@ -45,14 +45,19 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+// OpenMP's answers where LibTorch loaded its runtime (false without one).
+bool in_parallel_region() {
+  static const auto in_parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_in_parallel"));
+  return in_parallel && in_parallel();
+}
+bool one_thread_in_all() {
+  static const auto max_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  return max_threads && max_threads() == 1;
+}
+
 // Whether a oneDNN call made here runs on this thread alone: oneDNN (built on the OpenMP runtime
 // LibTorch loaded) goes serial inside a parallel region and uses OpenMP's thread count outside.
-bool on_this_thread_only() {
-  using IntFn = int (*)();
-  static const IntFn in_parallel = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_in_parallel"));
-  static const IntFn max_threads = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  return in_parallel && max_threads && (in_parallel() || max_threads() == 1);
-}
+bool on_this_thread_only() { return in_parallel_region() || one_thread_in_all(); }
 
 }  // namespace
 
@@ -60,6 +65,7 @@ const Blas& blas() {
   static const Blas b = [] {
     Blas r;
     r.sgemm = reinterpret_cast<Blas::Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
+    r.sgemv = reinterpret_cast<Blas::Sgemv>(dlsym(RTLD_DEFAULT, "sgemv_"));
     r.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
     auto parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
@@ -195,6 +201,22 @@ std::string cpu_model_name() {
 
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
+  const float one = 1;
+  // One row times B^T on all threads, c = B a (batch-1 generation's layers and word logits): a
+  // matrix-vector product, bound by reading B. OpenBLAS's sgemv read it at 1.05-1.7x the speed of
+  // oneDNN's sgemm and 1.5-2.3x its own sgemm's (OpenBLAS 0.3.21 on a Zen 4, 2026-11-27: the wt103
+  // shape's layers, 624 x 1,872 to 2,496 x 624, and its word clusters, 20,003 x 624, 20,000 x
+  // 156, 160,000 x 39). On one thread (a single query's per-head scores) it was slower at d_head
+  // 32 and 64. C is cleared here: a BLAS may scale it by beta 0.
+  if (m == 1 && trans_b && blas().sgemv && !in_parallel_region()) {
+    if (beta == 0) std::memset(c, 0, sizeof(float) * static_cast<size_t>(n));
+    const int inc_a = trans_a ? la : 1, inc_c = 1;
+    const float beta_c = beta == 0 ? 1.0f : beta;
+    blas().sgemv("T", &ki, &ni, &one, b, &lb, a, &inc_a, &beta_c, c, &inc_c);
+    return;
+  }
   // A B^T on one thread (the attention's scores) fell from 105 to 81 GFLOP/s past about 1,200
   // columns in oneDNN (64 x 1,536 x 64 and x 39 on a Zen 4 core, 2026-11-26; A B and A^T B did
   // not): wide ones run as equal column blocks of at most 1,024, each a B^T of its own rows.
@@ -210,9 +232,6 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   if (runs_on_onednn(trans_a, m, n, k) &&
       blas().onednn_sgemm(op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == 0)
     return;
-  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
-  const float one = 1;
   // OpenBLAS clears C for beta = 0 in a pass of narrow stores that costs a fifth of a small
   // product's time (the attention's per-head products: 64 x 256 x 32 took 1.27x as long); memset
   // is faster while C fits in the core's cache. Larger outputs are left to the BLAS.
