@@ -93,8 +93,9 @@ shared_data() {
 }
 
 # make_mixed_text FILE BYTES: a deterministic text with every awkward byte a tokenizer meets:
-# NUL, CR LF and lone CR, tabs, runs of spaces, empty lines, multi-byte UTF-8 and a last line
-# without its newline. Every character occurs in the first 90%, so char mode round-trips too.
+# NUL, CR LF and lone CR, tabs, runs of spaces, Unicode's spaces, empty lines, multi-byte UTF-8
+# and a last line without its newline. Every character occurs in the first 90%, so char mode
+# round-trips too.
 make_mixed_text() {
   python3 - "$1" "$2" <<'EOF'
 import random, sys
@@ -102,7 +103,7 @@ path, size = sys.argv[1], int(sys.argv[2])
 rng = random.Random(20240601)
 words = ["the", "cat", "sat", "on", "a", "mat", "na\u00efve", "caf\u00e9", "\u20ac10", "\U0001F600",
          "x\x00y", "tab\tbed", "<unk>", "\u00c5ngstr\u00f6m", "end."]
-seps = [" ", " ", " ", "  ", "\t", " \t "]
+seps = [" ", " ", " ", "  ", "\t", " \t ", "\u00a0", " \u3000", "\x1f", "\x85"]
 ends = ["\n", "\n", "\n", "\r\n", "\r\n", "\n\n", "\r"]
 out = bytearray()
 while len(out) < size:

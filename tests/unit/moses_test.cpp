@@ -256,11 +256,15 @@ TEST(Moses, PretokenizedTextIsEachLinesWordsInAnyNumberOfChunks) {
   const auto [lines, expected] = recorded("random-lines");
   std::string text, want;
   for (size_t i = 0; i < lines.size(); ++i) {
-    text += lines[i] + (i + 1 < lines.size() ? "\n" : "");
-    want += expected[i] + (i + 1 < lines.size() ? "\n" : "");
+    if (lines[i].find('\r') != std::string::npos) continue;  // in a file, a lone CR ends a line
+    text += lines[i] + "\n";
+    want += expected[i] + "\n";
   }
+  text.pop_back(), want.pop_back();
   for (size_t chunks : {1, 2, 7, 2000}) EXPECT_EQ(moses_pretokenize(text, "t", chunks), want) << chunks << " chunks";
   EXPECT_EQ(moses_pretokenize("a,b\n\n  \n", "t"), "a , b\n\n\n");
+  // Lines end as Python's universal newlines end them, as Hugging Face's tokenizer reads files.
+  EXPECT_EQ(moses_pretokenize("a,b\rc\r\n\rd", "t"), "a , b\nc\n\nd");
   EXPECT_EQ(moses_pretokenize("", "t"), "");
   const std::string bad = text.substr(0, 20000) + "\xff" + text.substr(20000) + "\xc3";
   for (size_t chunks : {1, 5}) {

@@ -92,6 +92,15 @@ TEST(Vocab, WordModeEosOnEveryLineIncludingEmptyAndCrlf) {
   EXPECT_EQ(Tokenizer(v).decode(ids), "x y\n\nz\n");
 }
 
+// Transformer-XL's vocab reads files with Python's universal newlines (\n, \r\n and a lone \r end
+// a line) and splits lines with str.split(), at Unicode's spaces too (no-break space, ideographic
+// space, NEL, the ASCII separators); other bytes, invalid UTF-8 included, stay in their word.
+TEST(Vocab, WordModeSplitsLinesAndWordsAsPythonReadsThem) {
+  const std::string text = "a\xc2\xa0" "b\rc\r\n\rd\x1c" "e\xe3\x80\x80" "f\xc2\x85g h\xffi\xc2\xa9j";
+  Vocab v = build(VocabType::kWord, text);
+  EXPECT_EQ(Tokenizer(v).decode(encode(v, text)), "a b\nc\n\nd e f g h\xffi\xc2\xa9j\n");
+}
+
 TEST(Vocab, MinCountAndMaxSizeFoldIntoUnk) {
   Vocab v = build(VocabType::kWord, "a a a b b c\n", 2);
   EXPECT_EQ(v.find("c"), -1);

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <thread>
 
+#include "xl/text/segmenter.h"
 #include "xl/util/error.h"
 #include "xl/util/utf8.h"
 
@@ -30,12 +31,6 @@ bool in_table(const CodeRange (&table)[N], char32_t c) {
   auto it = std::lower_bound(std::begin(table), std::end(table), c,
                              [](const CodeRange& r, char32_t v) { return r.last < v; });
   return it != std::end(table) && it->first <= c;
-}
-
-// Python's str.isspace(), which its regexes' \s, strip() and split() use.
-bool python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 uint8_t classify(char32_t c) {
@@ -463,9 +458,9 @@ size_t pretokenize_lines(std::string_view text, size_t begin, size_t end, std::s
   out->reserve((end - begin) * 11 / 10);
   U32 line;
   for (size_t at = begin; at < end;) {
-    size_t stop = std::min(text.find('\n', at), end);
     line.clear();
-    while (at < stop) {
+    size_t line_end = 0;  // Python's: \n, \r\n or a lone \r
+    while (at < end && (line_end = line_end_length(text, at)) == 0) {
       uint32_t cp;
       int len = utf8_decode(text, at, &cp);
       if (len == 0) return at;
@@ -477,8 +472,8 @@ size_t pretokenize_lines(std::string_view text, size_t begin, size_t end, std::s
       if (i > 0) out->push_back(' ');
       *out += words[i];
     }
-    if (stop < end) out->push_back('\n');
-    at = stop + 1;
+    if (at < end) out->push_back('\n');
+    at += line_end;
   }
   return std::string_view::npos;
 }

@@ -8,8 +8,33 @@ namespace xl::text {
 Segmenter::Segmenter(VocabType type, std::string_view text, bool allow_invalid, std::string source_name)
     : type_(type), text_(text), allow_invalid_(allow_invalid), source_(std::move(source_name)) {}
 
+bool python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+size_t line_end_length(std::string_view text, size_t pos) {
+  if (text[pos] == '\n') return 1;
+  if (text[pos] != '\r') return 0;
+  return pos + 1 < text.size() && text[pos + 1] == '\n' ? 2 : 1;
+}
+
 namespace {
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+
+// The length of the character at text[pos] (1 for a byte that starts no valid UTF-8), and
+// whether it is whitespace.
+size_t char_length(std::string_view text, size_t pos, bool* space) {
+  const auto c = static_cast<unsigned char>(text[pos]);
+  if (c < 0x80) {
+    *space = python_space(c);
+    return 1;
+  }
+  uint32_t cp;
+  const int len = utf8_decode(text, pos, &cp);
+  *space = len > 0 && python_space(cp);
+  return len > 0 ? static_cast<size_t>(len) : 1;
+}
+
 }  // namespace
 
 bool Segmenter::next(std::string_view* piece, Kind* kind) {
@@ -36,7 +61,20 @@ bool Segmenter::next(std::string_view* piece, Kind* kind) {
     return true;
   }
   // Word mode.
-  while (pos_ < text_.size() && is_space(text_[pos_])) ++pos_;
+  bool space = true;
+  size_t len = 0;
+  while (pos_ < text_.size()) {
+    if (const size_t end = line_end_length(text_, pos_)) {
+      pos_ += end;
+      line_open_ = false;
+      *kind = Kind::kEos;
+      *piece = {};
+      return true;
+    }
+    len = char_length(text_, pos_, &space);
+    if (!space) break;
+    pos_ += len;
+  }
   if (pos_ >= text_.size()) {
     if (line_open_) {  // a last line without its newline still ends with <eos>
       line_open_ = false;
@@ -46,15 +84,9 @@ bool Segmenter::next(std::string_view* piece, Kind* kind) {
     }
     return false;
   }
-  if (text_[pos_] == '\n') {
-    ++pos_;
-    line_open_ = false;
-    *kind = Kind::kEos;
-    *piece = {};
-    return true;
-  }
-  size_t start = pos_;
-  while (pos_ < text_.size() && !is_space(text_[pos_]) && text_[pos_] != '\n') ++pos_;
+  const size_t start = pos_;
+  do pos_ += len;  // line ends are spaces too
+  while (pos_ < text_.size() && (len = char_length(text_, pos_, &space), !space));
   *piece = text_.substr(start, pos_ - start);
   *kind = Kind::kPiece;
   line_open_ = true;

@@ -1,12 +1,21 @@
 // Cuts text into the pieces a vocab type counts: code points (char) or whitespace-separated words
 // with an end-of-line marker after every line, empty lines included (word, the WikiText convention).
+// Words and lines end where Transformer-XL's vocab ends them: it reads files with Python's
+// universal newlines and splits each line with str.split().
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 
 #include "xl/text/vocab.h"
 
 namespace xl::text {
+
+// Python's str.isspace(), where str.split() and strip() cut (Unicode's spaces beside ASCII's).
+bool python_space(char32_t c);
+// The length of the line end at text[pos] as Python's universal newlines read it: 1 for \n or a
+// lone \r, 2 for \r\n, 0 for none.
+size_t line_end_length(std::string_view text, size_t pos);
 
 class Segmenter {
  public:
