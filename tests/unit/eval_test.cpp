@@ -487,6 +487,9 @@ TEST(Eval, PromptsLeaveAnOpenLastLineOpen) {
   EXPECT_EQ(ids("a\nb  "), (std::vector<int32_t>{2, 0, 3}));
   EXPECT_EQ(ids("a\n\n"), (std::vector<int32_t>{2, 0, 0}));
   EXPECT_EQ(ids("a\n  "), (std::vector<int32_t>{2, 0}));
+  EXPECT_EQ(ids("a\r"), (std::vector<int32_t>{2, 0}));  // a lone CR ends a line too
+  EXPECT_EQ(ids("a\rb"), (std::vector<int32_t>{2, 0, 3}));
+  EXPECT_EQ(ids("a\r\n"), (std::vector<int32_t>{2, 0}));
   EXPECT_EQ(ids("a <eos>"), (std::vector<int32_t>{2, 0}));  // a written <eos> is kept
   EXPECT_TRUE(ids("").empty());
   xl::text::Vocab moses_words(xl::text::VocabType::kWord, {"<eos>", "<unk>", "a", ","}, {}, 2);

@@ -143,7 +143,7 @@ std::vector<int32_t> prompt_ids(const text::Tokenizer& tokenizer, const text::Vo
   tokenizer.encode(text, name, &ids, &stats);
   if (vocab.type() != text::VocabType::kWord || ids.empty() || ids.back() != vocab.eos_id()) return ids;
   // The last line's own ids end with the <eos> the segmenter closed it with if it has words.
-  tokenizer.encode(text.substr(text.rfind('\n') + 1), name, &last_line, &stats);
+  tokenizer.encode(text.substr(text.find_last_of("\n\r") + 1), name, &last_line, &stats);
   if (!last_line.empty()) ids.pop_back();
   return ids;
 }
