@@ -26,8 +26,9 @@ uint64_t falling_key(double x) {
 // Candidates in falling order, sorted only as far as they are asked for: a draw usually stops
 // within the first few hundred of a word vocab's 267,735, and sorting them all took longer than
 // the model's step. A counting pass groups every id by its key's leading 16 bits; a group is
-// split again by its next bits, or sorted when small, only once the walk reaches it. At a high temperature, or from an untrained model, draws land deep
-// in a nearly flat distribution, whose few large groups the splits keep cheap.
+// split again by its next bits, or sorted when small, only once the walk reaches it. At a high
+// temperature, or from an untrained model, draws land deep in a nearly flat distribution, whose
+// few large groups the splits keep cheap.
 class FallingOrder {
  public:
   FallingOrder(const double* p, int64_t v) : p_(p), ids_(static_cast<size_t>(v)), scratch_(ids_.size()) {
