@@ -191,6 +191,7 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
     step "[$mode] a corpus cache (data_utils.py's cache.pt) becomes a tokens file with its vocab and ids"
     "$PY" txl_sd.py corpus words.txt cache.pt
     expect 0 xl-import-torch --corpus cache.pt -o corpus.h5
+    grep -q "lowercases text before looking words up (lower_case)" err || fail "a lowercasing vocab is not named: $(cat err)"
     "$PY" - <<'EOF' || fail "the tokens file does not hold the cache's vocab and ids"
 import h5py, sys, torch, types
 for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):  # the cache's classes
@@ -245,6 +246,7 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
     for v in vocab.bin vocab-zip.bin vocab.pkl; do
       expect 0 xl-import-torch -f --vocab $v hfm-hf.pt -o hfm.h5
       grep -q "4 symbols were UTF-8 read as Latin-1" err || fail "$v: the Latin-1-read symbols are not reported: $(cat err)"
+      ! grep -q "lower_case" err || fail "$v: a vocab that keeps the case is said to lowercase"
       [ "$(vocab_sha hfm.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "$v: the vocab is not the cache's, decoded"
     done
     expect 0 xl-tokenize --vocab hfm.h5 --valid hf.txt -o hfwords.h5

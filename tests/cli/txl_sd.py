@@ -669,6 +669,7 @@ elif cmd == "hf-vocab":
     v = torch.load(args[1], weights_only=False).vocab.__dict__
     latin1 = lambda x: x.encode("utf-8").decode("latin-1") if isinstance(x, str) else x
     d = {k: latin1(x) for k, x in v.items()}
+    d["lower_case"] = False  # as in Hugging Face's wt103 vocab.bin
     d["idx2sym"] = [latin1(x) for x in v["idx2sym"]]
     d["sym2idx"] = collections.OrderedDict((latin1(k), i) for k, i in v["sym2idx"].items())
     d["counter"] = collections.Counter({latin1(k): n for k, n in v["counter"].items()})
