@@ -26,8 +26,8 @@ struct SampleSettings {
 // Draws one token id from log-probabilities [V] with `rng` (deterministic for a given state:
 // the distribution is filtered and normalised in double precision on the CPU, its mass summed in
 // id order, and one uniform draw inverted over the candidates by falling probability, ties by
-// lower id, as in top-k). Takes time linear in V, plus sorting the candidates the draw passes
-// (a few hundred from a trained model; refuses NaN log-probabilities).
+// lower id, as in top-k). Takes time linear in V, plus sorting the candidates the draw passes (a
+// few hundred from a trained model). NaN log-probabilities are refused (65).
 int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rng& rng);
 
 struct GenerateSettings {

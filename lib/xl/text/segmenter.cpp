@@ -61,29 +61,24 @@ bool Segmenter::next(std::string_view* piece, Kind* kind) {
     return true;
   }
   // Word mode.
+  auto end_line = [&] {
+    line_open_ = false;
+    *kind = Kind::kEos;
+    *piece = {};
+    return true;
+  };
   bool space = true;
   size_t len = 0;
   while (pos_ < text_.size()) {
     if (const size_t end = line_end_length(text_, pos_)) {
       pos_ += end;
-      line_open_ = false;
-      *kind = Kind::kEos;
-      *piece = {};
-      return true;
+      return end_line();
     }
     len = char_length(text_, pos_, &space);
     if (!space) break;
     pos_ += len;
   }
-  if (pos_ >= text_.size()) {
-    if (line_open_) {  // a last line without its newline still ends with <eos>
-      line_open_ = false;
-      *kind = Kind::kEos;
-      *piece = {};
-      return true;
-    }
-    return false;
-  }
+  if (pos_ >= text_.size()) return line_open_ && end_line();  // a last line without its newline ends too
   const size_t start = pos_;
   do pos_ += len;  // line ends are spaces too
   while (pos_ < text_.size() && (len = char_length(text_, pos_, &space), !space));
