@@ -98,14 +98,17 @@ $T --nproc-per-node 2 --max-steps 100000 --save-every 10 --log-interval 1 --metr
   2>killed.err &
 job=$!
 wait_for_lines killed.jsonl '"event":"checkpoint"' 2
-rank1=$(pgrep -P "$job" | sort -n | tail -1)
+ranks=$(pgrep -P "$job" | sort -n)
+[ "$(echo "$ranks" | wc -l)" -eq 2 ] || fail "the launcher runs $(echo "$ranks" | wc -l) ranks, not 2"
+rank1=$(echo "$ranks" | tail -1)
 kill -9 "$rank1"
 wait "$job" || STATUS=$?
 elapsed=$(($(date +%s) - start))
 [ "$STATUS" -ne 0 ] || fail "the job ended well after a rank was killed"
 [ "$elapsed" -lt 60 ] || fail "the job took ${elapsed}s to stop after a rank died"
 grep -q "rank 1 died of signal 9" killed.err || fail "no line names the dead rank: $(cat killed.err)"
-[ "$(pgrep -f 'max-steps 100000' | wc -l)" -eq 0 ] || fail "ranks are left running"
+# These ranks by pid: other tests that ctest runs beside this one train with the same flags.
+for r in $ranks; do ! kill -0 "$r" 2>/dev/null || fail "rank pid $r is left running"; done
 stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
 expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 5)) --resume tokens.h5 -o killed.h5
 no_temp_files .
