@@ -432,7 +432,10 @@ open("t8.txt", "w").write(" " + " ".join(r.choice(w) for _ in range(3000)))'
     "$PY" txl_sd.py corpus t8.txt t8.pt text8
     expect 0 xl-import-torch --corpus e8.pt -o e8.h5
     grep -q "enwik8 corpus, byte vocab of" err || fail "the enwik8 cache is not a byte vocab: $(cat err)"
+    # Both keep Vocab's default lower_case: a no-op on enwik8's decimal symbols, not on text8's letters.
+    ! grep -q "lower_case" err || fail "the enwik8 vocab is said to lowercase bytes: $(cat err)"
     expect 0 xl-import-torch --corpus t8.pt -o t8.h5
+    grep -q "lowercases text before looking words up (lower_case)" err || fail "the text8 vocab's lowercasing is not named: $(cat err)"
     n_chars=$(python3 -c 'import sys; print(len(set(open("t8.txt").read().strip())))')
     grep -q "text8 corpus, char vocab of $n_chars (0 special)" err || fail "the text8 cache is not a char vocab of $n_chars: $(cat err)"
     # What each split is as text: the prep scripts' input less what they and data_utils.py drop
@@ -466,7 +469,7 @@ sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $
         fail "xl-tokenize --vocab $ds.h5 gives other ids than the cache"
     done
     expect 65 xl-tokenize -q --vocab e8.h5 --test e8.txt -o x.h5
-    stderr_is_one_line e8.txt "'\\n' is not in the vocab"
+    stderr_is_one_line e8.txt "'\\n' is not in the vocab" "drops line ends" "tr -d"
     # A model of the enwik8 vocab: its loss is the reference's, reported in bits per byte.
     python3 -c 'import json, sys; c = json.load(open("char.json")); c["n_token"] = int(sys.argv[1]); json.dump(c, open("e8.json", "w"))' \
       "$(xl-inspect --json e8.h5 | json /dev/stdin 'j["vocab"]["size"]')"

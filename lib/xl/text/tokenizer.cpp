@@ -31,8 +31,9 @@ void Tokenizer::encode(std::string_view text, const std::string& source_name, st
                        EncodeStats* stats) const {
   const size_t start = out->size();
   const int32_t unk = vocab_.unk_id();
-  auto unknown = [&](std::string_view piece) {
-    XL_CHECK(unk >= 0, kExitDataErr, source_name << ": '" << escape_piece(piece) << "' is not in the vocab, which has no <unk>");
+  auto unknown = [&](std::string_view piece, const char* hint = "") {
+    XL_CHECK(unk >= 0, kExitDataErr,
+             source_name << ": '" << escape_piece(piece) << "' is not in the vocab, which has no <unk>" << hint);
     ++stats->unknown;
     return unk;
   };
@@ -44,7 +45,10 @@ void Tokenizer::encode(std::string_view text, const std::string& source_name, st
     const unsigned char* src = reinterpret_cast<const unsigned char*>(text.data());
     for (size_t i = 0; i < text.size(); ++i) {
       dst[i] = byte_table_[src[i]];
-      if (dst[i] < 0) dst[i] = unknown(text.substr(i, 1));
+      if (dst[i] < 0)
+        dst[i] = unknown(text.substr(i, 1), src[i] == '\n' ? " (Transformer-XL's enwik8 drops line ends: "
+                                                              "remove them first, as tr -d '\\n' does)"
+                                                            : "");
     }
     stats->tokens += static_cast<int64_t>(text.size());
     return;
