@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     const xl::text::Vocab vocab = ckpt.vocab;
     ckpt = xl::checkpoint::Checkpoint();
     model->to(device);
-    const auto pretokenizer = xl::text::pretokenizer_for(vocab, cli.get_or<std::string>("pretokenize", ""));
+    const auto pretokenizer = xl::text::pretokenizer_for(vocab, cli.get_optional<std::string>("pretokenize"));
     xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"), pretokenizer);
 
     std::vector<int32_t> prompt = xl::eval::prompt_ids(tokenizer, vocab, prompt_text, prompt_name);

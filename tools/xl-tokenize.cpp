@@ -16,7 +16,7 @@ int decode(const xl::cli::Options& cli, const std::string& input) {
   auto tokens = xl::h5::TokensFile::open(input);
   std::string which = cli.get<std::string>("decode");
   std::vector<std::string> splits = which == "all" ? tokens.split_names() : std::vector<std::string>{which};
-  const auto pretokenizer = xl::text::pretokenizer_for(tokens.vocab(), cli.get_or<std::string>("pretokenize", ""));
+  const auto pretokenizer = xl::text::pretokenizer_for(tokens.vocab(), cli.get_optional<std::string>("pretokenize"));
   xl::text::Tokenizer tokenizer(tokens.vocab(), false, pretokenizer);
   xl::io::AtomicOutput out(cli.output(), cli.force(), false);
   // "all" decodes the splits as one sequence: in word mode a line cut between two splits keeps
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
         ("min-count", po::value<int64_t>()->default_value(1), "with --mode: rarer pieces become <unk>")
         ("max-size", po::value<int64_t>()->default_value(0), "with --mode: at most this many entries (0: all)")
         ("split", po::value<std::string>()->default_value("0.9,0.05,0.05"),
-         "cut INPUT into train,valid,test: fractions (0.9,0.05,0.05) or token counts (90M,5M,5M)")
+         "cut INPUT into train,valid,test: fractions (0.9,0.05,0.05; 1,0,0 is all train) or token counts (90M,5M,5M)")
         ("train", po::value<std::string>(), "train text (instead of INPUT)")
         ("valid", po::value<std::string>(), "valid text")
         ("test", po::value<std::string>(), "test text")
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
       req.build.max_size = cli.get<int64_t>("max-size");
     }
     req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
-    req.pretokenizer = req.vocab ? xl::text::pretokenizer_for(*req.vocab, cli.get_or<std::string>("pretokenize", ""))
+    req.pretokenizer = req.vocab ? xl::text::pretokenizer_for(*req.vocab, cli.get_optional<std::string>("pretokenize"))
                                  : xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"));
     xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
     auto corpus = xl::data::tokenize_corpus(req);

@@ -166,5 +166,8 @@ case "$(head -1 out)" in "Smith's cats, world. "*) ;; *) fail "the prompt was no
 grep -q -- "--pretokenize moses, as the vocab records" err || fail "xl-generate does not say it Moses-tokenizes as the vocab records"
 expect 0 xl-generate --threads 1 --pretokenize none --prompt "Smith's cats, world." --echo --length 2 words-ckpt.h5
 case "$(head -1 out)" in "<unk> <unk> <unk> "*) ;; *) fail "with --pretokenize none the glued words are not <unk>: $(head -1 out)" ;; esac
+# An empty value is a value (not the vocab's record): refused.
+expect 64 xl-generate --threads 1 --pretokenize "" --prompt "Smith" words-ckpt.h5
+stderr_is_one_line "--pretokenize: unknown ''"
 
 echo "eval_tools: ok"

@@ -223,7 +223,7 @@ TEST(Moses, WordVocabsAndTokenizersTakeItPerLine) {
 }
 
 // A vocab built from Moses words records it; a tool reading text with a vocab takes the flag when
-// given, else the record; a char vocab cannot take it (64).
+// given, else the record; a char vocab cannot take it, and an empty flag is no pretokenizer (64).
 TEST(Moses, VocabsRecordItAndToolsDefaultToTheRecord) {
   VocabOptions o;
   o.type = VocabType::kWord;
@@ -234,15 +234,17 @@ TEST(Moses, VocabsRecordItAndToolsDefaultToTheRecord) {
   const Vocab plain = build_vocab({std::string_view("Hello , world .\n")}, o, "test");
   EXPECT_EQ(plain.pretokenizer(), Pretokenizer::kNone);
   EXPECT_EQ(plain.sha256(), moses.sha256());  // the same words, whatever made them
-  EXPECT_EQ(pretokenizer_for(moses, ""), Pretokenizer::kMoses);
+  EXPECT_EQ(pretokenizer_for(moses, std::nullopt), Pretokenizer::kMoses);
   EXPECT_EQ(pretokenizer_for(moses, "none"), Pretokenizer::kNone);
-  EXPECT_EQ(pretokenizer_for(plain, ""), Pretokenizer::kNone);
+  EXPECT_EQ(pretokenizer_for(plain, std::nullopt), Pretokenizer::kNone);
   EXPECT_EQ(pretokenizer_for(plain, "moses"), Pretokenizer::kMoses);
   o.type = VocabType::kChar;
   const Vocab chars = build_vocab({std::string_view("ab\n")}, o, "test");
-  EXPECT_EQ(pretokenizer_for(chars, ""), Pretokenizer::kNone);
+  EXPECT_EQ(pretokenizer_for(chars, std::nullopt), Pretokenizer::kNone);
   std::string what;
   EXPECT_EQ(xl::test::error_code([&] { pretokenizer_for(chars, "moses"); }, &what), xl::kExitUsage);
+  EXPECT_EQ(xl::test::error_code([&] { pretokenizer_for(moses, ""); }, &what), xl::kExitUsage);
+  EXPECT_NE(what.find("--pretokenize: unknown ''"), std::string::npos) << what;
   Vocab copy = chars;
   EXPECT_EQ(xl::test::error_code([&] { copy.set_pretokenizer(Pretokenizer::kMoses); }, &what), xl::kExitUsage);
   Vocab assigned;

@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -52,6 +53,11 @@ class Options {
   // For options without a default: the value, or `otherwise` when not given.
   template <typename T>
   T get_or(const std::string& name, T otherwise) const { return has(name) ? get<T>(name) : otherwise; }
+  // For options without a default: the value, or nothing when not given (an empty value is given).
+  template <typename T>
+  std::optional<T> get_optional(const std::string& name) const {
+    return has(name) ? std::optional<T>(get<T>(name)) : std::nullopt;
+  }
   const po::variables_map& vm() const { return vm_; }
 
   std::string output() const { return get<std::string>("output"); }

@@ -53,9 +53,9 @@ Pretokenizer parse_recorded_pretokenizer(VocabType type, const std::string& name
   return p;
 }
 
-Pretokenizer pretokenizer_for(const Vocab& vocab, const std::string& flag) {
-  if (!flag.empty()) {
-    const Pretokenizer given = parse_pretokenizer(flag);
+Pretokenizer pretokenizer_for(const Vocab& vocab, const std::optional<std::string>& flag) {
+  if (flag) {
+    const Pretokenizer given = parse_pretokenizer(*flag);
     check_pretokenizer(vocab.type(), given);
     return given;
   }

@@ -2,6 +2,7 @@
 // and word (whitespace tokens), their TSV form (man 5 xl-vocab) and their SHA-256 identity.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -21,9 +22,9 @@ Pretokenizer parse_pretokenizer(const std::string& name);  // throws 64
 std::string to_string(Pretokenizer pretokenizer);
 // Fails (64) on a pretokenizer the vocab type cannot take: only words are pretokenized.
 void check_pretokenizer(VocabType type, Pretokenizer pretokenizer);
-// What a tool reading text with `vocab` uses: --pretokenize as given (`flag`, empty when not),
-// else what the vocab records (logged when that is not none). Fails (64) as check_pretokenizer.
-Pretokenizer pretokenizer_for(const Vocab& vocab, const std::string& flag);
+// What a tool reading text with `vocab` uses: --pretokenize as given (`flag`), else what the vocab
+// records (logged when that is not none). Fails (64) as parse_pretokenizer and check_pretokenizer.
+Pretokenizer pretokenizer_for(const Vocab& vocab, const std::optional<std::string>& flag);
 // The pretokenizer a vocab file records, `name` read from `file`: fails (65, naming it) on an
 // unknown one or one the type cannot take.
 Pretokenizer parse_recorded_pretokenizer(VocabType type, const std::string& name, const std::string& file);
