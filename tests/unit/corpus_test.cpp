@@ -81,7 +81,10 @@ TEST(SplitLengths, TokenCountsLikeTheEnwik8Split) {
   EXPECT_EQ(split_lengths("90M,5M,5M", 100000123), (Lengths{90000000, 5000000, 5000000}));
   EXPECT_EQ(split_lengths("1.5K,500,0", 2000), (Lengths{1500, 500, 0}));
   EXPECT_EQ(split_lengths("2G", 2000000000), (Lengths{2000000000}));
-  EXPECT_EQ(split_lengths("1,0,0", 10), (Lengths{1, 0, 0}));  // no point: counts
+  EXPECT_EQ(split_lengths("1,0,0", 10), (Lengths{10, 0, 0}));  // no point, but adding up to 1: fractions
+  EXPECT_EQ(split_lengths("0,1", 10), (Lengths{0, 10}));
+  EXPECT_EQ(split_lengths("1,1", 10), (Lengths{1, 1}));  // no point, adding up to 2: counts
+  EXPECT_EQ(split_lengths("0,0,1", 10), (Lengths{0, 0, 10}));
   EXPECT_EQ(split_lengths("10,20", 30), (Lengths{10, 20}));
   std::string what;
   EXPECT_EQ(error_code([] { split_lengths("90M,5M,5M", 99999999); }, &what), xl::kExitUsage);

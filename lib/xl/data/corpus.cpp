@@ -1,6 +1,7 @@
 #include "xl/data/corpus.h"
 
 #include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "xl/text/moses.h"
@@ -38,15 +39,15 @@ SplitSpec parse_split_spec(const std::string& spec) {
       XL_FAIL(kExitUsage, "--split: not a number: '" << p << "'");
     }
     XL_CHECK(v >= 0, kExitUsage, "--split: negative part '" << p << "'");
-    // Fractions are plain numbers in [0, 1], at least one written with a point: "0.95,0.05,0".
+    // Fractions are plain numbers in [0, 1], at least one written with a point ("0.95,0.05,0"),
+    // or adding up to 1 without one ("1,0,0": all to train, not a split of one token).
     if (pos != p.size() || v > 1) fractions = false;
     if (p.find('.') != std::string::npos) any_point = true;
     out.fraction.push_back(v);
   }
-  out.fractions = fractions && any_point;
+  const double sum = std::accumulate(out.fraction.begin(), out.fraction.end(), 0.0);
+  out.fractions = fractions && (any_point || sum == 1);
   if (out.fractions) {
-    double sum = 0;
-    for (double v : out.fraction) sum += v;
     XL_CHECK(std::fabs(sum - 1.0) < 1e-6, kExitUsage, "--split: fractions add up to " << sum << ", not 1");
   } else {
     for (const auto& p : parts) out.count.push_back(static_cast<int64_t>(parse::count(p, "--split")));
