@@ -176,9 +176,8 @@ int main(int argc, char** argv) {
     }
     XL_CHECK(!vocab_path.empty(), xl::kExitUsage, "give --vocab FILE: the model's vocab, which the checkpoint embeds");
     const std::string display = xl::io::display_name(hf ? hf->weights : input);
-    // The file's bytes only while its tensors are read (a wt103 model's are 1.1 GB).
-    auto [contents, tied] = hf ? xl::interop::read_hf_weights(*hf, key)
-                               : xl::interop::parse_weights_file(xl::io::read_raw(input), key, display);
+    // The tensors, not the file's bytes beside them (a wt103 model's are 1.1 GB).
+    auto [contents, tied] = hf ? xl::interop::read_hf_weights(*hf, key) : xl::interop::read_weights_file(input, key);
     const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);

@@ -538,3 +538,32 @@ TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {
   std::vector<float> f(4, 1.f);
   EXPECT_EQ(code(zip({{"data.pkl", p.s}, {"data/0", raw(f)}})), xl::kExitDataErr);
 }
+
+// An archive on disk is read record by record (not as a copy of its bytes): the same tensors as
+// from its bytes, stdin's and other files' bytes as before, and a file cut short fails with 65
+// naming it.
+TEST(TorchPickle, ReadsAnArchiveOnDiskAsItsBytes) {
+  xl::test::TempDir dir;
+  const TensorList sd = {{"w", torch::randn({3, 4})}, {"b", torch::arange(5, torch::kLong)}};
+  const std::string bytes = torch_state_dict_bytes(sd);
+  const std::string path = dir.write("sd.pt", bytes);
+  EXPECT_TRUE(is_torch_zip_file(path));
+  EXPECT_FALSE(is_torch_zip_file("-"));
+  EXPECT_FALSE(is_torch_zip_file(dir.path()));
+  EXPECT_FALSE(is_torch_zip_file(dir.write("legacy.pt", "\x80\x02\x8a\x0a")));
+  const TorchFile from_disk = read_torch_file(path), from_bytes = parse_torch_file(bytes, "", "sd.pt");
+  ASSERT_EQ(from_disk.tensors.size(), sd.size());
+  ASSERT_EQ(from_bytes.tensors.size(), sd.size());
+  for (size_t i = 0; i < sd.size(); ++i) {
+    EXPECT_EQ(from_disk.tensors[i].first, sd[i].first);
+    EXPECT_TRUE(torch::equal(from_disk.tensors[i].second, sd[i].second)) << sd[i].first;
+    EXPECT_TRUE(torch::equal(from_bytes.tensors[i].second, sd[i].second)) << sd[i].first;
+  }
+  std::string msg;
+  for (size_t cut : {bytes.size() - 1, bytes.size() / 2, size_t{30}}) {
+    const std::string short_path = dir.write("short.pt", bytes.substr(0, cut));
+    EXPECT_EQ(error_code([&] { read_torch_file(short_path); }, &msg), xl::kExitDataErr) << cut;
+    EXPECT_NE(msg.find("short.pt"), std::string::npos) << msg;
+    EXPECT_EQ(error_code([&] { parse_torch_file(bytes.substr(0, cut), "", "short.pt"); }, &msg), xl::kExitDataErr) << cut;
+  }
+}

@@ -53,13 +53,13 @@ HfModelDir hf_model_dir(const std::string& dir) {
 }
 
 WeightsFile read_hf_weights(const HfModelDir& dir, const std::string& key) {
-  if (dir.shards.empty()) return parse_weights_file(io::read_raw(dir.weights), key, io::display_name(dir.weights));
+  if (dir.shards.empty()) return read_weights_file(dir.weights, key);
   XL_CHECK(key.empty(), kExitUsage, "--key does not apply to " << dir.weights << " (the shards of one flat state_dict)");
   WeightsFile out;
   std::set<std::string> found;
   for (const std::string& shard : dir.shards) {
     // One shard's bytes at a time.
-    WeightsFile w = parse_weights_file(io::read_raw(shard), "", shard);
+    WeightsFile w = read_weights_file(shard, "");
     XL_CHECK(w.contents.classes.empty(), kExitDataErr, shard << ": a pickled " << w.contents.classes.begin()->second
                                                               << ", not a shard of a state_dict");
     if (shard == dir.shards.front()) out.tied = w.tied;

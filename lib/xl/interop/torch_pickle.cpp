@@ -1,6 +1,8 @@
 #include "xl/interop/torch_pickle.h"
 
+#include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/serialize.h>
 
 #include <algorithm>
@@ -9,7 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "xl/util/error.h"
@@ -713,31 +715,29 @@ Val parse_legacy(const std::string& bytes, const std::string& display) {
   return root;
 }
 
-}  // namespace
+// An archive's bytes read in place (an istringstream over them would hold the whole file twice),
+// every read checked against their end.
+class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReadAdapter(std::string_view bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* what) const override {
+    TORCH_CHECK(pos <= bytes_.size() && n <= bytes_.size() - pos, "reading ", what, " past the archive's end");
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
 
-TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display) {
-  XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
-  if (is_plain_pickle(bytes)) {
-    Unpickler unpickler(bytes, 0, nullptr, display, "the pickle");
-    TorchFile out = torch_file_of(unpickler.run(), key, display);
-    XL_CHECK(unpickler.storages().empty(), kExitDataErr, display << ": a plain pickle with tensor storages, which only torch.save writes");
-    return out;
-  }
-  if (is_torch_legacy(bytes)) {
-    try {
-      return torch_file_of(parse_legacy(bytes, display), key, display);
-    } catch (const c10::Error& e) {
-      std::string what = e.what_without_backtrace();
-      XL_FAIL(kExitDataErr, display << ": cannot read a tensor (" << what.substr(0, what.find('\n')) << ")");
-    }
-  }
-  XL_CHECK(is_torch_zip(bytes), kExitDataErr,
-           display << ": not a PyTorch file (torch.save writes a zip archive, or before PyTorch 1.6 pickles)");
-  std::istringstream in(bytes);
+ private:
+  std::string_view bytes_;
+};
+
+// A torch.save zip archive: data.pkl, and each storage's record as the pickle asks for it.
+TorchFile parse_zip(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive, const std::string& key,
+                    const std::string& display) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   std::string pkl;
   try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::move(archive));
     XL_CHECK(reader->hasRecord("data.pkl"), kExitDataErr, display << ": a zip archive without data.pkl, not a torch.save file");
     if (reader->hasRecord("byteorder")) {
       auto [p, n] = reader->getRecord("byteorder");
@@ -759,7 +759,44 @@ TorchFile parse_torch_file(const std::string& bytes, const std::string& key, con
   }
 }
 
+}  // namespace
+
+TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display) {
+  XL_CHECK(!bytes.empty(), kExitDataErr, display << ": empty file, not a PyTorch state_dict");
+  if (is_plain_pickle(bytes)) {
+    Unpickler unpickler(bytes, 0, nullptr, display, "the pickle");
+    TorchFile out = torch_file_of(unpickler.run(), key, display);
+    XL_CHECK(unpickler.storages().empty(), kExitDataErr, display << ": a plain pickle with tensor storages, which only torch.save writes");
+    return out;
+  }
+  if (is_torch_legacy(bytes)) {
+    try {
+      return torch_file_of(parse_legacy(bytes, display), key, display);
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      XL_FAIL(kExitDataErr, display << ": cannot read a tensor (" << what.substr(0, what.find('\n')) << ")");
+    }
+  }
+  XL_CHECK(is_torch_zip(bytes), kExitDataErr,
+           display << ": not a PyTorch file (torch.save writes a zip archive, or before PyTorch 1.6 pickles)");
+  return parse_zip(std::make_shared<BytesReadAdapter>(bytes), key, display);
+}
+
+bool is_torch_zip_file(const std::string& path) {
+  return !io::is_stdio(path) && io::is_file(path) && is_torch_zip(io::read_head(path, 4));
+}
+
 TorchFile read_torch_file(const std::string& path, const std::string& key) {
+  // A corpus cache or a model is mostly tensors: its whole bytes held beside them doubled the peak.
+  if (is_torch_zip_file(path)) {
+    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive;
+    try {
+      archive = std::make_shared<caffe2::serialize::FileAdapter>(path);
+    } catch (const c10::Error&) {
+      XL_FAIL(kExitNoInput, path << ": cannot be opened");
+    }
+    return parse_zip(std::move(archive), key, io::display_name(path));
+  }
   return parse_torch_file(io::read_raw(path), key, io::display_name(path));
 }
 

@@ -34,7 +34,10 @@ struct TorchFile {
 // order); tensors sharing storage stay shared. "-" reads stdin. Nothing is executed: classes are
 // names. Fails with 65 naming the file: not a torch.save file, objects other than tensors, dicts and
 // modules where they sit, a missing key, storages that do not add up.
+// A zip archive on disk is read record by record, holding only its tensors' bytes.
 TorchFile read_torch_file(const std::string& path, const std::string& key = "");
+// Whether PATH is a file on disk that read_torch_file reads record by record.
+bool is_torch_zip_file(const std::string& path);
 // The same from the bytes of such a file; `display` names it in errors.
 TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display);
 

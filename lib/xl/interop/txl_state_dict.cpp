@@ -10,6 +10,7 @@
 #include "xl/interop/safetensors.h"
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
 
@@ -403,6 +404,13 @@ WeightsFile parse_weights_file(const std::string& bytes, const std::string& key,
   XL_CHECK(key.empty(), kExitUsage, "--key does not apply to " << display << " (a safetensors file holds one flat state_dict)");
   w.contents.tensors = parse_safetensors(bytes, display);
   w.tied = TiedNames::kOne;
+  return w;
+}
+
+WeightsFile read_weights_file(const std::string& path, const std::string& key) {
+  if (!is_torch_zip_file(path)) return parse_weights_file(io::read_raw(path), key, io::display_name(path));
+  WeightsFile w;
+  w.contents = read_torch_file(path, key);
   return w;
 }
 

@@ -64,6 +64,8 @@ struct WeightsFile {
   TiedNames tied = TiedNames::kEach;
 };
 WeightsFile parse_weights_file(const std::string& bytes, const std::string& key, const std::string& display);
+// The same read from PATH ("-": stdin), a torch.save archive on disk record by record.
+WeightsFile read_weights_file(const std::string& path, const std::string& key);
 
 // The model tensors (xl names, float32, model order) of a state_dict for `cfg`. Fails with 65 and
 // one line naming the tensor for an unknown or missing name (with TiedNames::kOne, a tied tensor's

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -63,6 +64,14 @@ std::string read_raw(const std::string& path) {
   std::fclose(f);
   XL_CHECK(!failed, kExitIoErr, path << ": read error");
   return data;
+}
+
+std::string read_head(const std::string& path, size_t n) {
+  std::string head(n, '\0');
+  std::ifstream in(path, std::ios::binary);
+  in.read(head.data(), static_cast<std::streamsize>(n));
+  head.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  return head;
 }
 
 std::string read_text(const std::string& path) {

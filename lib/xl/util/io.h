@@ -16,6 +16,8 @@ std::string display_name(const std::string& path);
 
 // Reads the whole input as it is stored.
 std::string read_raw(const std::string& path);
+// Reads the first n bytes of the file at PATH (fewer when it is shorter; none when unreadable).
+std::string read_head(const std::string& path, size_t n);
 // Reads the whole input, decompressing gzip or bzip2 when its first bytes say so.
 std::string read_text(const std::string& path);
 
