@@ -215,6 +215,7 @@ void check_biases(const torch::Tensor& u, const torch::Tensor& v, int64_t q_widt
 
 AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& weight,
                                  int64_t q_width, const torch::Tensor& u, const torch::Tensor& v) {
+  RECORD_FUNCTION("xl::attention_inputs", std::vector<c10::IValue>());
   check_biases(u, v, q_width);
   const int64_t kv_width = weight.size(0) - q_width;
   const bool project = memory.defined() && memory.size(1) > 0;
@@ -234,6 +235,7 @@ AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& me
 AttentionInputs attention_inputs_into(const torch::Tensor& x, const torch::Tensor& weight, int64_t q_width,
                                       const torch::Tensor& kv, const torch::Tensor& u, const torch::Tensor& v) {
   TORCH_CHECK(!torch::GradMode::is_enabled(), "attention_inputs_into: no autograd");
+  RECORD_FUNCTION("xl::attention_inputs", std::vector<c10::IValue>());
   check_biases(u, v, q_width);
   const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
   const int64_t kv_width = width - q_width, m = kv.size(1) - t;

@@ -117,6 +117,7 @@ bool runs_here(const torch::Tensor& x, const torch::Tensor& residual, const torc
 
 torch::Tensor dropout_add_layer_norm(const torch::Tensor& x, const torch::Tensor& residual, double p, bool train,
                                      const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+  RECORD_FUNCTION("xl::dropout_add_layer_norm", std::vector<c10::IValue>());
   const bool drop = train && p > 0;
   if (!runs_here(x, residual, weight, bias) || (drop && p >= 1))
     return torch::layer_norm(fused_dropout_add(x, residual, p, train), {x.size(-1)}, weight, bias, eps);

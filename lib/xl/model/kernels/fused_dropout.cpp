@@ -185,6 +185,7 @@ torch::Tensor fused_dropout(const torch::Tensor& x, double p, bool train) {
 
 torch::Tensor linear_relu_dropout(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                   double p, bool train) {
+  RECORD_FUNCTION("xl::linear_relu_dropout", std::vector<c10::IValue>());
   const bool drop = train && p > 0 && p < 1;
   const bool bias_here = drop && fused(x) && !cpu_autocast_enabled() && bias.defined() && bias.dim() == 1 &&
                          bias.device().is_cpu() && bias.scalar_type() == x.scalar_type() &&
@@ -197,6 +198,7 @@ torch::Tensor linear_relu_dropout(const torch::Tensor& x, const torch::Tensor& w
 }
 
 torch::Tensor fused_dropout_add(const torch::Tensor& x, const torch::Tensor& residual, double p, bool train) {
+  RECORD_FUNCTION("xl::dropout_add", std::vector<c10::IValue>());
   if (!train || p <= 0) return residual + x;
   if (p >= 1) return residual + x * 0;
   return fused(x) && x.scalar_type() == residual.scalar_type() ? DropoutAdd::apply(x, residual, p)

@@ -57,6 +57,7 @@ class TargetLogSoftmax : public torch::autograd::Function<TargetLogSoftmax> {
 }  // namespace
 
 torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tensor& target) {
+  RECORD_FUNCTION("xl::target_log_softmax", std::vector<c10::IValue>());
   TORCH_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
               "target_log_softmax: [N, V] logits and [N] targets expected");
   const bool kernel = cpu_kernel_allowed(logits) &&
