@@ -71,7 +71,7 @@ struct Geometry {
   // tiny and small models) the copy cost more than it saved. A few queries (generation's one)
   // read each row about once: there the copy is only one more pass over them. Base-model
   // evaluation over 1,024 kept keys (medians of 3 alternating processes, Zen 4, 2026-11-27): with
-  // the copy 194/308/488/296 tok/s at 1/2/4/8 queries, without it 208/361/539/307; from 16 queries
+  // the copy 194/307/488/296 tok/s at 1/2/4/8 queries, without it 208/359/538/307; from 16 queries
   // on the two were within the machine's noise (16: 516 against 519; 64: 908 against 871).
   bool copies_heads() const { return t >= 16 && ld_kv() * static_cast<int64_t>(sizeof(float)) >= 4096; }
   // Row stride of the kept probabilities: persistent keys first, then the context.
