@@ -540,8 +540,8 @@ TEST(TorchPickle, FilesThatAreNotStateDictsFailWith65) {
 }
 
 // An archive on disk is read record by record (not as a copy of its bytes): the same tensors as
-// from its bytes, stdin's and other files' bytes as before, and a file cut short fails with 65
-// naming it.
+// from its bytes; stdin, a directory and a legacy file are not taken for one; and a file cut
+// short fails with 65 naming it, read either way.
 TEST(TorchPickle, ReadsAnArchiveOnDiskAsItsBytes) {
   xl::test::TempDir dir;
   const TensorList sd = {{"w", torch::randn({3, 4})}, {"b", torch::arange(5, torch::kLong)}};

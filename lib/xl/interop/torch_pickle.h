@@ -36,10 +36,10 @@ struct TorchFile {
 // modules where they sit, a missing key, storages that do not add up.
 // A zip archive on disk is read record by record, holding only its tensors' bytes.
 TorchFile read_torch_file(const std::string& path, const std::string& key = "");
-// Whether PATH is a file on disk that read_torch_file reads record by record.
-bool is_torch_zip_file(const std::string& path);
 // The same from the bytes of such a file; `display` names it in errors.
 TorchFile parse_torch_file(const std::string& bytes, const std::string& key, const std::string& display);
+// Whether PATH is a file on disk that read_torch_file reads record by record.
+bool is_torch_zip_file(const std::string& path);
 
 // The bytes of a torch.save-compatible file holding a dict name -> tensor (tensors are detached
 // and written as they are; the same tensor under two names is stored once).
