@@ -71,11 +71,19 @@ int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
   return 0;
 }
 
-// Transformer-XL's corpus cache -> an xl tokens file with its vocab and ids.
+// Transformer-XL's corpus cache, or Hugging Face's corpus.bin and its vocab -> an xl tokens file
+// with its vocab and ids.
 int import_corpus(const xl::cli::Options& cli, const std::string& input, int argc, char** argv) {
-  const std::string display = xl::io::display_name(input);
+  const std::string path = xl::io::is_dir(input) ? xl::interop::hf_corpus_file(input) : input;
+  const std::string display = xl::io::display_name(path);
   xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
-  const auto corpus = xl::interop::corpus_from_cache(xl::interop::read_torch_file(input), display);
+  const auto cache = xl::interop::read_torch_file(path);
+  std::string vocab = cli.has("vocab") ? cli.get<std::string>("vocab") : "";
+  if (xl::interop::corpus_holds_vocab(cache))
+    XL_CHECK(vocab.empty(), xl::kExitUsage, "--vocab does not apply to " << display << " (the cache holds its vocab)");
+  else if (vocab.empty() && !xl::io::is_stdio(path))  // the vocab beside it, as the hub keeps them
+    vocab = xl::interop::hf_vocab_file(path.substr(0, path.find_last_of('/') + 1));
+  const auto corpus = xl::interop::corpus_from_cache(cache, display, vocab);
   xl::h5::TokensMeta meta;
   meta.created_by = std::string("xl-import-torch ") + XL_VERSION;
   meta.command_line = xl::cli::command_line(argc, argv);
@@ -117,7 +125,10 @@ int main(int argc, char** argv) {
          "--corpus writes Transformer-XL's corpus cache INPUT (data_utils.py's cache.pt: its vocab and the ids\n"
          "of each split) as an xl tokens file, so that xl reads the very ids the PyTorch code trained on; its\n"
          "vocab then serves --vocab. The enwik8 and text8 caches, whose symbols are one character each, become\n"
-         "a byte and a char vocab in the same id order (the tools report bpc, as Transformer-XL does).\n"
+         "a byte and a char vocab in the same id order (the tools report bpc, as Transformer-XL does). INPUT may\n"
+         "also be Hugging Face's corpus.bin (the hub's transfo-xl-wt103 holds it: the ids, often NumPy arrays,\n"
+         "without the vocab), or the directory holding it; its vocab is the vocab.bin or vocab.pkl beside it,\n"
+         "or --vocab.\n"
          "\n"
          "--export writes the xl checkpoint INPUT as a state_dict that MemTransformerLM.load_state_dict() takes\n"
          "(tied tensors under both names) and prints the matching flags and constructor call. Per-layer u, v\n"
@@ -129,15 +140,16 @@ int main(int argc, char** argv) {
          "  xl-import-torch --corpus data/wikitext-103/cache.pt -o wt103.h5\n"
          "  xl-import-torch --vocab wt103.h5 --cutoffs 20000,40000,200000 wt103-base-sd.pt -o wt103-base.h5\n"
          "  xl-import-torch transfo-xl-wt103/ -o wt103-hf.h5\n"
+         "  xl-import-torch --corpus transfo-xl-wt103/ -o wt103-hf-corpus.h5\n"
          "  xl-import-torch --vocab v.tsv --key model_state nvidia-checkpoint.pt -o model.h5\n"
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
         ("input", po::value<std::string>()->default_value("-"), "the model or state_dict (torch.save or safetensors), or a Hugging Face directory (the checkpoint with --export); - is stdin")
-        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use (with --corpus: corpus.bin's vocab)")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from the tensor names (module.: DataParallel, transformer.: Hugging Face; both found by themselves)")
         ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict")
-        ("corpus", po::bool_switch(), "write the corpus cache INPUT (data_utils.py's cache.pt) as a tokens file");
+        ("corpus", po::bool_switch(), "write the corpus cache INPUT (data_utils.py's cache.pt, or Hugging Face's corpus.bin or its directory) as a tokens file");
     cli.add("Vocab size")("n-token", po::value<int64_t>(), "vocab size (read off the tensors when left out)");
     // The model options of every tool: read off the tensors when left out, checked when given.
     // pre-lnorm, same-length and clamp-len are not visible in the tensors; with --export,
@@ -150,8 +162,8 @@ int main(int argc, char** argv) {
     const std::string input = cli.get<std::string>("input");
     XL_CHECK(!(cli.get<bool>("export") && cli.get<bool>("corpus")), xl::kExitUsage, "give --export or --corpus, not both");
     if (cli.get<bool>("corpus")) {
-      for (const char* flag : {"vocab", "key", "prefix", "n-token"})
-        XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --corpus (the cache holds its vocab)");
+      for (const char* flag : {"key", "prefix", "n-token"})
+        XL_CHECK(!cli.given(flag), xl::kExitUsage, "--" << flag << " does not apply to --corpus (a corpus has no model)");
       XL_CHECK(xl::options::given_model(cli).fields.empty(), xl::kExitUsage, "model flags do not apply to --corpus (a corpus has no model)");
       return import_corpus(cli, input, argc, argv);
     }

@@ -413,6 +413,43 @@ EOF
     expect 65 xl-import-torch --vocab word.tsv vocab.bin -o x.h5
     stderr_is_one_line vocab.bin "give it as --vocab"
 
+    step "[$mode] Hugging Face's corpus.bin (a Corpus's __dict__ without its vocab, the splits NumPy arrays) and its directory"
+    # transformers' converter saved the TensorFlow code's corpus pickle without its vocab, the splits
+    # int64 NumPy arrays (torch.save, in the legacy format in 2019); its own TransfoXLCorpus holds
+    # LongTensors. Each imports to corpus.bin's ids, as torch.load reads them, with vocab.bin's vocab.
+    "$PY" txl_sd.py hf-corpus hfcache.pt corpus-np.bin
+    "$PY" txl_sd.py hf-corpus hfcache.pt corpus-np-zip.bin --zip
+    "$PY" txl_sd.py hf-corpus hfcache.pt corpus-t.bin --zip --tensors
+    for c in corpus-np.bin corpus-np-zip.bin corpus-t.bin; do
+      expect 0 xl-import-torch -f --corpus --vocab vocab.bin $c -o hfc.h5
+      [ "$(vocab_sha hfc.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "$c: the vocab is not vocab.bin's"
+      "$PY" - $c <<'EOF' || fail "$c: the tokens file does not hold corpus.bin's ids"
+import h5py, numpy, sys, torch
+c, f = torch.load(sys.argv[1], weights_only=False), h5py.File("hfc.h5", "r")
+for s in ("train", "valid", "test"):
+    assert isinstance(c[s], numpy.ndarray if "-np" in sys.argv[1] else torch.Tensor), (s, type(c[s]))
+    assert f["splits"][s][:].astype("int64").tolist() == numpy.asarray(c[s]).tolist(), s
+EOF
+    done
+    # The hub's directory holds corpus.bin beside vocab.bin or vocab.pkl: found by themselves.
+    cp corpus-np.bin hfdir/corpus.bin
+    expect 0 xl-import-torch --corpus hfdir -o hfc-dir.h5
+    [ "$(vocab_sha hfc-dir.h5)" = "$(vocab_sha hfcorpus.h5)" ] || fail "the directory's vocab.pkl is not corpus.bin's vocab"
+    "$PY" -c 'import h5py, sys; a, b = (h5py.File(f, "r")["splits"] for f in sys.argv[1:])
+sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' hfc.h5 hfc-dir.h5 ||
+      fail "the directory's corpus.bin gives other ids than the file"
+    mkdir -p lone
+    cp corpus-np.bin lone/corpus.bin
+    expect 66 xl-import-torch --corpus lone/corpus.bin -o x.h5
+    stderr_is_one_line corpus.bin "no vocab" "--vocab"
+    rm lone/corpus.bin
+    expect 66 xl-import-torch --corpus lone -o x.h5
+    stderr_is_one_line lone "no corpus.bin"
+    expect 64 xl-import-torch --corpus --vocab vocab.bin hfcache.pt -o x.h5
+    stderr_is_one_line "--vocab does not apply to hfcache.pt"
+    expect 65 xl-import-torch --vocab corpus-np.bin hfm-hf.pt -o x.h5
+    stderr_is_one_line corpus-np.bin "a corpus without its vocab"
+
     step "[$mode] enwik8's and text8's caches become byte and char vocabs in the same id order, and report bpc"
     # Their symbols are one character each (prep_enwik8.py: a byte as its decimal value; prep_text8.py:
     # '_' for the space), and the reference reports bpc for them. On the real enwik8 and text8
@@ -468,6 +505,12 @@ PY
 sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $ds.h5 $ds-again.h5 ||
         fail "xl-tokenize --vocab $ds.h5 gives other ids than the cache"
     done
+    # Hugging Face's form of the enwik8 cache: corpus.bin's dataset makes vocab.bin's a byte vocab.
+    "$PY" txl_sd.py hf-vocab e8.pt e8-vocab.bin
+    "$PY" txl_sd.py hf-corpus e8.pt e8-corpus.bin
+    expect 0 xl-import-torch --corpus --vocab e8-vocab.bin e8-corpus.bin -o e8-hf.h5
+    grep -q "enwik8 corpus, byte vocab" err || fail "Hugging Face's enwik8 corpus.bin is not a byte vocab: $(cat err)"
+    [ "$(vocab_sha e8-hf.h5)" = "$(vocab_sha e8.h5)" ] || fail "Hugging Face's enwik8 corpus.bin has another vocab than the cache"
     expect 65 xl-tokenize -q --vocab e8.h5 --test e8.txt -o x.h5
     stderr_is_one_line e8.txt "'\\n' is not in the vocab" "drops line ends" "tr -d"
     # A model of the enwik8 vocab: its loss is the reference's, reported in bits per byte.

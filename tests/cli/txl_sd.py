@@ -13,6 +13,12 @@
 #                               converter read the Python 2 pickle), torch.save'd in the legacy format
 #                               (--zip: the zip format; --pickle: pickle.dump of it among a
 #                               TransfoXLTokenizer's other attributes, as save_vocabulary writes vocab.pkl)
+#   hf-corpus CACHE.pt OUT [--zip] [--tensors]
+#                               (torch, numpy) the cache's splits as Hugging Face's converter saves
+#                               corpus.bin: the Corpus's __dict__ without its vocab, each split an
+#                               int64 NumPy array (as the TensorFlow code's corpus pickle held them),
+#                               torch.save'd in the legacy format (--zip: the zip format; --tensors:
+#                               LongTensors, as transformers' own TransfoXLCorpus makes them)
 #   legacy IN.pt OUT.pt         (torch) IN.pt's state_dict in the format of torch.save before PyTorch 1.6
 #   safetensors IN.pt OUT       (torch) IN.pt's state_dict as transformers' save_pretrained writes
 #                               model.safetensors (the format written out here): a tied tensor once,
@@ -687,6 +693,16 @@ elif cmd == "hf-vocab":
         pickle.dump(d, open(args[2], "wb"), protocol=4)
     else:
         torch.save(d, args[2], _use_new_zipfile_serialization="--zip" in args)
+elif cmd == "hf-corpus":
+    import numpy, torch
+    for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
+        sys.modules[module] = types.ModuleType(module)
+        setattr(sys.modules[module], name, type(name, (), {}))
+    d = dict(torch.load(args[1], weights_only=False).__dict__)
+    d.pop("vocab", None)
+    for split in ("train", "valid", "test"):
+        d[split] = d[split] if "--tensors" in args else numpy.asarray(d[split].numpy(), dtype=numpy.int64)
+    torch.save(d, args[2], _use_new_zipfile_serialization="--zip" in args)
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))

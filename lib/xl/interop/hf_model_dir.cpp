@@ -39,8 +39,7 @@ HfModelDir hf_model_dir(const std::string& dir) {
   XL_CHECK(!out.weights.empty(), kExitNoInput,
            dir << ": no model.safetensors or pytorch_model.bin (nor an index of their shards), so not a Hugging Face model directory");
   if (parse::ends_with(out.weights, ".index.json")) read_shard_index(base, &out);
-  for (const char* name : {"vocab.bin", "vocab.pkl"})
-    if (out.vocab.empty() && io::is_file(base + name)) out.vocab = base + name;
+  out.vocab = hf_vocab_file(dir);
   out.config_file = base + "config.json";
   if (io::is_file(out.config_file)) {
     out.config = read_json_file(out.config_file, "a Hugging Face config (JSON)");
@@ -50,6 +49,19 @@ HfModelDir hf_model_dir(const std::string& dir) {
              out.config_file << ": model_type " << type->dump() << ", not Hugging Face's TransfoXL (transfo-xl)");
   }
   return out;
+}
+
+std::string hf_vocab_file(const std::string& dir) {
+  const std::string base = dir.empty() ? "./" : dir.back() == '/' ? dir : dir + "/";
+  for (const char* name : {"vocab.bin", "vocab.pkl"})
+    if (io::is_file(base + name)) return base + name;
+  return "";
+}
+
+std::string hf_corpus_file(const std::string& dir) {
+  const std::string path = (dir.back() == '/' ? dir : dir + "/") + "corpus.bin";
+  XL_CHECK(io::is_file(path), kExitNoInput, dir << ": no corpus.bin, so not a Hugging Face TransfoXL corpus directory");
+  return path;
 }
 
 WeightsFile read_hf_weights(const HfModelDir& dir, const std::string& key) {

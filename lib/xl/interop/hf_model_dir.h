@@ -1,9 +1,10 @@
 // Hugging Face's TransfoXL model directory, as save_pretrained() writes it and the hub holds
 // transfo-xl-wt103: the state_dict (model.safetensors or pytorch_model.bin, TransfoXLLMHeadModel's
 // names, or their shards with the index naming each tensor's shard), config.json (what the tensors
-// cannot show: same_length, clamp_len, pre_lnorm, dropouts, cutoffs, tying) and the vocab (vocab.bin, or vocab.pkl as later versions name it: a Transformer-XL
-// Vocab's __dict__, torch.save'd, or pickled among the tokenizer's other attributes by
-// save_vocabulary).
+// cannot show: same_length, clamp_len, pre_lnorm, dropouts, cutoffs, tying) and the vocab (vocab.bin,
+// or vocab.pkl as later versions name it: a Transformer-XL Vocab's __dict__, torch.save'd, or
+// pickled among the tokenizer's other attributes by save_vocabulary); the hub's also holds the
+// corpus its model was trained on (corpus.bin).
 #pragma once
 #include <map>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,12 @@ struct HfModelDir {
 // index, and with 65 for an index without a weight_map of tensor names to file names in the
 // directory, or a config.json that is not JSON or is another model type's.
 HfModelDir hf_model_dir(const std::string& dir);
+
+// DIR/vocab.bin, else DIR/vocab.pkl; empty when neither is there ("" is the current directory).
+std::string hf_vocab_file(const std::string& dir);
+// DIR/corpus.bin (transformers' TransfoXLCorpus: the hub's transfo-xl-wt103 holds it beside the
+// model); fails with 66 naming the directory when it is not there.
+std::string hf_corpus_file(const std::string& dir);
 
 // The state_dict in `dir`'s weights: its one file as parse_weights_file reads it, or its shards one
 // at a time (the same format each), every tensor in the shard the index names: a tensor the index

@@ -14,9 +14,11 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "xl/interop/numpy_array.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/torch_save_signature.h"
+#include "xl/util/utf8.h"
 
 namespace xl::interop {
 
@@ -274,6 +276,14 @@ class Unpickler {
         case 'b': {                                      // BUILD: an object's state
           Val state = pop();
           const Val& object = top();
+          if (object->kind == PyVal::Kind::kObject && object->s == "numpy.dtype") {
+            build_numpy_dtype(object, state);
+            break;
+          }
+          if (object->kind == PyVal::Kind::kObject && object->s == "numpy.ndarray") {
+            build_numpy_array(object, state);
+            break;
+          }
           // (dict, slots) or a dict: kept for a module's parameters, buffers, submodules, attributes.
           if (state->kind == PyVal::Kind::kTuple && !state->items.empty()) state = state->items[0];
           if (object->kind == PyVal::Kind::kObject && state->kind == PyVal::Kind::kDict) object->dict = state->dict;
@@ -442,6 +452,53 @@ class Unpickler {
     return out;
   }
 
+  // NumPy's objects (numpy_array.h): numpy.dtype(type, align, copy) is an object holding its type,
+  // to which BUILD adds its byte order: (3, '<', ...).
+  void build_numpy_dtype(const Val& dtype, const Val& state) {
+    if (state->kind == PyVal::Kind::kTuple && state->items.size() >= 2 && state->items[1]->kind == PyVal::Kind::kStr &&
+        state->items[1]->s.size() == 1)
+      dtype->items.resize(1), dtype->items.push_back(state->items[1]);
+  }
+  NumpyDtype numpy_dtype(const Val& v) {
+    XL_CHECK(v->kind == PyVal::Kind::kObject && v->s == "numpy.dtype" && !v->items.empty() &&
+                 v->items[0]->kind == PyVal::Kind::kStr,
+             kExitDataErr, file_ << ": a NumPy array in " << pkl_ << " has " << a_describe(v) << " for its dtype");
+    return {v->items[0]->s, v->items.size() > 1 ? v->items[1]->s[0] : '='};
+  }
+  // ndarray.__reduce__ makes an empty array (_reconstruct) whose BUILD gives ([1,] shape, dtype,
+  // fortran order, bytes); the object becomes that tensor in place, where the memo holds it too.
+  void build_numpy_array(const Val& array, const Val& state) {
+    XL_CHECK(state->kind == PyVal::Kind::kTuple && (state->items.size() == 4 || state->items.size() == 5), kExitDataErr,
+             file_ << ": a NumPy array in " << pkl_ << " has " << a_describe(state) << " for its state");
+    const auto& s = state->items;
+    const size_t at = s.size() - 4;  // after the version
+    const NumpyDtype dtype = numpy_dtype(s[at + 1]);
+    const Val& data = s[at + 3];
+    // Bytes (a Python 2 pickle's str is its bytes); an array of objects holds a list.
+    XL_CHECK(data->kind == PyVal::Kind::kBytes || data->kind == PyVal::Kind::kStr || dtype.type[0] == 'O', kExitDataErr,
+             file_ << ": a NumPy array in " << pkl_ << " holds " << a_describe(data) << ", not its bytes");
+    const bool fortran = (s[at + 2]->kind == PyVal::Kind::kBool || s[at + 2]->kind == PyVal::Kind::kInt) && s[at + 2]->i;
+    array->tensor = numpy_array_tensor(dtype, ints(s[at], "shape"), fortran, data->s, file_);
+    array->kind = PyVal::Kind::kTensor;
+    array->s.clear();
+  }
+
+  // What protocol 2 pickles bytes as: _codecs.encode(str, "latin1"), each code point one byte.
+  std::string latin1_bytes(const std::string& utf8, const std::string& encoding) {
+    XL_CHECK(encoding == "latin1" || encoding == "latin-1", kExitDataErr,
+             file_ << ": " << pkl_ << " encodes bytes as " << encoding << ", not latin1");
+    std::string out;
+    out.reserve(utf8.size());
+    for (size_t i = 0; i < utf8.size();) {
+      uint32_t cp = 0;
+      const int n = utf8_decode(utf8, i, &cp);
+      XL_CHECK(n > 0 && cp <= 0xff, kExitDataErr, file_ << ": " << pkl_ << " holds bytes that are not latin1 text");
+      out.push_back(static_cast<char>(cp));
+      i += static_cast<size_t>(n);
+    }
+    return out;
+  }
+
   Val call(const Val& callable, const Val& args) {
     XL_CHECK(args->kind == PyVal::Kind::kTuple, kExitDataErr, file_ << ": malformed " << pkl_ << " (call without a tuple)");
     const auto& a = args->items;
@@ -488,6 +545,27 @@ class Unpickler {
     if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state") {
       XL_CHECK(!a.empty() && a[0]->kind == PyVal::Kind::kTensor, kExitDataErr, file_ << ": malformed " << fn << " call");
       return a[0];
+    }
+    if (fn == "_codecs.encode") {
+      XL_CHECK(a.size() == 2 && a[0]->kind == PyVal::Kind::kStr && a[1]->kind == PyVal::Kind::kStr, kExitDataErr,
+               file_ << ": malformed " << fn << " call in " << pkl_);
+      return make_str(PyVal::Kind::kBytes, latin1_bytes(a[0]->s, a[1]->s));
+    }
+    // NumPy 1 and 2 name their modules differently.
+    if (fn == "numpy.core.multiarray._reconstruct" || fn == "numpy._core.multiarray._reconstruct")
+      return make_str(PyVal::Kind::kObject, "numpy.ndarray");
+    if (fn == "numpy.dtype") {
+      XL_CHECK(!a.empty() && a[0]->kind == PyVal::Kind::kStr, kExitDataErr, file_ << ": malformed " << fn << " call in " << pkl_);
+      auto v = make_str(PyVal::Kind::kObject, fn);
+      v->items = {a[0]};
+      return v;
+    }
+    if (fn == "numpy.core.numeric._frombuffer" || fn == "numpy._core.numeric._frombuffer") {  // protocol 5
+      XL_CHECK(a.size() == 4 && a[0]->kind == PyVal::Kind::kBytes && a[3]->kind == PyVal::Kind::kStr, kExitDataErr,
+               file_ << ": malformed " << fn << " call in " << pkl_);
+      auto v = make(PyVal::Kind::kTensor);
+      v->tensor = numpy_array_tensor(numpy_dtype(a[1]), ints(a[2], "shape"), a[3]->s == "F", a[0]->s, file_);
+      return v;
     }
     // Anything else (a module's class, argparse.Namespace, numpy scalars...) is an object of that
     // class whose state BUILD may fill in: fine unless a tensor is expected where it sits.
@@ -630,8 +708,11 @@ TorchFile torch_file_of(const Val& root, const std::string& key, const std::stri
     walk_object(root, "", 0, &out, file);
     return out;
   }
-  // An object's __dict__ saved as a dict (Hugging Face's vocab.bin: a Transformer-XL Vocab's).
-  if (key.empty() && root->kind == PyVal::Kind::kDict && !root->dict.empty() && !holds_tensors(root)) {
+  // An object's __dict__ saved as a dict: Hugging Face's vocab.bin (a Transformer-XL Vocab's), and
+  // its corpus.bin (a Corpus's without the vocab: the dataset's name beside the splits' ids).
+  const Val dataset = root->kind == PyVal::Kind::kDict ? state_entry(root, "dataset") : nullptr;
+  const bool corpus = dataset && dataset->kind == PyVal::Kind::kStr && state_entry(root, "train");
+  if (key.empty() && root->kind == PyVal::Kind::kDict && !root->dict.empty() && (!holds_tensors(root) || corpus)) {
     walk_object(root, "", 0, &out, file);
     out.classes[""] = "dict";
     return out;

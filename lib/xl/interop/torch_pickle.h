@@ -16,7 +16,9 @@ namespace xl::interop {
 // tensor), or of a whole pickled nn.Module (torch.save(model, f), as Transformer-XL's train.py
 // writes model.pt) named as its state_dict() names them, or of another pickled object (its
 // data_utils.py's corpus cache, cache.pt) named by attribute, or of a dict that holds no tensors
-// (an object's __dict__: Hugging Face's vocab.bin) taken as an object of class "dict". For an object
+// (an object's __dict__: Hugging Face's vocab.bin) or names a "dataset" beside its "train" split (a
+// Corpus's __dict__: Hugging Face's corpus.bin) taken as an object of class "dict". NumPy arrays of
+// numbers are tensors too (numpy_array.h). For an object
 // or module also the class of it and of each object and module inside, and their plain attributes
 // (numbers, bools, strings, lists of them, dicts of str to them) by dotted name: {"same_length":
 // true, "layers.0.dec_attn.pre_lnorm": false, "vocab.idx2sym": [...], ...}.

@@ -121,7 +121,15 @@ std::string root_class(const TorchFile& f, const std::string& path = "") {
   return it == f.classes.end() ? std::string() : it->second;
 }
 
+std::string dataset_of(const TorchFile& f) {
+  auto it = f.attributes.find("dataset");
+  return it != f.attributes.end() && it->second.is_string() ? it->second.get<std::string>() : std::string();
+}
+
 bool is_corpus(const TorchFile& f) { return ends_with(root_class(f), "Corpus") && ends_with(root_class(f, "vocab"), "Vocab"); }
+
+// Hugging Face's corpus.bin: a Corpus's __dict__ without its vocab (torch_pickle.h).
+bool is_corpus_without_vocab(const TorchFile& f) { return root_class(f) == "dict" && !dataset_of(f).empty(); }
 
 // "holds a pickled X" or "holds a state_dict", for refusals.
 std::string what_it_holds(const TorchFile& f) {
@@ -129,36 +137,42 @@ std::string what_it_holds(const TorchFile& f) {
   return "holds " + (cls.empty() ? std::string("a state_dict") : "a pickled " + cls);
 }
 
-std::string dataset_of(const TorchFile& f) {
-  auto it = f.attributes.find("dataset");
-  return it != f.attributes.end() && it->second.is_string() ? it->second.get<std::string>() : std::string();
-}
-
 }  // namespace
 
-text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file) {
+text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file, const std::string& dataset) {
   if (is_corpus(f)) return vocab_at(f, "vocab.", dataset_of(f), file);
+  XL_CHECK(!is_corpus_without_vocab(f), kExitDataErr, file << ": a corpus without its vocab (Hugging Face's corpus.bin), not a vocab");
   const std::string cls = root_class(f);
   const bool vocab = ends_with(cls, "Vocab") || ends_with(cls, "TransfoXLTokenizer") || (cls == "dict" && f.attributes.count("idx2sym"));
   XL_CHECK(vocab, kExitDataErr,
            file << ": " << what_it_holds(f) << ", not a Transformer-XL vocab (data_utils.py's Corpus or Vocab, or Hugging Face's vocab.bin)");
-  return vocab_at(f, "", "", file);
+  return vocab_at(f, "", dataset, file);
 }
 
-text::Vocab import_vocab(const std::string& path) {
+text::Vocab import_vocab(const std::string& path, const std::string& dataset) {
   const std::string bytes = io::read_text(path), name = io::display_name(path);
   if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
-    return vocab_from_torch(parse_torch_file(bytes, "", name), name);
+    return vocab_from_torch(parse_torch_file(bytes, "", name), name, dataset);
   return h5::vocab_of_bytes(bytes, name);
 }
 
-ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file) {
-  XL_CHECK(is_corpus(cache), kExitDataErr,
-           file << ": " << what_it_holds(cache) << ", not a Transformer-XL corpus cache (data_utils.py's Corpus with its Vocab)"
+bool corpus_holds_vocab(const TorchFile& cache) { return !is_corpus_without_vocab(cache); }
+
+ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file, const std::string& vocab_file) {
+  const bool without_vocab = is_corpus_without_vocab(cache);
+  XL_CHECK(is_corpus(cache) || without_vocab, kExitDataErr,
+           file << ": " << what_it_holds(cache)
+                << ", not a Transformer-XL corpus cache (data_utils.py's Corpus with its Vocab, or Hugging Face's corpus.bin)"
                 << (cache.attributes.count("idx2sym") ? "; a vocab alone serves --vocab" : ""));
   ImportedCorpus out;
   out.dataset = dataset_of(cache);
-  out.vocab = vocab_at(cache, "vocab.", out.dataset, file);
+  if (without_vocab) {
+    XL_CHECK(!vocab_file.empty(), kExitNoInput,
+             file << ": Hugging Face's corpus.bin holds no vocab, and no vocab.bin or vocab.pkl lies beside it: give --vocab");
+    out.vocab = import_vocab(vocab_file, out.dataset);
+  } else {
+    out.vocab = vocab_at(cache, "vocab.", out.dataset, file);
+  }
 
   // The splits: LongTensors of ids (encode_file(ordered=True)).
   for (const char* name : {"train", "valid", "test"}) {

@@ -21,16 +21,23 @@ struct ImportedCorpus {
 
 // The vocab of a parsed Transformer-XL Corpus (cache.pt), Vocab (torch.save(corpus.vocab, f)) or
 // Vocab's __dict__ (Hugging Face's vocab.bin; its Latin-1-read UTF-8 symbols are decoded), as
-// corpus_from_cache makes it. Fails with 65 naming the file for anything else.
-text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file);
+// corpus_from_cache makes it; `dataset` names the corpus a Vocab alone is of (enwik8 and text8 make
+// byte and char vocabs). Fails with 65 naming the file for anything else.
+text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file, const std::string& dataset = "");
 
 // What xl-import-torch --vocab takes: what h5::load_vocab reads, or a torch.save file holding a
 // Transformer-XL vocab (vocab_from_torch). "-" reads stdin.
-text::Vocab import_vocab(const std::string& path);
+text::Vocab import_vocab(const std::string& path, const std::string& dataset = "");
 
-// The corpus of a parsed cache.pt. Fails with 65 naming the file: another object, a vocab without
-// symbols, a split that is not a 1-D integer tensor of ids inside the vocab (lm1b's cache holds
-// file names instead of its training ids).
-ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file);
+// Whether a parsed corpus holds its vocab (cache.pt) or leaves it to a file beside it (Hugging
+// Face's corpus.bin: a Corpus's __dict__ without the vocab, whose splits may be NumPy arrays, as
+// its converter took them from the TensorFlow code's corpus).
+bool corpus_holds_vocab(const TorchFile& cache);
+
+// The corpus of a parsed cache.pt, or of a corpus.bin with its vocab read from `vocab_file` (a
+// Vocab's __dict__: Hugging Face's vocab.bin or vocab.pkl; 66 naming the file when none is given).
+// Fails with 65 naming the file: another object, a vocab without symbols, a split that is not a 1-D
+// integer tensor of ids inside the vocab (lm1b's cache holds file names instead of its training ids).
+ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file, const std::string& vocab_file = "");
 
 }  // namespace xl::interop
