@@ -2,7 +2,7 @@
 // safetensors', chosen by the first bytes as the tool chooses: any bytes are refused cleanly, or
 // give named tensors (of a state_dict or a pickled module) whose Transformer-XL config is inferred
 // and imported, or a corpus cache's vocab and splits, or a vocab (Hugging Face's vocab.bin or
-// vocab.pkl).
+// vocab.pkl), or Hugging Face's corpus.bin (its splits NumPy arrays).
 #include "fuzz_support.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
@@ -16,6 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto root = contents.classes.find("");
     if (root != contents.classes.end() && xl::parse::ends_with(root->second, "Corpus")) {
       (void)xl::interop::corpus_from_cache(contents, "fuzz.pt");
+      return;
+    }
+    if (!xl::interop::corpus_holds_vocab(contents)) {  // Hugging Face's corpus.bin: its ids (NumPy's bytes in place) read
+      for (const auto& [name, tensor] : contents.tensors)
+        if (tensor.numel() > 0) (void)tensor.to(torch::kDouble).sum().item<double>();
       return;
     }
     if (root != contents.classes.end() && (root->second == "dict" || xl::parse::ends_with(root->second, "Vocab"))) {

@@ -65,8 +65,8 @@ for c in p1 adaptive; do
   $B/xl-import-torch -q --export "$seeds/checkpoint_h5/$c.h5" -o "$seeds/torch_pickle/$c.pt" -f >/dev/null 2>&1
 done
 # A whole pickled model (torch.save(model, f), as train.py writes model.pt), also in the format
-# before PyTorch 1.6, a corpus cache (data_utils.py's cache.pt), Hugging Face's vocab.bin and
-# vocab.pkl, and a state_dict as save_pretrained's model.safetensors, where PyTorch is found.
+# before PyTorch 1.6, a corpus cache (data_utils.py's cache.pt), Hugging Face's vocab.bin,
+# vocab.pkl and corpus.bin, and a state_dict as save_pretrained's model.safetensors, where PyTorch is found.
 for py in python3 /usr/bin/python3; do
   "$py" -c 'import torch' 2>/dev/null || continue
   echo '{"n_token": 256, "n_layer": 2, "d_model": 16, "n_head": 2, "d_head": 8, "d_inner": 32, "tgt_len": 8, "mem_len": 8}' >"$work/p1.json"
@@ -75,6 +75,8 @@ for py in python3 /usr/bin/python3; do
   "$py" tests/cli/txl_sd.py module "$work/p1.json" "$seeds/torch_pickle/p1.pt" "$seeds/torch_pickle/p1-legacy.pt" --legacy
   "$py" tests/cli/txl_sd.py hf-vocab "$seeds/torch_pickle/cache.pt" "$seeds/torch_pickle/vocab.bin"
   "$py" tests/cli/txl_sd.py hf-vocab "$seeds/torch_pickle/cache.pt" "$seeds/torch_pickle/vocab.pkl" --pickle
+  "$py" tests/cli/txl_sd.py hf-corpus "$seeds/torch_pickle/cache.pt" "$seeds/torch_pickle/corpus.bin"
+  "$py" tests/cli/txl_sd.py hf-corpus "$seeds/torch_pickle/cache.pt" "$seeds/torch_pickle/corpus-zip.bin" --zip
   "$py" tests/cli/txl_sd.py safetensors "$seeds/torch_pickle/adaptive.pt" "$seeds/torch_pickle/adaptive.safetensors"
   break
 done

@@ -10,7 +10,7 @@
 namespace xl::interop {
 
 torch::Tensor numpy_array_tensor(const NumpyDtype& dtype, const std::vector<int64_t>& shape, bool fortran,
-                                 std::string_view bytes, const std::string& file) {
+                                 std::string_view bytes, const std::string& file, std::shared_ptr<const void> owner) {
   // The stored type, and the type it becomes where LibTorch lacks it.
   static const std::map<std::string, std::pair<torch::Dtype, torch::Dtype>> types = {
       {"b1", {torch::kBool, torch::kBool}},       {"i1", {torch::kInt8, torch::kInt8}},
@@ -39,6 +39,11 @@ torch::Tensor numpy_array_tensor(const NumpyDtype& dtype, const std::vector<int6
   // Fortran order is the reversed shape's C order, transposed back.
   std::vector<int64_t> stored_shape = shape;
   if (fortran) std::reverse(stored_shape.begin(), stored_shape.end());
+  const bool in_place = owner && !(fortran && shape.size() > 1) && made == stored && dtype.type != "u8" &&
+                        reinterpret_cast<uintptr_t>(bytes.data()) % element == 0;
+  if (in_place && !bytes.empty())
+    return torch::from_blob(const_cast<char*>(bytes.data()), shape, [owner](void*) {},
+                            torch::TensorOptions().dtype(stored));
   torch::Tensor t = torch::empty(stored_shape, torch::TensorOptions().dtype(stored));
   if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
   if (fortran && t.dim() > 1) {

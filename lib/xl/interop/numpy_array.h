@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,8 +22,11 @@ struct NumpyDtype {
 // order, as a contiguous tensor: bools, signed integers and floats as their own dtype; unsigned
 // integers wider than a byte widened to a signed type that holds them (LibTorch has none of their
 // own; a uint64 past int64's range fails). Fails with 65 naming `file`: another type (objects,
-// strings, complex), big-endian elements, bytes that are not the shape's.
+// strings, complex), big-endian elements, bytes that are not the shape's. Where `owner` keeps
+// `bytes` alive and they need no reordering or widening, the tensor reads them in place, holding
+// `owner` (a corpus's ids are most of the file they come from).
 torch::Tensor numpy_array_tensor(const NumpyDtype& dtype, const std::vector<int64_t>& shape, bool fortran,
-                                 std::string_view bytes, const std::string& file);
+                                 std::string_view bytes, const std::string& file,
+                                 std::shared_ptr<const void> owner = nullptr);
 
 }  // namespace xl::interop

@@ -478,7 +478,7 @@ class Unpickler {
     XL_CHECK(data->kind == PyVal::Kind::kBytes || data->kind == PyVal::Kind::kStr || dtype.type[0] == 'O', kExitDataErr,
              file_ << ": a NumPy array in " << pkl_ << " holds " << a_describe(data) << ", not its bytes");
     const bool fortran = (s[at + 2]->kind == PyVal::Kind::kBool || s[at + 2]->kind == PyVal::Kind::kInt) && s[at + 2]->i;
-    array->tensor = numpy_array_tensor(dtype, ints(s[at], "shape"), fortran, data->s, file_);
+    array->tensor = numpy_array_tensor(dtype, ints(s[at], "shape"), fortran, data->s, file_, data);
     array->kind = PyVal::Kind::kTensor;
     array->s.clear();
   }
@@ -564,7 +564,7 @@ class Unpickler {
       XL_CHECK(a.size() == 4 && a[0]->kind == PyVal::Kind::kBytes && a[3]->kind == PyVal::Kind::kStr, kExitDataErr,
                file_ << ": malformed " << fn << " call in " << pkl_);
       auto v = make(PyVal::Kind::kTensor);
-      v->tensor = numpy_array_tensor(numpy_dtype(a[1]), ints(a[2], "shape"), a[3]->s == "F", a[0]->s, file_);
+      v->tensor = numpy_array_tensor(numpy_dtype(a[1]), ints(a[2], "shape"), a[3]->s == "F", a[0]->s, file_, a[0]);
       return v;
     }
     // Anything else (a module's class, argparse.Namespace, numpy scalars...) is an object of that
