@@ -79,11 +79,13 @@ int import_corpus(const xl::cli::Options& cli, const std::string& input, int arg
   xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
   const auto cache = xl::interop::read_torch_file(path);
   std::string vocab = cli.has("vocab") ? cli.get<std::string>("vocab") : "";
-  if (xl::interop::corpus_holds_vocab(cache))
-    XL_CHECK(vocab.empty(), xl::kExitUsage, "--vocab does not apply to " << display << " (the cache holds its vocab)");
-  else if (vocab.empty() && !xl::io::is_stdio(path))  // the vocab beside it, as the hub keeps them
-    vocab = xl::interop::hf_vocab_file(path.substr(0, path.find_last_of('/') + 1));
-  const auto corpus = xl::interop::corpus_from_cache(cache, display, vocab);
+  XL_CHECK(vocab.empty() || !xl::interop::corpus_holds_vocab(cache), xl::kExitUsage,
+           "--vocab does not apply to " << display << " (the cache holds its vocab)");
+  // Hugging Face's: the vocab beside it, as the hub keeps them, and its tokenizer's lower_case.
+  const bool beside = !xl::interop::corpus_holds_vocab(cache) && !xl::io::is_stdio(path);
+  const std::string dir = beside ? path.substr(0, path.find_last_of('/') + 1) : "";
+  if (beside && vocab.empty()) vocab = xl::interop::hf_vocab_file(dir);
+  const auto corpus = xl::interop::corpus_from_cache(cache, display, vocab, beside && xl::interop::hf_lower_case(dir));
   xl::h5::TokensMeta meta;
   meta.created_by = std::string("xl-import-torch ") + XL_VERSION;
   meta.command_line = xl::cli::command_line(argc, argv);
@@ -190,7 +192,8 @@ int main(int argc, char** argv) {
     const std::string display = xl::io::display_name(hf ? hf->weights : input);
     // The tensors, not the file's bytes beside them (a wt103 model's are 1.1 GB).
     auto [contents, tied] = hf ? xl::interop::read_hf_weights(*hf, key) : xl::interop::read_weights_file(input, key);
-    const xl::text::Vocab vocab = xl::interop::import_vocab(vocab_path);
+    const xl::text::Vocab vocab =
+        xl::interop::import_vocab(vocab_path, "", hf ? std::optional<bool>(hf->lower_case) : std::nullopt);
     // A whole pickled model also says what its tensors cannot (pre_lnorm, same_length, ...).
     auto sd = contents.classes.empty() ? contents.tensors : xl::interop::module_state_dict(contents, &params, display);
     // DataParallel writes module.<name>, Hugging Face's TransfoXLLMHeadModel transformer.<name>

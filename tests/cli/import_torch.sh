@@ -438,6 +438,19 @@ EOF
     "$PY" -c 'import h5py, sys; a, b = (h5py.File(f, "r")["splits"] for f in sys.argv[1:])
 sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' hfc.h5 hfc-dir.h5 ||
       fail "the directory's corpus.bin gives other ids than the file"
+    ! grep -q "lower_case" err || fail "a tokenizer that keeps the case is said to lowercase: $(cat err)"
+    # transformers' tokenizer keeps the lower_case it was made with (tokenizer_config.json's, else
+    # false) over the vocab file's: the reference's Vocab default (true) in vocab.bin is not its.
+    "$PY" -c 'import torch; v = torch.load("vocab.bin"); v["lower_case"] = True; torch.save(v, "hfdir/vocab.bin")'
+    expect 0 xl-import-torch -f --corpus hfdir -o hfc-dir.h5
+    ! grep -q "lower_case" err || fail "vocab.bin's lower_case is taken over transformers' default: $(cat err)"
+    echo '{"lower_case": true, "special": ["<eos>"]}' >hfdir/tokenizer_config.json
+    expect 0 xl-import-torch -f --corpus hfdir -o hfc-dir.h5
+    grep -q "its tokenizer (tokenizer_config.json) lowercases text" err || fail "tokenizer_config.json's lower_case is not named: $(cat err)"
+    echo '{"lower_case": "yes"}' >hfdir/tokenizer_config.json
+    expect 65 xl-import-torch -f --corpus hfdir -o hfc-dir.h5
+    stderr_is_one_line tokenizer_config.json "lower_case"
+    rm hfdir/tokenizer_config.json hfdir/vocab.bin
     mkdir -p lone
     cp corpus-np.bin lone/corpus.bin
     expect 66 xl-import-torch --corpus lone/corpus.bin -o x.h5

@@ -40,6 +40,7 @@ HfModelDir hf_model_dir(const std::string& dir) {
            dir << ": no model.safetensors or pytorch_model.bin (nor an index of their shards), so not a Hugging Face model directory");
   if (parse::ends_with(out.weights, ".index.json")) read_shard_index(base, &out);
   out.vocab = hf_vocab_file(dir);
+  out.lower_case = hf_lower_case(dir);
   out.config_file = base + "config.json";
   if (io::is_file(out.config_file)) {
     out.config = read_json_file(out.config_file, "a Hugging Face config (JSON)");
@@ -56,6 +57,17 @@ std::string hf_vocab_file(const std::string& dir) {
   for (const char* name : {"vocab.bin", "vocab.pkl"})
     if (io::is_file(base + name)) return base + name;
   return "";
+}
+
+bool hf_lower_case(const std::string& dir) {
+  const std::string path = (dir.empty() ? "./" : dir.back() == '/' ? dir : dir + "/") + "tokenizer_config.json";
+  if (!io::is_file(path)) return false;
+  const nlohmann::json config = read_json_file(path, "a Hugging Face tokenizer config (JSON)");
+  XL_CHECK(config.is_object(), kExitDataErr, path << ": not a Hugging Face tokenizer config (a JSON object)");
+  const auto it = config.find("lower_case");
+  if (it == config.end() || it->is_null()) return false;
+  XL_CHECK(it->is_boolean(), kExitDataErr, path << ": lower_case is " << it->dump() << ", not true or false");
+  return it->get<bool>();
 }
 
 std::string hf_corpus_file(const std::string& dir) {

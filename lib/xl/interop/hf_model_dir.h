@@ -24,6 +24,7 @@ struct HfModelDir {
   std::string vocab;      // DIR/vocab.bin or DIR/vocab.pkl; empty when neither is there
   std::string config_file;  // DIR/config.json
   nlohmann::json config;    // its contents; null when it is not there
+  bool lower_case = false;  // hf_lower_case(dir)
 };
 
 // The files of directory `dir`. Fails with 66 naming the directory when it has no weights file or
@@ -33,6 +34,11 @@ HfModelDir hf_model_dir(const std::string& dir);
 
 // DIR/vocab.bin, else DIR/vocab.pkl; empty when neither is there ("" is the current directory).
 std::string hf_vocab_file(const std::string& dir);
+// Whether transformers' tokenizer of DIR lowercases text: tokenizer_config.json's lower_case, else
+// its default, false. It wins over the vocab file's own lower_case (TransfoXLTokenizer keeps the
+// attributes it was made with over the pickled ones). 65 for a tokenizer_config.json that is not a
+// JSON object or whose lower_case is not a bool.
+bool hf_lower_case(const std::string& dir);
 // DIR/corpus.bin (transformers' TransfoXLCorpus: the hub's transfo-xl-wt103 holds it beside the
 // model); fails with 66 naming the directory when it is not there.
 std::string hf_corpus_file(const std::string& dir);

@@ -78,7 +78,8 @@ int64_t repair_latin1_read_utf8(std::vector<std::string>* symbols) {
 // The vocab of the Transformer-XL Vocab whose attributes sit under `prefix` ("vocab." in a Corpus,
 // "" for a Vocab or its __dict__): idx2sym in id order, the special symbols (add_special) first;
 // counts where known.
-text::Vocab vocab_at(const TorchFile& f, const std::string& prefix, const std::string& dataset, const std::string& file) {
+text::Vocab vocab_at(const TorchFile& f, const std::string& prefix, const std::string& dataset, const std::string& file,
+                     std::optional<bool> lower_case = std::nullopt) {
   auto attr = [&](const std::string& name) {
     auto it = f.attributes.find(prefix + name);
     return it == f.attributes.end() ? nlohmann::json() : it->second;
@@ -109,10 +110,10 @@ text::Vocab vocab_at(const TorchFile& f, const std::string& prefix, const std::s
   // Its tokenize lowercases each line first where lower_case is set (the reference's PTB setting,
   // and its default, which enwik8 and text8 keep); xl's tokenizer keeps the case, so other text
   // would meet <unk> where the reference would not. Not for enwik8's bytes: lowercasing their
-  // decimal symbols changes nothing.
-  if (attr("lower_case") == true && vocab.type() != text::VocabType::kByte)
-    XL_WARN(file << ": its vocab lowercases text before looking words up (lower_case), which xl-tokenize does not: "
-                    "lowercase new text first");
+  // decimal symbols changes nothing. Hugging Face's tokenizer says it for its vocab.
+  if (lower_case.value_or(attr("lower_case") == true) && vocab.type() != text::VocabType::kByte)
+    XL_WARN(file << ": its " << (lower_case ? "tokenizer (tokenizer_config.json)" : "vocab")
+                 << " lowercases text before looking words up (lower_case), which xl-tokenize does not: lowercase new text first");
   return vocab;
 }
 
@@ -139,26 +140,28 @@ std::string what_it_holds(const TorchFile& f) {
 
 }  // namespace
 
-text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file, const std::string& dataset) {
+text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file, const std::string& dataset,
+                             std::optional<bool> lower_case) {
   if (is_corpus(f)) return vocab_at(f, "vocab.", dataset_of(f), file);
   XL_CHECK(!is_corpus_without_vocab(f), kExitDataErr, file << ": a corpus without its vocab (Hugging Face's corpus.bin), not a vocab");
   const std::string cls = root_class(f);
   const bool vocab = ends_with(cls, "Vocab") || ends_with(cls, "TransfoXLTokenizer") || (cls == "dict" && f.attributes.count("idx2sym"));
   XL_CHECK(vocab, kExitDataErr,
            file << ": " << what_it_holds(f) << ", not a Transformer-XL vocab (data_utils.py's Corpus or Vocab, or Hugging Face's vocab.bin)");
-  return vocab_at(f, "", dataset, file);
+  return vocab_at(f, "", dataset, file, lower_case);
 }
 
-text::Vocab import_vocab(const std::string& path, const std::string& dataset) {
+text::Vocab import_vocab(const std::string& path, const std::string& dataset, std::optional<bool> lower_case) {
   const std::string bytes = io::read_text(path), name = io::display_name(path);
   if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
-    return vocab_from_torch(parse_torch_file(bytes, "", name), name, dataset);
+    return vocab_from_torch(parse_torch_file(bytes, "", name), name, dataset, lower_case);
   return h5::vocab_of_bytes(bytes, name);
 }
 
 bool corpus_holds_vocab(const TorchFile& cache) { return !is_corpus_without_vocab(cache); }
 
-ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file, const std::string& vocab_file) {
+ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file, const std::string& vocab_file,
+                                 bool lower_case) {
   const bool without_vocab = is_corpus_without_vocab(cache);
   XL_CHECK(is_corpus(cache) || without_vocab, kExitDataErr,
            file << ": " << what_it_holds(cache)
@@ -169,7 +172,7 @@ ImportedCorpus corpus_from_cache(const TorchFile& cache, const std::string& file
   if (without_vocab) {
     XL_CHECK(!vocab_file.empty(), kExitNoInput,
              file << ": Hugging Face's corpus.bin holds no vocab, and no vocab.bin or vocab.pkl lies beside it: give --vocab");
-    out.vocab = import_vocab(vocab_file, out.dataset);
+    out.vocab = import_vocab(vocab_file, out.dataset, lower_case);
   } else {
     out.vocab = vocab_at(cache, "vocab.", out.dataset, file);
   }
