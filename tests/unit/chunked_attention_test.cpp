@@ -106,6 +106,12 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       // ... but not for a few queries (generation's one), which read each row about once.
       {2, 2, 1, 256, fresh(70), false, 70},
       {2, 1, 15, 256, fresh(70), true, 70},
+      // A single query runs on the row kernels: d_head in one pass of registers or more, a row's
+      // end masked (wt103's 41), over memories of one run and several.
+      {2, 2, 1, 41, fresh(70), false, 70},
+      {3, 1, 1, 64, {{kPosition - 300, 50}, {kPosition - 40, 40}}, true, 70},
+      {2, 1, 1, 100, fresh(20), false, 20},
+      {1, 2, 1, 1, fresh(9), false, 9},
       // Keys no query sees (the widest row block stops short of them), read in place and copied.
       {2, 2, 70, 8, fresh(70), false, 70, 5},
       {2, 2, 70, 256, fresh(70), false, 70, 3},

@@ -208,8 +208,8 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   // matrix-vector product, bound by reading B. OpenBLAS's sgemv read it at 0.99-1.8x the speed
   // of oneDNN's sgemm and 1.4-2.7x its own sgemm's (OpenBLAS 0.3.21 on a Zen 4, 2026-11-27: the
   // wt103 shape's layers, 624 x 1,872 to 2,496 x 624, and its word clusters, 20,003 x 624 to
-  // 67,735 x 9). On one thread (a single query's per-head scores) it was 5-50% slower at d_head
-  // 32 and 64. C is cleared here: a BLAS may scale it by beta 0.
+  // 67,735 x 9). On one thread (a single query's per-head scores, which
+  // rows::dots now takes) it was 5-50% slower at d_head 32 and 64. C is cleared here: a BLAS may scale it by beta 0.
   if (m == 1 && trans_b && blas().sgemv && !in_parallel_region()) {
     if (beta == 0) std::memset(c, 0, sizeof(float) * static_cast<size_t>(n));
     const int inc_a = trans_a ? la : 1, inc_c = 1;

@@ -11,6 +11,12 @@ namespace xl::model::rows {
 float dot(const float* a, const float* b, int64_t n);
 double dot(const double* a, const double* b, int64_t n);
 
+// A single query q [n] against `count` rows of x, ld floats apart: s[j] = dot(q, x[j * ld, + n)).
+// One query's scores read each key once, where a product's call and packing cost more than the row.
+void dots(const float* q, const float* x, int64_t ld, int64_t count, float* s, int64_t n);
+// y [n] = sum_j p[j] x[j * ld, + n): one query's probabilities times the values' rows.
+void weighted_rows(const float* p, const float* x, int64_t ld, int64_t count, float* y, int64_t n);
+
 // s[j] = (a[j] + b[j]) * scale
 void add_scale(const float* a, const float* b, float* s, int64_t n, float scale);
 void add_scale(const double* a, const double* b, double* s, int64_t n, double scale);
