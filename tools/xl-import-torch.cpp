@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
          "  xl-import-torch --export --untie-r true pruned.h5 -o pruned.pt"});
     cli.add("Input")
         ("input", po::value<std::string>()->default_value("-"), "the model or state_dict (torch.save or safetensors), or a Hugging Face directory (the checkpoint with --export); - is stdin")
-        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use (with --corpus: corpus.bin's vocab)")
+        ("vocab", po::value<std::string>(), "vocab TSV from xl-build-vocab (man 5 xl-vocab), or a tokens file or checkpoint whose vocab to use")
         ("key", po::value<std::string>(), "the state_dict or model is entry KEY of a checkpoint dict (model_state: NVIDIA's)")
         ("prefix", po::value<std::string>(), "strip PREFIX from the tensor names (module.: DataParallel, transformer.: Hugging Face; both found by themselves)")
         ("export", po::bool_switch(), "write the xl checkpoint INPUT as a PyTorch state_dict")

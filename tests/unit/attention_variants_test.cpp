@@ -288,14 +288,17 @@ TEST(AttentionVariants, AdaptiveSpanKeepsOnlyTheMemoryItsHeadsReach) {
 // aged and multi-run memories, with and without SCH.
 TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
   if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
-  const int64_t t = 70, position = 1000;
+  const int64_t position = 1000;
   const std::vector<std::vector<MemoryRun>> memories = {
       {}, {{position - 40, 40}}, {{position - 100, 30}}, {{position - 300, 20}, {position - 120, 50}, {position - 25, 25}}};
   for (auto c : all_variants()) {
     if (c.adaptive_span) c.span_max = 60;  // spans of 12 to 54: keys hidden, ramps and full rows
+    // 70 queries, and generation's one (row kernels for its scores and values).
+    for (const int64_t t : {70, 1})
     for (const auto& runs : memories)
       for (const auto& perm : std::vector<std::vector<int64_t>>{{}, {2, 0, 1}}) {
-        SCOPED_TRACE(name_of(c) + " runs " + std::to_string(runs.size()) + " perm " + std::to_string(perm.size()));
+        SCOPED_TRACE(name_of(c) + " T " + std::to_string(t) + " runs " + std::to_string(runs.size()) + " perm " +
+                     std::to_string(perm.size()));
         Fixture f(c);
         int64_t m = 0;
         for (const auto& r : runs) m += r.length;
