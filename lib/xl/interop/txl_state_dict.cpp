@@ -416,7 +416,7 @@ WeightsFile read_weights_file(const std::string& path, const std::string& key) {
 
 checkpoint::TensorList import_torch_tensors(const checkpoint::TensorList& sd, const ModelConfig& cfg, const std::string& file,
                                             TiedNames tied) {
-  TransformerXL model(cfg);
+  TransformerXL model(cfg, std::nullopt);  // its names, shapes and dtypes
   std::map<std::string, torch::Tensor> xl_tensors;
   for (const auto& [name, x] : model->named_tensors()) xl_tensors.emplace(name, x);
   auto names = torch_names(model);
@@ -527,7 +527,7 @@ TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::stri
 
   auto src_list = src->named_tensors();
   std::map<std::string, torch::Tensor> from(src_list.begin(), src_list.end());
-  TransformerXL dst(target);
+  TransformerXL dst(target, std::nullopt);  // every tensor filled below
   const torch::Tensor& any = from.at("word_emb.emb_layers.0.weight");
   dst->to(any.scalar_type());
   std::map<std::string, torch::Tensor> values;

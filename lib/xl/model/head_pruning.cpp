@@ -82,7 +82,7 @@ TransformerXL remove_heads(const TransformerXL& model, const torch::Tensor& keep
   std::map<std::string, torch::Tensor> src(src_tensors.begin(), src_tensors.end());
   const torch::Tensor& any = src.at("word_emb.emb_layers.0.weight");
 
-  TransformerXL pruned(pcfg);
+  TransformerXL pruned(pcfg, std::nullopt);  // every tensor filled below
   pruned->to(any.device(), any.scalar_type());
   pruned->train(model->is_training());
 

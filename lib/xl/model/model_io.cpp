@@ -31,7 +31,7 @@ TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const st
   XL_CHECK(needed <= stored, kExitDataErr,
            file << ": its model config needs at least " << static_cast<int64_t>(needed) << " parameters, the file holds "
                 << static_cast<int64_t>(stored) << " (corrupt file?)");
-  TransformerXL model(cfg);
+  TransformerXL model(cfg, std::nullopt);
   load_model_tensors(model, ckpt.model, file);
   model->eval();
   return model;

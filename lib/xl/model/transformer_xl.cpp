@@ -9,7 +9,8 @@
 
 namespace xl::model {
 
-TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg) : config(cfg), sinusoid_(cfg.d_model) {
+TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg, std::optional<uint64_t> seed)
+    : config(cfg), sinusoid_(cfg.d_model) {
   cfg.validate("model config");
   word_emb = register_module("word_emb", AdaptiveEmbedding(cfg));
   if (!cfg.per_layer_biases()) {
@@ -24,7 +25,7 @@ TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg) : config(cfg), sinu
   }
   crit = register_module("crit", AdaptiveLogSoftmax(cfg, word_emb));
   register_module("pos_emb", PositionalEmbedding(sinusoid_.inv_freq()));
-  reset_parameters(1);
+  if (seed) reset_parameters(*seed);
 }
 
 std::vector<int64_t> TransformerXLImpl::heads_per_layer() const {

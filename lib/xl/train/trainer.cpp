@@ -145,10 +145,9 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
     scaler_ = std::make_unique<LossScaler>(state_.loss_scale > 0 ? state_.loss_scale : 65536.0, state_.loss_scale_good_steps);
   if (!from) {
     torch::manual_seed(cfg_.seed);
-    model_ = model::TransformerXL(start.model);
-    model_->reset_parameters(cfg_.seed);
+    model_ = model::TransformerXL(start.model, cfg_.seed);
   } else {
-    model_ = model::TransformerXL(start.model);
+    model_ = model::TransformerXL(start.model, std::nullopt);
     model::load_model_tensors(model_, from->model, file);
   }
   model_->to(device_);
