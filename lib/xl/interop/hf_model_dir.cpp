@@ -11,6 +11,11 @@ namespace xl::interop {
 
 namespace {
 
+// DIR/NAME ("" is the current directory).
+std::string in_dir(const std::string& dir, const std::string& name) {
+  return (dir.empty() ? "./" : dir.back() == '/' ? dir : dir + "/") + name;
+}
+
 // The index transformers writes beside shards: {"metadata": ..., "weight_map": {tensor: file}}.
 void read_shard_index(const std::string& base, HfModelDir* out) {
   const nlohmann::json index = read_json_file(out->weights, "a Hugging Face shard index (JSON)");
@@ -53,14 +58,13 @@ HfModelDir hf_model_dir(const std::string& dir) {
 }
 
 std::string hf_vocab_file(const std::string& dir) {
-  const std::string base = dir.empty() ? "./" : dir.back() == '/' ? dir : dir + "/";
   for (const char* name : {"vocab.bin", "vocab.pkl"})
-    if (io::is_file(base + name)) return base + name;
+    if (io::is_file(in_dir(dir, name))) return in_dir(dir, name);
   return "";
 }
 
 bool hf_lower_case(const std::string& dir) {
-  const std::string path = (dir.empty() ? "./" : dir.back() == '/' ? dir : dir + "/") + "tokenizer_config.json";
+  const std::string path = in_dir(dir, "tokenizer_config.json");
   if (!io::is_file(path)) return false;
   const nlohmann::json config = read_json_file(path, "a Hugging Face tokenizer config (JSON)");
   XL_CHECK(config.is_object(), kExitDataErr, path << ": not a Hugging Face tokenizer config (a JSON object)");
@@ -71,7 +75,7 @@ bool hf_lower_case(const std::string& dir) {
 }
 
 std::string hf_corpus_file(const std::string& dir) {
-  const std::string path = (dir.back() == '/' ? dir : dir + "/") + "corpus.bin";
+  const std::string path = in_dir(dir, "corpus.bin");
   XL_CHECK(io::is_file(path), kExitNoInput, dir << ": no corpus.bin, so not a Hugging Face TransfoXL corpus directory");
   return path;
 }
