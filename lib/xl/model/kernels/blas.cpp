@@ -9,6 +9,10 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <vector>
+
+#include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/row_kernels.h"
 
 namespace xl::model {
 namespace {
@@ -65,7 +69,6 @@ const Blas& blas() {
   static const Blas b = [] {
     Blas r;
     r.sgemm = reinterpret_cast<Blas::Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
-    r.sgemv = reinterpret_cast<Blas::Sgemv>(dlsym(RTLD_DEFAULT, "sgemv_"));
     r.set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
     auto parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
@@ -205,16 +208,25 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
   const float one = 1;
   // One row times B^T on all threads, c = B a (batch-1 generation's layers and word logits): a
-  // matrix-vector product, bound by reading B. OpenBLAS's sgemv read it at 0.99-1.8x the speed
-  // of oneDNN's sgemm and 1.4-2.7x its own sgemm's (OpenBLAS 0.3.21 on a Zen 4, 2026-11-27: the
-  // wt103 shape's layers, 624 x 1,872 to 2,496 x 624, and its word clusters, 20,003 x 624 to
-  // 67,735 x 9). On one thread (a single query's per-head scores, which
-  // rows::dots now takes) it was 5-50% slower at d_head 32 and 64. C is cleared here: a BLAS may scale it by beta 0.
-  if (m == 1 && trans_b && blas().sgemv && !in_parallel_region()) {
-    if (beta == 0) std::memset(c, 0, sizeof(float) * static_cast<size_t>(n));
-    const int inc_a = trans_a ? la : 1, inc_c = 1;
-    const float beta_c = beta == 0 ? 1.0f : beta;
-    blas().sgemv("T", &ki, &ni, &one, b, &lb, a, &inc_a, &beta_c, c, &inc_c);
+  // matrix-vector product, bound by reading B, as one dot product per row of B. At the wt103
+  // shape's layers (1,872 x 624 to 624 x 2,496) and word clusters (20,003 x 624 to 67,735 x 9),
+  // from memory, 2 threads, these read B at 18-34 GB/s, OpenBLAS's sgemv at 15-24 (1.1-1.7x;
+  // Zen 4, 2026-11-27), which itself had beaten oneDNN's sgemm. A parallel region (a task's own
+  // product) leaves them to the products below.
+  if (m == 1 && trans_b && !in_parallel_region()) {
+    std::vector<float> column;
+    const float* x = a;
+    if (trans_a && lda != 1) {  // a is a column of A^T: gathered once
+      column.resize(static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; ++i) column[static_cast<size_t>(i)] = a[i * lda];
+      x = column.data();
+    }
+    parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const float v = rows::dot(b + o * ldb, x, k);
+        c[o] = beta == 0 ? v : v + beta * c[o];
+      }
+    });
     return;
   }
   // A B^T on one thread (the attention's scores) fell from 105 to 81 GFLOP/s past about 1,200

@@ -11,10 +11,6 @@ struct Blas {
   using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
                          const int*, const float*, const int*, const float*, float*, const int*);
   Sgemm sgemm = nullptr;
-  // Fortran sgemv_, y = alpha op(A) x + beta y.
-  using Sgemv = void (*)(const char*, const int*, const int*, const float*, const float*, const int*, const float*,
-                         const int*, const float*, float*, const int*);
-  Sgemv sgemv = nullptr;
   void (*set_threads)(int) = nullptr;  // OpenBLAS only
   int (*get_threads)() = nullptr;      // OpenBLAS only
   // OpenBLAS's threads (openblas_get_parallel): 1 a pool of its own (the pthreads build), 2
@@ -78,7 +74,7 @@ std::string cpu_model_name();
 // attention's per-head products at 64 x 1024 x 64: 1.15-1.3x; with A transposed 0.6-0.9x). On all
 // threads: products up to 2^27 multiply-adds (the tiny model's projections and their gradients,
 // 2048 rows: 1.1-1.4x; the base model's, from 2^28 up, trained 2% slower on oneDNN). One row
-// times B^T goes to the BLAS's sgemv (see there).
+// times B^T, outside a parallel region, runs as a dot product per row of B on all threads (see there).
 // XL_GEMM=blas sends every product to the BLAS.
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

@@ -291,8 +291,8 @@ __attribute__((target("avx2,fma"))) inline __m256i lanes_upto8(int64_t w) {
 
 // dots and weighted_rows (see row_kernels.h), AVX2, over blocks of up to 64 floats of each row:
 // F full lanes of 8 held in registers (F fixed per instance, so they stay there) and a masked tail.
-// Masked loads only where the row ends: on a Zen 4, wt103's single-query scores (d_head 41,
-// rows 3,280 bytes apart, from memory) took 1.6x as long with every lane masked.
+// Masked loads only where the row ends: on a Zen 4, single-query scores over rows 3,280 bytes
+// apart (10 heads of 41), from memory, took 1.6x as long with every lane masked.
 template <int F>
 __attribute__((target("avx2,fma"))) void dots_block(const float* q, const float* x, int64_t ld, int64_t count, float* s,
                                                     int64_t tail, bool first) {
