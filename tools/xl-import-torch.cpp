@@ -79,10 +79,10 @@ int import_corpus(const xl::cli::Options& cli, const std::string& input, int arg
   xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output
   const auto cache = xl::interop::read_torch_file(path);
   std::string vocab = cli.has("vocab") ? cli.get<std::string>("vocab") : "";
-  XL_CHECK(vocab.empty() || !xl::interop::corpus_holds_vocab(cache), xl::kExitUsage,
-           "--vocab does not apply to " << display << " (the cache holds its vocab)");
+  const bool holds_vocab = xl::interop::corpus_holds_vocab(cache);
+  XL_CHECK(vocab.empty() || !holds_vocab, xl::kExitUsage, "--vocab does not apply to " << display << " (the cache holds its vocab)");
   // Hugging Face's: the vocab beside it, as the hub keeps them, and its tokenizer's lower_case.
-  const bool beside = !xl::interop::corpus_holds_vocab(cache) && !xl::io::is_stdio(path);
+  const bool beside = !holds_vocab && !xl::io::is_stdio(path);
   const std::string dir = beside ? path.substr(0, path.find_last_of('/') + 1) : "";
   if (beside && vocab.empty()) vocab = xl::interop::hf_vocab_file(dir);
   const auto corpus = xl::interop::corpus_from_cache(cache, display, vocab, beside && xl::interop::hf_lower_case(dir));

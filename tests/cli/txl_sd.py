@@ -396,6 +396,15 @@ def txl_corpus_cache(text_path, out_path, dataset="ptb"):
     torch.save(c, out_path)
 
 
+def load_cache(path):
+    """torch.load of a corpus cache, its Corpus and Vocab classes stood in for by empty ones."""
+    import torch
+    for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
+        sys.modules[module] = types.ModuleType(module)
+        setattr(sys.modules[module], name, type(name, (), {}))
+    return torch.load(path, weights_only=False)
+
+
 def torch_save(c, opts, path):
     import torch
     sd = torch_model(c).state_dict()
@@ -669,10 +678,7 @@ elif cmd == "corpus":
     txl_corpus_cache(args[1], args[2], *args[3:4])
 elif cmd == "hf-vocab":
     import torch
-    for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
-        sys.modules[module] = types.ModuleType(module)
-        setattr(sys.modules[module], name, type(name, (), {}))
-    v = torch.load(args[1], weights_only=False).vocab.__dict__
+    v = load_cache(args[1]).vocab.__dict__
     latin1 = lambda x: x.encode("utf-8").decode("latin-1") if isinstance(x, str) else x
     d = {k: latin1(x) for k, x in v.items()}
     d["lower_case"] = False  # as in Hugging Face's wt103 vocab.bin
@@ -695,10 +701,7 @@ elif cmd == "hf-vocab":
         torch.save(d, args[2], _use_new_zipfile_serialization="--zip" in args)
 elif cmd == "hf-corpus":
     import numpy, torch
-    for module, name in (("data_utils", "Corpus"), ("vocabulary", "Vocab")):
-        sys.modules[module] = types.ModuleType(module)
-        setattr(sys.modules[module], name, type(name, (), {}))
-    d = dict(torch.load(args[1], weights_only=False).__dict__)
+    d = dict(load_cache(args[1]).__dict__)
     d.pop("vocab", None)
     for split in ("train", "valid", "test"):
         d[split] = d[split] if "--tensors" in args else numpy.asarray(d[split].numpy(), dtype=numpy.int64)

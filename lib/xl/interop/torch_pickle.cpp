@@ -456,8 +456,10 @@ class Unpickler {
   // to which BUILD adds its byte order: (3, '<', ...).
   void build_numpy_dtype(const Val& dtype, const Val& state) {
     if (state->kind == PyVal::Kind::kTuple && state->items.size() >= 2 && state->items[1]->kind == PyVal::Kind::kStr &&
-        state->items[1]->s.size() == 1)
-      dtype->items.resize(1), dtype->items.push_back(state->items[1]);
+        state->items[1]->s.size() == 1) {
+      dtype->items.resize(1);
+      dtype->items.push_back(state->items[1]);
+    }
   }
   NumpyDtype numpy_dtype(const Val& v) {
     XL_CHECK(v->kind == PyVal::Kind::kObject && v->s == "numpy.dtype" && !v->items.empty() &&
