@@ -90,10 +90,8 @@ int main(int argc, char** argv) {
     auto tokens = xl::h5::TokensFile::open(tokens_path);
     const std::string& split = request.split;
     std::vector<int32_t> ids = tokens.read_split(split, "--split picks another");
-    auto ckpt = xl::checkpoint::load(ckpt_path, tokens.vocab().sha256(), false);  // 65 on another vocab
-    auto model = xl::model::model_from_checkpoint(ckpt, xl::io::display_name(ckpt_path));
+    auto [ckpt, model] = xl::model::load_model(ckpt_path, tokens.vocab().sha256());  // 65 on another vocab
     if (!cli.get<bool>("ignore-head-mask")) base.head_mask = xl::model::head_mask_of(ckpt);
-    ckpt = xl::checkpoint::Checkpoint();  // the model holds its own copy of the weights
     model->to(device);
 
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);

@@ -104,10 +104,8 @@ int main(int argc, char** argv) {
       prompt_text = xl::io::read_text(cli.get<std::string>("prompt-file"));
     }
 
-    auto ckpt = xl::checkpoint::load(ckpt_path, "", false);
-    auto model = xl::model::model_from_checkpoint(ckpt, xl::io::display_name(ckpt_path));
-    const xl::text::Vocab vocab = ckpt.vocab;
-    ckpt = xl::checkpoint::Checkpoint();
+    auto [ckpt, model] = xl::model::load_model(ckpt_path);
+    const xl::text::Vocab vocab = std::move(ckpt.vocab);
     model->to(device);
     const auto pretokenizer = xl::text::pretokenizer_for(vocab, cli.get_optional<std::string>("pretokenize"));
     xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"), pretokenizer);

@@ -11,6 +11,7 @@
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_corpus.h"
 #include "xl/interop/txl_state_dict.h"
+#include "xl/model/model_io.h"
 #include "xl/options/model_options.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -60,9 +61,9 @@ void print_flags(const xl::model::ModelConfig& cfg, bool to_stderr) {
 }
 
 int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
-  auto ckpt = xl::checkpoint::load(input);
+  const auto model = xl::model::load_model(input).model;
   const std::string display = xl::io::display_name(input);
-  auto exported = xl::interop::export_torch(ckpt, cli.has("untie-r") && cli.get<bool>("untie-r"), display);
+  auto exported = xl::interop::export_torch(model, cli.has("untie-r") && cli.get<bool>("untie-r"), display);
   xl::io::AtomicOutput out(cli.output(), cli.force(), true);
   out.stream() << xl::interop::torch_state_dict_bytes(exported.state_dict);
   out.commit();

@@ -212,6 +212,76 @@ TEST_F(CheckpointTest, ModuleParametersLoadIntoAFreshModule) {
   EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
 }
 
+// load_model reads a model's weights from the file straight into the model it builds: the same
+// values as checkpoint::load's tensors (an adaptive model, so embeddings, projections, clusters and
+// layers all come in), the other groups as load reads them, and the same refusals as
+// model_from_checkpoint for a checkpoint that does not fit its config.
+TEST_F(CheckpointTest, LoadModelReadsTheWeightsStraightIntoTheModel) {
+  xl::model::ModelConfig cfg;
+  cfg.n_token = 40;
+  cfg.n_layer = 2;
+  cfg.d_model = 16;
+  cfg.n_head = 2;
+  cfg.d_head = 8;
+  cfg.d_inner = 32;
+  cfg.cutoffs = {10, 25};
+  cfg.div_val = 2;
+  xl::model::TransformerXL model(cfg, 7);
+  Checkpoint c = minimal();
+  c.model = xl::model::model_tensors(model);
+  c.model_config = cfg.to_json();
+  const std::string p = path("model.h5");
+  checkpoint::save(p, c, false);
+
+  const Checkpoint read = checkpoint::load(p);
+  auto [loaded, built] = xl::model::load_model(p, c.vocab.sha256());
+  EXPECT_TRUE(loaded.model.empty());  // the weights live in the model alone
+  EXPECT_TRUE(loaded.optimizer.empty());
+  EXPECT_TRUE(bit_equal(xl::model::head_mask_of(loaded), xl::model::head_mask_of(read)));
+  EXPECT_EQ(loaded.state.step, 1000);
+  EXPECT_EQ(loaded.vocab.sha256(), c.vocab.sha256());
+  EXPECT_FALSE(built->is_training());
+  const TensorList weights = xl::model::model_tensors(built);
+  ASSERT_EQ(weights.size(), read.model.size());
+  for (const auto& [name, t] : weights) {
+    const torch::Tensor want = checkpoint::find_tensor(read.model, name);
+    ASSERT_TRUE(want.defined()) << name;
+    EXPECT_TRUE(bit_equal(t, want)) << name;
+  }
+  EXPECT_EQ(xl::model::load_model(p, "", true).ckpt.optimizer.size(), 1u);
+  expect_error([&] { xl::model::load_model(p, std::string(64, '0')); }, kExitDataErr, {p, "vocab mismatch"});
+
+  // Stored in another dtype: converted, as copying into the model converts.
+  Checkpoint wide = c;
+  wide.model[0].second = wide.model[0].second.to(torch::kDouble) / 3;
+  checkpoint::save(path("wide.h5"), wide, false);
+  const TensorList widened = xl::model::model_tensors(xl::model::load_model(path("wide.h5")).model);
+  EXPECT_TRUE(bit_equal(widened[0].second, wide.model[0].second.to(torch::kFloat)));
+
+  // The refusals: a tensor missing, of another shape, or left over; a config the tensors cannot fill.
+  const std::string first = c.model[0].first;
+  Checkpoint lacking = c;
+  lacking.model.erase(lacking.model.begin());
+  checkpoint::save(path("lacking.h5"), lacking, false);
+  expect_error([&] { xl::model::load_model(path("lacking.h5")); }, kExitDataErr,
+               {path("lacking.h5"), "lacks tensor '" + first + "'"});
+  Checkpoint reshaped = c;
+  reshaped.model[0].second = reshaped.model[0].second.reshape({-1});
+  checkpoint::save(path("reshaped.h5"), reshaped, false);
+  expect_error([&] { xl::model::load_model(path("reshaped.h5")); }, kExitDataErr,
+               {path("reshaped.h5"), "'" + first + "' has shape", "the model expects"});
+  Checkpoint extra = c;
+  extra.model.emplace_back("stray.weight", torch::zeros({2}));
+  checkpoint::save(path("extra.h5"), extra, false);
+  expect_error([&] { xl::model::load_model(path("extra.h5")); }, kExitDataErr,
+               {path("extra.h5"), "'stray.weight' that the model does not"});
+  Checkpoint huge = c;
+  huge.model_config["n_layer"] = 100000;
+  checkpoint::save(path("huge.h5"), huge, false);
+  expect_error([&] { xl::model::load_model(path("huge.h5")); }, kExitDataErr,
+               {path("huge.h5"), "its model config needs at least"});
+}
+
 TEST_F(CheckpointTest, WritesAtomicallyAndRefusesToOverwrite) {
   Checkpoint c = minimal();
   const std::string p = path("ckpt.h5");

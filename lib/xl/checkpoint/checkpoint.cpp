@@ -3,6 +3,7 @@
 #include <ctime>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "xl/h5/checksum.h"
 #include "xl/h5/tokens_file.h"
@@ -155,15 +156,31 @@ void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tenso
   write_attr(ds, kChecksumAttr, data_checksum(t.data_ptr(), t.nbytes()));
 }
 
-torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string& file) {
-  const std::string where = "/" + path;
-  Handle ds(H5Dopen2(loc, path.c_str(), H5P_DEFAULT));
+namespace {
+
+// A dataset about to be read as a tensor: its shape, and how its elements are read.
+struct StoredTensor {
+  std::string where;  // "/group/name", for errors
+  Handle ds;
+  std::vector<int64_t> sizes;
+  size_t element_size = 0;
+  ReadAs r;
+  Handle native;  // h5py's bool enum is read in its own (native) type
+  hid_t mem_type() const { return native.valid() ? native.id() : r.mem_type; }
+};
+
+// Opens and checks a dataset; reads nothing.
+StoredTensor open_stored(hid_t loc, const std::string& path, const std::string& file) {
+  StoredTensor st;
+  st.where = "/" + path;
+  const std::string& where = st.where;
+  st.ds = Handle(H5Dopen2(loc, path.c_str(), H5P_DEFAULT));
+  const Handle& ds = st.ds;
   if (!ds.valid()) fail(file, kExitDataErr, "cannot open dataset " + where + " (truncated or corrupt file?)");
   Handle space(H5Dget_space(ds));
   Handle ftype(H5Dget_type(ds));
   if (!space.valid() || !ftype.valid())
     fail(file, kExitDataErr, "cannot read dataset " + where + " (corrupt file?)");
-  std::vector<int64_t> sizes;
   switch (H5Sget_simple_extent_type(space)) {
     case H5S_SCALAR: break;
     case H5S_SIMPLE: {
@@ -171,7 +188,7 @@ torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string&
       std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
       if (rank < 0 || H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0)
         fail(file, kExitDataErr, "cannot read the shape of " + where + " (corrupt file?)");
-      sizes.assign(dims.begin(), dims.end());
+      st.sizes.assign(dims.begin(), dims.end());
       break;
     }
     default: fail(file, kExitDataErr, "dataset " + where + " has no shape");
@@ -180,36 +197,49 @@ torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string&
   // The stored type picks the tensor dtype; `torch_dtype` refines uint8/uint16 storage.
   const std::string tag = read_attr_string(ds, "torch_dtype").value_or("");
   const H5T_class_t cls = H5Tget_class(ftype);
-  const size_t size = H5Tget_size(ftype);
+  st.element_size = H5Tget_size(ftype);
   const bool is_signed = cls == H5T_INTEGER && H5Tget_sign(ftype) == H5T_SGN_2;
-  const ReadAs r = read_as(cls, size, is_signed, tag);
-  if (r.mem_type < 0)
+  st.r = read_as(cls, st.element_size, is_signed, tag);
+  if (st.r.mem_type < 0)
     fail(file, kExitDataErr, "dataset " + where + " has an element type this program cannot read");
-  Handle native;  // h5py's bool enum is read in its own (native) type
-  if (cls == H5T_ENUM) native = Handle(H5Tget_native_type(ftype, H5T_DIR_ASCEND));
-  const hid_t mem_type = cls == H5T_ENUM ? native.id() : r.mem_type;
-  const torch::ScalarType dtype = r.buffer;
+  if (cls == H5T_ENUM) st.native = Handle(H5Tget_native_type(ftype, H5T_DIR_ASCEND));
 
   // A contiguous dataset must own all its bytes: a damaged header could claim any shape.
   int64_t numel = 1;
-  for (int64_t d : sizes) numel *= d;
+  for (int64_t d : st.sizes) numel *= d;
   Handle dcpl(H5Dget_create_plist(ds));
   if (numel > 0 && dcpl.valid() && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
-      H5Dget_storage_size(ds) < static_cast<hsize_t>(numel) * size)
+      H5Dget_storage_size(ds) < static_cast<hsize_t>(numel) * st.element_size)
     fail(file, kExitDataErr, "dataset " + where + " is shorter than its shape (truncated or corrupt?)");
+  return st;
+}
+
+// Reads the dataset into `buffer` (contiguous, its shape, dtype st.r.buffer) and checks its bytes.
+void read_stored(const StoredTensor& st, const torch::Tensor& buffer, const std::string& file) {
+  if (buffer.numel() > 0 && H5Dread(st.ds, st.mem_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data_ptr()) < 0)
+    fail(file, kExitDataErr, "cannot read dataset " + st.where + " (truncated or corrupt file?)");
+  // The buffer has the stored element type, so its bytes are those that were written.
+  if (buffer.element_size() == static_cast<int64_t>(st.element_size))
+    check_data(st.ds, buffer.data_ptr(), buffer.nbytes(), st.where, file);
+}
+
+torch::Tensor read_stored(const StoredTensor& st, const std::string& file) {
   torch::Tensor t;
   try {
-    t = torch::empty(sizes, torch::TensorOptions().dtype(dtype));
+    t = torch::empty(st.sizes, torch::TensorOptions().dtype(st.r.buffer));
   } catch (const std::exception&) {
-    fail(file, kExitDataErr, "dataset " + where + " is too large to read (corrupt file?)");
+    fail(file, kExitDataErr, "dataset " + st.where + " is too large to read (corrupt file?)");
   }
-  if (t.numel() > 0 && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
-    fail(file, kExitDataErr, "cannot read dataset " + where + " (truncated or corrupt file?)");
-  // The buffer has the stored element type, so its bytes are those that were written.
-  if (t.element_size() == static_cast<int64_t>(size)) check_data(ds, t.data_ptr(), t.nbytes(), where, file);
-  if (r.result == torch::kBool) t = t.ne(0);  // any nonzero byte is true
-  else if (r.result != dtype) t = t.to(r.result);
+  read_stored(st, t, file);
+  if (st.r.result == torch::kBool) t = t.ne(0);  // any nonzero byte is true
+  else if (st.r.result != st.r.buffer) t = t.to(st.r.result);
   return t;
+}
+
+}  // namespace
+
+torch::Tensor read_tensor(hid_t loc, const std::string& path, const std::string& file) {
+  return read_stored(open_stored(loc, path, file), file);
 }
 
 void save(const std::string& path, const Checkpoint& ckpt, bool force) {
@@ -247,10 +277,10 @@ void save(const std::string& path, const Checkpoint& ckpt, bool force) {
   out.commit();
 }
 
-Checkpoint load(const std::string& path, const std::string& expected_vocab_sha256, bool with_training_state) {
-  File f = File::open(path, "an xl checkpoint");
-  const std::string& name = f.name();
-  hid_t root = f.id();
+Reader::Reader(const std::string& path, const std::string& expected_vocab_sha256)
+    : file_(File::open(path, "an xl checkpoint")) {
+  const std::string& name = file_.name();
+  hid_t root = file_.id();
   auto format = read_attr_string(root, "xl_format");
   if (!format) fail(name, kExitDataErr, "not an xl checkpoint (no xl_format attribute)");
   if (*format != kCheckpointFormat)
@@ -265,26 +295,69 @@ Checkpoint load(const std::string& path, const std::string& expected_vocab_sha25
   if (read_attr_int(root, "complete").value_or(0) != 1)
     fail(name, kExitDataErr, "incomplete checkpoint (its writer was interrupted)");
 
-  Checkpoint ckpt;
-  ckpt.vocab = read_vocab(root, "vocab", name);
-  const std::string sha = ckpt.vocab.sha256();
+  ckpt_.vocab = read_vocab(root, "vocab", name);
+  const std::string sha = ckpt_.vocab.sha256();
   auto stored_sha = read_attr_string(root, "vocab_sha256");
   if (stored_sha && *stored_sha != sha)
     fail(name, kExitDataErr, "malformed checkpoint: vocab_sha256 does not match the embedded vocab");
   if (!expected_vocab_sha256.empty() && expected_vocab_sha256 != sha)
     fail(name, kExitDataErr, "vocab mismatch: the checkpoint was trained on vocab " + sha.substr(0, 12) +
                                  " but the tokens use " + expected_vocab_sha256.substr(0, 12));
-  ckpt.phase = read_attr_string(root, "phase").value_or("");
-  ckpt.model_config = read_json_attr(root, "model_config", name, /*required=*/true);
-  ckpt.train_config = read_json_attr(root, "train_config", name, false);
-  ckpt.state = RunState::from_json(read_json_attr(root, "state", name, false), name);
+  ckpt_.phase = read_attr_string(root, "phase").value_or("");
+  ckpt_.model_config = read_json_attr(root, "model_config", name, /*required=*/true);
+  ckpt_.train_config = read_json_attr(root, "train_config", name, false);
+  ckpt_.state = RunState::from_json(read_json_attr(root, "state", name, false), name);
+}
+
+double Reader::model_elements() const {
+  double total = 0;
+  if (!exists(file_.id(), "model")) return total;
+  for (const auto& name : list(file_.id(), "model")) {
+    double n = 1;
+    for (int64_t d : open_stored(file_.id(), "model/" + name, file()).sizes) n *= static_cast<double>(d);
+    total += n;
+  }
+  return total;
+}
+
+void Reader::read_model_into(const TensorList& into) {
+  torch::NoGradGuard no_grad;  // parameters are written in place
+  const std::string& name = file();
+  std::set<std::string> stored;
+  if (exists(file_.id(), "model"))
+    for (const auto& n : list(file_.id(), "model")) stored.insert(n);
+  for (const auto& [tensor, target] : into) {
+    if (!stored.erase(tensor)) fail(name, kExitDataErr, "checkpoint lacks tensor '" + tensor + "'");
+    const StoredTensor st = open_stored(file_.id(), "model/" + tensor, name);
+    if (target.sizes() != c10::IntArrayRef(st.sizes)) {
+      std::ostringstream os;
+      os << "tensor '" << tensor << "' has shape " << c10::IntArrayRef(st.sizes) << ", the model expects "
+         << target.sizes();
+      fail(name, kExitDataErr, os.str());
+    }
+    // Straight into the target when it holds the stored elements as they are; else through a copy.
+    if (target.device().is_cpu() && target.is_contiguous() && target.scalar_type() == st.r.buffer &&
+        st.r.result == st.r.buffer)
+      read_stored(st, target, name);
+    else
+      target.copy_(read_stored(st, name));
+  }
+  if (!stored.empty()) fail(name, kExitDataErr, "checkpoint has tensor '" + *stored.begin() + "' that the model does not");
+  model_read_ = true;
+}
+
+Checkpoint Reader::finish(bool with_training_state) {
   for (const auto& g : kGroups) {
     const bool training_state = g.list == &Checkpoint::optimizer || g.list == &Checkpoint::rng ||
                                 g.list == &Checkpoint::memory;
-    if (training_state && !with_training_state) continue;
-    ckpt.*(g.list) = read_group(root, g.name, name);
+    if ((training_state && !with_training_state) || (g.list == &Checkpoint::model && model_read_)) continue;
+    ckpt_.*(g.list) = read_group(file_.id(), g.name, file());
   }
-  return ckpt;
+  return std::move(ckpt_);
+}
+
+Checkpoint load(const std::string& path, const std::string& expected_vocab_sha256, bool with_training_state) {
+  return Reader(path, expected_vocab_sha256).finish(with_training_state);
 }
 
 torch::Tensor find_tensor(const TensorList& list, const std::string& name) {

@@ -43,6 +43,30 @@ void save(const std::string& path, const Checkpoint& ckpt, bool force);
 Checkpoint load(const std::string& path, const std::string& expected_vocab_sha256 = "",
                            bool with_training_state = true);
 
+// A checkpoint read in steps, so that a model built from its config takes its weights straight
+// into its own tensors and never holds them twice (load reads every group as new tensors). Opening
+// checks the file as load does and reads the configs, state and vocab.
+class Reader {
+ public:
+  explicit Reader(const std::string& path, const std::string& expected_vocab_sha256 = "");
+  const Checkpoint& header() const { return ckpt_; }  // no tensors yet
+  const std::string& file() const { return file_.name(); }
+  // Elements stored in /model/, from its datasets' shapes (nothing read).
+  double model_elements() const;
+  // Reads /model/ into `into`, each tensor from the dataset of its name (converted to its dtype).
+  // Every one must be stored with its shape, and no stored one left over (65, naming the file and
+  // the tensor).
+  void read_model_into(const TensorList& into);
+  // The checkpoint: the header and its tensor groups (/model/ empty once read_model_into has read
+  // it; without training state, /optimizer, /rng and /memory empty too).
+  Checkpoint finish(bool with_training_state);
+
+ private:
+  h5::File file_;
+  Checkpoint ckpt_;
+  bool model_read_ = false;
+};
+
 // One tensor as one dataset (also used by xl-inspect). write_tensor copies a non-contiguous or
 // non-CPU tensor to contiguous CPU memory and writes it in one call; 0-d tensors become scalar
 // datasets; bool, float16 and bfloat16 are stored as uint8/uint16 with attribute `torch_dtype`;

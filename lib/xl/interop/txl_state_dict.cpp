@@ -554,11 +554,6 @@ TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::stri
   return out;
 }
 
-TorchExport export_torch(const checkpoint::Checkpoint& ckpt, bool untie_r, const std::string& file) {
-  TransformerXL model = model::model_from_checkpoint(ckpt, file);
-  return export_torch(model, untie_r, file);
-}
-
 std::string import_flags(const ModelConfig& c) {
   std::ostringstream os;
   os << "--n-token " << c.n_token << " --n-layer " << c.n_layer << " --d-model " << c.d_model << " --n-head " << c.n_head

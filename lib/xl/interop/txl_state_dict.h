@@ -112,10 +112,9 @@ struct TorchExport {
   model::ModelConfig config;         // the PyTorch model's hyper-parameters
 };
 
-// The state_dict of a checkpoint's model. `untie_r`: the target has per-layer u, v (HF TransfoXL,
+// The state_dict of a model. `untie_r`: the target has per-layer u, v (HF TransfoXL,
 // TF); without it per-layer biases are written shared when all layers hold the same ones, and fail
 // with 65 otherwise. Layers with different head counts (or none) fail with 65.
-TorchExport export_torch(const checkpoint::Checkpoint& ckpt, bool untie_r, const std::string& file);
 TorchExport export_torch(const model::TransformerXL& model, bool untie_r, const std::string& file);
 
 // The xl-import-torch flags that describe `cfg` ("--n-layer 12 --d-model 512 ...").

@@ -1,6 +1,6 @@
 #include "xl/model/model_io.h"
 
-#include <set>
+#include <map>
 
 #include "xl/util/error.h"
 
@@ -22,19 +22,36 @@ void load_model_tensors(TransformerXL& model, const checkpoint::TensorList& tens
   XL_CHECK(given.empty(), kExitDataErr, file << ": checkpoint has tensor '" << given.begin()->first << "' that the model does not");
 }
 
-TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const std::string& file) {
-  ModelConfig cfg = ModelConfig::from_json(ckpt.model_config, file);
-  // A damaged or crafted config may ask for any size: no model bigger than the tensors stored.
-  double stored = 0;
-  for (const auto& [name, t] : ckpt.model) stored += static_cast<double>(t.numel());
+namespace {
+
+// The model a checkpoint's config describes, its tensors unset. A damaged or crafted config may ask
+// for any size: no model bigger than the tensors stored.
+TransformerXL model_for(const nlohmann::json& model_config, double stored, const std::string& file) {
+  ModelConfig cfg = ModelConfig::from_json(model_config, file);
   const double needed = cfg.minimum_parameters();
   XL_CHECK(needed <= stored, kExitDataErr,
            file << ": its model config needs at least " << static_cast<int64_t>(needed) << " parameters, the file holds "
                 << static_cast<int64_t>(stored) << " (corrupt file?)");
-  TransformerXL model(cfg, std::nullopt);
+  return TransformerXL(cfg, std::nullopt);
+}
+
+}  // namespace
+
+TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const std::string& file) {
+  double stored = 0;
+  for (const auto& [name, t] : ckpt.model) stored += static_cast<double>(t.numel());
+  TransformerXL model = model_for(ckpt.model_config, stored, file);
   load_model_tensors(model, ckpt.model, file);
   model->eval();
   return model;
+}
+
+LoadedModel load_model(const std::string& path, const std::string& expected_vocab_sha256, bool with_training_state) {
+  checkpoint::Reader reader(path, expected_vocab_sha256);
+  TransformerXL model = model_for(reader.header().model_config, reader.model_elements(), reader.file());
+  reader.read_model_into(model_tensors(model));
+  model->eval();
+  return {reader.finish(with_training_state), model};
 }
 
 torch::Tensor head_mask_of(const checkpoint::Checkpoint& ckpt) { return checkpoint::find_tensor(ckpt.analysis, "head_mask"); }

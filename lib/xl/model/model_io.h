@@ -17,6 +17,16 @@ void load_model_tensors(TransformerXL& model, const checkpoint::TensorList& tens
 // A model built from the checkpoint's config and loaded with its tensors, in eval mode.
 TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const std::string& file);
 
+// A checkpoint (`ckpt.model` empty) and its model, whose weights are read from the file straight
+// into it, in eval mode: what a tool that runs a trained model loads, at the weights' size in
+// memory, not twice it. Fails as checkpoint::load and model_from_checkpoint do.
+struct LoadedModel {
+  checkpoint::Checkpoint ckpt;
+  TransformerXL model;
+};
+LoadedModel load_model(const std::string& path, const std::string& expected_vocab_sha256 = "",
+                       bool with_training_state = false);
+
 // The checkpoint's head mask [n_layer, n_head], or undefined when it has none.
 torch::Tensor head_mask_of(const checkpoint::Checkpoint& ckpt);
 
