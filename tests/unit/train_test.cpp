@@ -108,11 +108,34 @@ TEST(Adam, MatchesLibTorchAdamAndSkipsParametersWithoutGradient) {
   torch::mv(w1, torch::ones({4})).sum().backward();
   EXPECT_EQ(ours.step(0.01), 1);
   EXPECT_TRUE(torch::equal(w2, before));
-  // State round trip.
-  Adam other({{"a", w1}, {"b", w2}}, AdamOptions{});
-  other.load_state(ours.state(), "test");
+  // State round trip: an optimizer built from a saved state (as a resumed run builds it) holds
+  // that state and takes the next step exactly as the one that saved it.
+  xl::checkpoint::TensorList saved;
+  for (const auto& [name, t] : ours.state()) saved.emplace_back(name, t.clone());
+  auto v1 = w1.detach().clone().requires_grad_(), v2 = w2.detach().clone().requires_grad_();
+  Adam other({{"a", v1}, {"b", v2}}, AdamOptions{}, &saved, "test");
   auto s1 = ours.state(), s2 = other.state();
+  ASSERT_EQ(s1.size(), s2.size());
   for (size_t i = 0; i < s1.size(); ++i) EXPECT_TRUE(torch::equal(s1[i].second, s2[i].second)) << s1[i].first;
+  ours.clear_grads();
+  auto x = torch::randn({4});
+  (torch::mv(w1, x).sum() + w2.pow(2).sum()).backward();
+  (torch::mv(v1, x).sum() + v2.pow(2).sum()).backward();
+  ours.step(0.01);
+  other.step(0.01);
+  EXPECT_TRUE(torch::equal(w1, v1));
+  EXPECT_TRUE(torch::equal(w2, v2));
+  // A state that lacks a parameter's moments, or holds them in another shape: 65, naming the file.
+  xl::checkpoint::TensorList lacking(saved.begin() + 3, saved.end());
+  EXPECT_THROW(Adam({{"a", v1}, {"b", v2}}, AdamOptions{}, &lacking, "ckpt.h5"), xl::Error);
+  saved[0].second = torch::zeros({12});
+  try {
+    Adam({{"a", v1}, {"b", v2}}, AdamOptions{}, &saved, "ckpt.h5");
+    ADD_FAILURE() << "a moment of the wrong shape was taken";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitDataErr);
+    EXPECT_NE(std::string(e.what()).find("ckpt.h5: optimizer state of 'a' has the wrong shape"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Adam, StepModeMovesSkippedParametersAsPyTorchDoesWithZeroGradients) {

@@ -80,10 +80,28 @@ std::vector<Chunk> chunks_of(const Slots& slots, Take take) {
 
 }  // namespace
 
-Adam::Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts) : opts_(opts) {
+Adam::Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts,
+           const checkpoint::TensorList* state, const std::string& file)
+    : opts_(opts) {
+  std::map<std::string, torch::Tensor> saved;
+  if (state) saved.insert(state->begin(), state->end());
+  // A saved moment as this parameter's own: the same tensor where it already is one.
+  auto moment = [&](const std::string& key, const std::string& name, const torch::Tensor& p) {
+    auto it = saved.find(key);
+    XL_CHECK(it != saved.end(), kExitDataErr, file << ": optimizer state lacks parameter '" << name << "'");
+    XL_CHECK(it->second.sizes() == p.sizes(), kExitDataErr, file << ": optimizer state of '" << name << "' has the wrong shape");
+    return it->second.to(p.device(), p.scalar_type()).contiguous();
+  };
   for (auto& [name, p] : params) {
     if (!p.requires_grad()) continue;
-    slots_.push_back({name, p, torch::zeros_like(p), torch::zeros_like(p), 0});
+    if (!state) {
+      slots_.push_back({name, p, torch::zeros_like(p), torch::zeros_like(p), 0});
+      continue;
+    }
+    torch::Tensor m = moment("exp_avg." + name, name, p), v = moment("exp_avg_sq." + name, name, p);
+    auto k = saved.find("step." + name);
+    XL_CHECK(k != saved.end(), kExitDataErr, file << ": optimizer state lacks parameter '" << name << "'");
+    slots_.push_back({name, p, m, v, k->second.item<int64_t>()});
   }
 }
 
@@ -214,20 +232,6 @@ checkpoint::TensorList Adam::state() const {
     out.emplace_back("step." + s.name, torch::tensor(s.steps, torch::kLong));
   }
   return out;
-}
-
-void Adam::load_state(const checkpoint::TensorList& state, const std::string& file) {
-  torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
-  for (auto& s : slots_) {
-    auto m = by_name.find("exp_avg." + s.name), v = by_name.find("exp_avg_sq." + s.name), k = by_name.find("step." + s.name);
-    XL_CHECK(m != by_name.end() && v != by_name.end() && k != by_name.end(), kExitDataErr,
-             file << ": optimizer state lacks parameter '" << s.name << "'");
-    XL_CHECK(m->second.sizes() == s.param.sizes(), kExitDataErr, file << ": optimizer state of '" << s.name << "' has the wrong shape");
-    s.exp_avg.copy_(m->second);
-    s.exp_avg_sq.copy_(v->second);
-    s.steps = k->second.item<int64_t>();
-  }
 }
 
 }  // namespace xl::train

@@ -23,7 +23,12 @@ struct AdamOptions {
 
 class Adam {
  public:
-  Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts);
+  // `state` (as state() lists it, from a checkpoint): the moments and step counts to continue
+  // from, taken over rather than copied (a resumed run holds them once), on the parameters' device;
+  // 65 naming `file` when it lacks a parameter's or holds one of the wrong shape. Without it the
+  // moments start at zero.
+  Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOptions opts,
+       const checkpoint::TensorList* state = nullptr, const std::string& file = "");
   // One update with learning rate `lr`, every gradient taken times `grad_scale` (clipping's
   // factor, applied in the update's own pass instead of a pass over all gradients before it);
   // returns how many parameters were updated.
@@ -32,8 +37,7 @@ class Adam {
   void clear_grads();
   // Global L2 norm of all gradients (0 when none has one).
   double grad_norm() const;
-  checkpoint::TensorList state() const;                         // exp_avg.<name>, exp_avg_sq.<name>, step.<name>
-  void load_state(const checkpoint::TensorList& state, const std::string& file);  // 65 on mismatch
+  checkpoint::TensorList state() const;  // exp_avg.<name>, exp_avg_sq.<name>, step.<name>
 
  private:
   struct Slot {

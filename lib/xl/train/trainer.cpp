@@ -154,8 +154,7 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   AdamOptions o{cfg_.adam_beta1, cfg_.adam_beta2, cfg_.adam_eps, cfg_.skipped_layers_in_adam == "step"};
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& p : model_->named_parameters(true)) params.emplace_back(p.key(), p.value());
-  adam_ = std::make_unique<Adam>(params, o);
-  if (start.keep_optimizer) adam_->load_state(from->optimizer, file);
+  adam_ = std::make_unique<Adam>(params, o, start.keep_optimizer ? &from->optimizer : nullptr, file);
 
   // The run's random streams continue across the phase boundary, as they do across a resume.
   gen_ = Generators::seeded(cfg_.seed, dist_.rank);
