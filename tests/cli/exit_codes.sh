@@ -116,6 +116,20 @@ mkdir adir
 expect 73 xl-build-vocab text.txt -o adir -f
 stderr_is_one_line adir
 no_temp_files .
+# A device or FIFO is written through, without -f, and stays what it is (a rename would have put a
+# file in /dev/null's place): HDF5 and text outputs alike, the FIFO's reader getting every byte.
+expect 0 xl-tokenize --vocab v.tsv text.txt -o /dev/null
+expect 0 xl-build-vocab text.txt -o /dev/null
+[ -c /dev/null ] || fail "-o /dev/null replaced the device"
+mkfifo fifo
+cat fifo >from-fifo.h5 &
+expect 0 xl-tokenize --vocab v.tsv text.txt -o fifo
+wait
+[ -p fifo ] || fail "-o fifo replaced the FIFO"
+expect 0 xl-tokenize --decode all from-fifo.h5 -o from-fifo.txt
+expect 0 xl-tokenize --decode all good.h5 -o from-file.txt
+same_bytes from-fifo.txt from-file.txt "a tokens file written through a FIFO"
+no_temp_files .
 
 step "64: usage errors"
 for t in xl-build-vocab xl-tokenize xl-inspect; do

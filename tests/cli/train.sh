@@ -183,6 +183,9 @@ expect 78 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line skip-schedule
 expect 73 $T --max-steps 1 tokens.h5 -o p1.h5
 stderr_is_one_line "already exists"
+# A run whose checkpoints and metrics go nowhere: /dev/null needs no -f and stays the device.
+expect 0 $T --max-steps 1 --eval-interval 0 tokens.h5 -o /dev/null --metrics /dev/null
+[ -c /dev/null ] || fail "training to -o /dev/null replaced the device"
 expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "phase-1"
 expect 64 xl-train-phase2 --max-steps 1 tokens.h5 -o bad.h5

@@ -14,7 +14,7 @@ namespace xl::train {
 MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool append, bool force)
     : path_(path), tool_(tool) {
   struct stat st;
-  XL_CHECK(append || force || ::stat(path.c_str(), &st) != 0, kExitCantCreat,
+  XL_CHECK(append || force || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode), kExitCantCreat,
            path << ": already exists (use -f to overwrite, or --resume to append)");
   out_ = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
   XL_CHECK(*out_, kExitCantCreat, "cannot create " << path << ": " << std::strerror(errno));

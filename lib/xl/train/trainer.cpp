@@ -429,7 +429,7 @@ int Trainer::run() {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
   } else if (!io::is_stdio(req_.output) && leader()) {
-    XL_CHECK(req_.force || !io::exists(req_.output), kExitCantCreat,
+    XL_CHECK(req_.force || !io::is_file(req_.output), kExitCantCreat,  // a device (/dev/null) is written through
              req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
     io::AtomicOutput probe(req_.output, true, true);  // the directory must be writable now, not in an hour
   }

@@ -7,7 +7,9 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <mutex>
@@ -103,14 +105,24 @@ AtomicOutput::AtomicOutput(std::string path, bool force, bool binary) : path_(st
   }
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0) {
-    XL_CHECK(force, kExitCantCreat, path_ << ": already exists (use -f to overwrite)");
+    // Renaming a file over /dev/null would replace the device for every program on the machine.
+    write_through_ = !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+    XL_CHECK(force || write_through_, kExitCantCreat, path_ << ": already exists (use -f to overwrite)");
     XL_CHECK(!S_ISDIR(st.st_mode), kExitCantCreat, path_ << ": is a directory");
   }
-  temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-  // Prove now that the directory is writable, before any long computation.
-  std::FILE* f = std::fopen(temp_path_.c_str(), "wb");
-  XL_CHECK(f, kExitCantCreat, "cannot create " << path_ << ": " << std::strerror(errno));
-  std::fclose(f);
+  if (write_through_) {
+    std::string name = (std::filesystem::temp_directory_path() / "xl-output.XXXXXX").string();
+    const int fd = ::mkstemp(name.data());
+    XL_CHECK(fd >= 0, kExitCantCreat, "cannot create a temp file for " << path_ << ": " << std::strerror(errno));
+    ::close(fd);
+    temp_path_ = name;
+  } else {
+    temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+    // Prove now that the directory is writable, before any long computation.
+    std::FILE* f = std::fopen(temp_path_.c_str(), "wb");
+    XL_CHECK(f, kExitCantCreat, "cannot create " << path_ << ": " << std::strerror(errno));
+    std::fclose(f);
+  }
   register_temp(temp_path_);
 }
 
@@ -146,8 +158,18 @@ void AtomicOutput::commit() {
     XL_CHECK(file_->good(), kExitIoErr, path_ << ": write error (disk full?)");
     file_->close();
   }
-  XL_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, kExitCantCreat,
-           "cannot rename " << temp_path_ << " to " << path_ << ": " << std::strerror(errno));
+  if (write_through_) {
+    std::ifstream from(temp_path_, std::ios::binary);
+    std::ofstream to(path_, std::ios::binary);  // a device or FIFO: opened as it is, not replaced
+    XL_CHECK(from && to, kExitCantCreat, "cannot open " << path_ << " for writing: " << std::strerror(errno));
+    if (from.peek() != std::ifstream::traits_type::eof()) to << from.rdbuf();  // (inserting nothing fails)
+    to.flush();
+    XL_CHECK(to.good(), kExitIoErr, path_ << ": write error");
+    std::remove(temp_path_.c_str());
+  } else {
+    XL_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, kExitCantCreat,
+             "cannot rename " << temp_path_ << " to " << path_ << ": " << std::strerror(errno));
+  }
   unregister_temp(temp_path_);
   committed_ = true;
 }

@@ -22,7 +22,9 @@ std::string read_head(const std::string& path, size_t n);
 std::string read_text(const std::string& path);
 
 // An output written to PATH.tmp.PID and renamed onto PATH by commit(), so a reader never sees a
-// half-written file and a killed process leaves nothing behind. "-" writes to stdout.
+// half-written file and a killed process leaves nothing behind. "-" writes to stdout. A PATH that
+// is a device or a FIFO (/dev/null) is written through, never replaced by a file: the temp file is
+// made in the temp directory and commit() copies it into PATH; it needs no -f.
 class AtomicOutput {
  public:
   // Refuses an existing PATH without `force` (73) and binary output to a terminal (64).
@@ -44,6 +46,7 @@ class AtomicOutput {
   std::string path_, temp_path_;
   std::unique_ptr<std::ofstream> file_;
   bool committed_ = false;
+  bool write_through_ = false;  // PATH is a device or FIFO
 };
 
 // Writes bytes to stdout, failing with 74 on a write error.
