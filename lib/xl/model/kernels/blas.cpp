@@ -123,6 +123,10 @@ std::string better_openblas_core(const std::string& chosen, const CpuVectorUnits
 
 std::string blas_core() {
   using Corename = char* (*)();
+  // Before the libraries' initialisers (choose_blas_kernels_before_exec runs there), a DYNAMIC_ARCH
+  // OpenBLAS has not picked its kernels yet: it picks them now, as its initialiser would (once).
+  using DynamicInit = void (*)();
+  if (auto init = reinterpret_cast<DynamicInit>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"))) init();
   auto corename = reinterpret_cast<Corename>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   const char* name = corename ? corename() : nullptr;
   return name ? name : "";
