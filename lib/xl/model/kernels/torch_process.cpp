@@ -40,8 +40,8 @@ void prepare_environment(char** argv) {
 // Run from the executable's preinit array: after the dynamic loader has mapped the libraries, before
 // any of their initialisers. Re-executing there costs the loader's few tens of milliseconds, where
 // re-executing from main() had run LibTorch's start-up (its operator registrations, about half a
-// second here) once for nothing: a tool's --version took 1.2 s, 0.55 s without the re-execution.
-// libc sets `environ` in its own initialiser, after this: until then the environment is envp.
+// second here) once for nothing: a tool's --version took 1.2 s, now 0.6 s. libc sets `environ` in
+// its own initialiser, after this one: until then the environment is envp.
 void prepare_before_libraries(int, char** argv, char** envp) {
   if (!environ) environ = envp;
   prepare_environment(argv);
@@ -52,7 +52,7 @@ __attribute__((section(".preinit_array"), used)) void (*const preinit_entry)(int
 }  // namespace
 
 int run_torch_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body) {
-  prepare_environment(argv);  // a no-op once the preinit entry has run it
+  prepare_environment(argv);  // done by the preinit entry; tried again here only if its exec failed
   // Large tensors are allocated and freed every step: keep them in the heap instead of mapping and
   // unmapping (and zeroing) pages each time, and never hand the heap's top back. A word-level step
   // (wt103 shape) frees more than 512 MB at once: a 512 MB trim threshold returned it to the system
