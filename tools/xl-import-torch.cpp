@@ -65,7 +65,7 @@ int export_state_dict(const xl::cli::Options& cli, const std::string& input) {
   const std::string display = xl::io::display_name(input);
   auto exported = xl::interop::export_torch(model, cli.has("untie-r") && cli.get<bool>("untie-r"), display);
   xl::io::AtomicOutput out(cli.output(), cli.force(), true);
-  out.stream() << xl::interop::torch_state_dict_bytes(exported.state_dict);
+  xl::interop::write_torch_state_dict(exported.state_dict, out.stream());
   out.commit();
   XL_INFO("wrote " << exported.state_dict.size() << " tensors to " << xl::io::display_name(cli.output()));
   print_flags(exported.config, out.to_stdout());

@@ -57,6 +57,13 @@ stderr_is_one_line
 [ ! -e losses.h5 ] && [ ! -e rows.jsonl ] || fail "a partial evaluation output was left"
 no_temp_files .
 
+step "an export that cannot be written: 74, one line, nothing left behind"
+limited 64 xl-import-torch --export good.h5 -o sd.pt
+[ "$STATUS" -eq 74 ] || fail "expected exit 74, got $STATUS: $(cat "$TMP/err")"
+stderr_is_one_line "sd.pt" "write error"
+[ ! -e sd.pt ] || fail "a failed export left sd.pt"
+no_temp_files .
+
 step "a full disk (tmpfs)"
 mnt=$TMP/small-disk
 mkdir -p "$mnt"

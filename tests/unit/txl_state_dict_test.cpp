@@ -3,6 +3,8 @@
 // bad files and inconsistent flags fail with 65 naming the culprit.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <set>
 #include <unistd.h>
 
@@ -25,6 +27,13 @@ using xl::checkpoint::TensorList;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The bytes write_torch_state_dict writes.
+std::string state_dict_bytes(const xl::checkpoint::TensorList& sd) {
+  std::ostringstream os;
+  xl::interop::write_torch_state_dict(sd, os);
+  return os.str();
+}
 
 using xl::test::error_code;
 
@@ -102,7 +111,7 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 }
 
 TensorList round_trip(const TensorList& sd) {
-  return parse_torch_file(torch_state_dict_bytes(sd), "", "mem.pt").tensors;
+  return parse_torch_file(state_dict_bytes(sd), "", "mem.pt").tensors;
 }
 
 Tensor loss(TransformerXL& m) {

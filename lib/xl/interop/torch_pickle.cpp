@@ -3,6 +3,8 @@
 #include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <algorithm>
@@ -883,14 +885,27 @@ TorchFile read_torch_file(const std::string& path, const std::string& key) {
   return parse_torch_file(io::read_raw(path), key, io::display_name(path));
 }
 
-std::string torch_state_dict_bytes(const checkpoint::TensorList& tensors) {
+void write_torch_state_dict(const checkpoint::TensorList& tensors, std::ostream& out) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, t] : tensors) {
     XL_CHECK(!dict.contains(name), kExitSoftware, "state_dict name " << name << " twice");
     dict.insert(name, t.detach().to(torch::kCPU));
   }
-  std::vector<char> bytes = torch::pickle_save(dict);
-  return std::string(bytes.begin(), bytes.end());
+  // torch::pickle_save's steps, with the archive streamed to `out`: pickle_save gathers it in a
+  // growing vector, which held up to twice the weights beside the model being exported.
+  std::vector<char> pickled;  // the dict's pickle: names and storage references, no tensor data
+  torch::jit::Pickler pickler([&](const char* bytes, size_t n) { pickled.insert(pickled.end(), bytes, bytes + n); });
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t n) -> size_t {
+    out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+    // A failed write stays on the stream for its owner to report (a full disk: 74); a short count
+    // would throw from the writer, whose destructor then aborts the process.
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
 }
 
 }  // namespace xl::interop

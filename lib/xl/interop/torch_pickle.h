@@ -43,8 +43,8 @@ TorchFile parse_torch_file(const std::string& bytes, const std::string& key, con
 // Whether PATH is a file on disk that read_torch_file reads record by record.
 bool is_torch_zip_file(const std::string& path);
 
-// The bytes of a torch.save-compatible file holding a dict name -> tensor (tensors are detached
+// Writes a torch.save-compatible file holding a dict name -> tensor to `out` (tensors are detached
 // and written as they are; the same tensor under two names is stored once).
-std::string torch_state_dict_bytes(const checkpoint::TensorList& tensors);
+void write_torch_state_dict(const checkpoint::TensorList& tensors, std::ostream& out);
 
 }  // namespace xl::interop

@@ -527,7 +527,7 @@ TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::stri
 
   auto src_list = src->named_tensors();
   std::map<std::string, torch::Tensor> from(src_list.begin(), src_list.end());
-  TransformerXL dst(target, std::nullopt);  // every tensor filled below
+  TransformerXL dst(target, std::nullopt);  // the target's names and shapes
   const torch::Tensor& any = from.at("word_emb.emb_layers.0.weight");
   dst->to(any.scalar_type());
   std::map<std::string, torch::Tensor> values;
@@ -545,8 +545,11 @@ TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::stri
       value = from.at(name);
     }
     XL_CHECK(value.sizes() == x.sizes(), kExitSoftware, "export: " << name << " has shape " << value.sizes() << ", expected " << x.sizes());
-    x.copy_(value);
-    values.emplace(name, x.detach());
+    // The source's own tensor where it holds its storage whole, so that the weights are not held
+    // twice; a view is copied, since torch.save writes the whole storage a tensor views.
+    const bool whole = value.is_contiguous() && value.storage_offset() == 0 &&
+                       value.storage().nbytes() == value.nbytes() && value.scalar_type() == x.scalar_type();
+    values.emplace(name, whole ? value.detach() : value.to(x.scalar_type()).clone(at::MemoryFormat::Contiguous));
   }
   TorchExport out;
   out.config = target;
