@@ -58,6 +58,17 @@ Checkpoint minimal() {
   return c;
 }
 
+// A model of width 16 (2 heads of 8, feed-forward 32) with `n_layer` layers.
+xl::model::ModelConfig small_model_config(int64_t n_layer) {
+  xl::model::ModelConfig cfg;
+  cfg.n_layer = n_layer;
+  cfg.d_model = 16;
+  cfg.n_head = 2;
+  cfg.d_head = 8;
+  cfg.d_inner = 32;
+  return cfg;
+}
+
 // Same dtype, shape and bytes (NaN payloads and -0 included).
 bool bit_equal(const torch::Tensor& a, const torch::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
@@ -217,13 +228,8 @@ TEST_F(CheckpointTest, ModuleParametersLoadIntoAFreshModule) {
 // layers all come in), the other groups as load reads them, and the same refusals as
 // model_from_checkpoint for a checkpoint that does not fit its config.
 TEST_F(CheckpointTest, LoadModelReadsTheWeightsStraightIntoTheModel) {
-  xl::model::ModelConfig cfg;
+  xl::model::ModelConfig cfg = small_model_config(2);
   cfg.n_token = 40;
-  cfg.n_layer = 2;
-  cfg.d_model = 16;
-  cfg.n_head = 2;
-  cfg.d_head = 8;
-  cfg.d_inner = 32;
   cfg.cutoffs = {10, 25};
   cfg.div_val = 2;
   xl::model::TransformerXL model(cfg, 7);
@@ -398,12 +404,7 @@ TEST_F(CheckpointTest, InspectSummarizesACheckpoint) {
 // A crafted config may ask for a model of any size: refused (65) before anything is allocated,
 // whenever it needs more parameters than the file holds.
 TEST(CheckpointLimits, AConfigBiggerThanItsTensorsIsRefused) {
-  xl::model::ModelConfig cfg;
-  cfg.n_layer = 1;
-  cfg.d_model = 16;
-  cfg.n_head = 2;
-  cfg.d_head = 8;
-  cfg.d_inner = 32;
+  const xl::model::ModelConfig cfg = small_model_config(1);
   xl::model::TransformerXL model(cfg);
   Checkpoint ckpt;
   ckpt.model = xl::model::model_tensors(model);

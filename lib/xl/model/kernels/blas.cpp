@@ -123,10 +123,6 @@ std::string better_openblas_core(const std::string& chosen, const CpuVectorUnits
 
 std::string blas_core() {
   using Corename = char* (*)();
-  // Before the libraries' initialisers (choose_blas_kernels_before_exec runs there), a DYNAMIC_ARCH
-  // OpenBLAS has not picked its kernels yet: it picks them now, as its initialiser would (once).
-  using DynamicInit = void (*)();
-  if (auto init = reinterpret_cast<DynamicInit>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"))) init();
   auto corename = reinterpret_cast<Corename>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   const char* name = corename ? corename() : nullptr;
   return name ? name : "";
@@ -140,7 +136,11 @@ void choose_blas_kernels_before_exec() {
     return;
   }
   // What OpenBLAS runs: its own pick, or what OPENBLAS_CORETYPE asked for. An inherited setting
-  // older than the CPU (a profile written for another machine) is upgraded too.
+  // older than the CPU (a profile written for another machine) is upgraded too. This runs before
+  // the libraries' initialisers (torch_process.cpp), so a DYNAMIC_ARCH OpenBLAS picks its kernels
+  // here first, as its initialiser would (the call is guarded inside: once per process).
+  using DynamicInit = void (*)();
+  if (auto init = reinterpret_cast<DynamicInit>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"))) init();
   const std::string running = blas_core();
   const std::string better = better_openblas_core(running, this_cpu_vector_units());
   if (better.empty()) return;
