@@ -16,6 +16,7 @@
 #include "xl/h5/tokens_file.h"
 #include "xl/text/vocab.h"
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -229,7 +230,8 @@ TEST(H5, MemoryFileImageRoundTrip) {
   write_dataset<int32_t>(mem, "chunked", {5, 6, 7}, {3}, Type::kU16, opts);
   std::string image = mem.image();
   EXPECT_TRUE(has_hdf5_signature(image));
-  File back = File::open_image(image, "<image>", "a test file");
+  // The File keeps the bytes it reads in place: the caller's copy is gone before the reads.
+  File back = File::open_image(std::string(image), "<image>", "a test file");
   EXPECT_EQ(back.name(), "<image>");
   EXPECT_EQ(read_dataset<int64_t>(back, "grp/values", "<image>"), values);
   EXPECT_EQ(read_dataset<int32_t>(back, "chunked", "<image>"), (std::vector<int32_t>{5, 6, 7}));
@@ -417,9 +419,13 @@ TEST(TokensFile, LoadVocabTakesATsvOrTheVocabAnHdf5FileEmbeds) {
   }
   EXPECT_EQ(load_vocab(dir.file("v.tsv")).sha256(), vocab.sha256());
   EXPECT_EQ(load_vocab(dir.file("t.h5")).sha256(), vocab.sha256());
+  // The same file's bytes (what stdin or a pipe gives) are read as an image.
+  EXPECT_EQ(vocab_of_bytes(xl::io::read_raw(dir.file("t.h5")), "<stdin>").sha256(), vocab.sha256());
   std::string what;
   EXPECT_EQ(error_code([&] { load_vocab(dir.file("plain.h5")); }, &what), xl::kExitDataErr);
   EXPECT_NE(what.find("plain.h5: an HDF5 file without a vocab"), std::string::npos) << what;
+  EXPECT_EQ(error_code([&] { vocab_of_bytes(xl::io::read_raw(dir.file("plain.h5")), "<stdin>"); }, &what), xl::kExitDataErr);
+  EXPECT_NE(what.find("<stdin>: an HDF5 file without a vocab"), std::string::npos) << what;
 }
 
 // A word vocab's pretokenizer travels with it: in the TSV header and the HDF5 vocab group, absent

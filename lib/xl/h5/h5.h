@@ -31,6 +31,9 @@ class Handle {
 
 // The 8-byte signature every HDF5 file starts with.
 bool has_hdf5_signature(const std::string& bytes);
+// Whether PATH is a regular file that starts with it (not "-", a pipe or a device): one that
+// File::open reads in place, without its bytes in memory.
+bool is_hdf5_file(const std::string& path);
 
 class File {
  public:
@@ -39,8 +42,8 @@ class File {
   // Opens an existing file read-only; "-" reads stdin to its end and opens the bytes as an image.
   // `what` names the expected content for errors ("an xl tokens file").
   static File open(const std::string& path, const std::string& what);
-  static File open_image(const std::string& bytes, const std::string& display_name,
-                         const std::string& what);
+  // Opens a file's bytes read-only; the File keeps them (HDF5 reads them where they are).
+  static File open_image(std::string bytes, const std::string& display_name, const std::string& what);
 
   hid_t id() const { return handle_.id(); }
   operator hid_t() const { return handle_.id(); }
@@ -51,6 +54,7 @@ class File {
   void close();
 
  private:
+  std::shared_ptr<const std::string> image_;  // open_image's bytes: declared first, freed after the handle closes
   Handle handle_;
   std::string name_;
 };
