@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Checkpoint integrity: every tensor's bytes carry a checksum; one flipped bit inside a tensor's
-# data is caught by xl-inspect --verify, by evaluation and by phase 2 (65 naming the tensor),
-# never trained on; an intact file verifies, and old files without checksums still load.
+# File integrity: every dataset xl writes (a checkpoint's tensors, a tokens file's splits, the
+# embedded vocab) carries a checksum of its bytes; one flipped bit inside a dataset is caught by
+# xl-inspect --verify, by evaluation, by training and by tokenizing against it (65 naming the
+# dataset), never trained on; an intact file verifies, and old files without checksums still load.
 source "$(dirname "$0")/common.bash"
 PY=/usr/bin/python3
 $PY -c 'import h5py' 2>/dev/null || { echo "SKIP: no python3-h5py"; exit 0; }
@@ -13,20 +14,26 @@ expect 0 xl-train-phase1 --n-layer 2 --d-model 32 --n-head 2 --d-head 16 --d-inn
 
 step "an intact checkpoint verifies"
 expect 0 xl-inspect --verify --json p1.h5
-# Every tensor (model, optimizer, generators, memories) has one; the embedded vocab has its own
-# identity (vocab_sha256), checked on every load.
-tensors=$($PY -c 'import h5py, sys
+# Every tensor (model, optimizer, generators, memories) has one, and so do the embedded vocab's
+# three datasets.
+datasets=$($PY -c 'import h5py, sys
 f = h5py.File(sys.argv[1])
-print(sum(len(f[g]) for g in ("model", "optimizer", "rng", "memory") if g in f))' p1.h5)
-[ "$(json "$TMP/out" 'j["verified"]')" = "$tensors" ] || fail "not every tensor checked ($tensors tensors): $(cat "$TMP/out")"
+print(sum(len(f[g]) for g in ("model", "optimizer", "rng", "memory", "vocab") if g in f))' p1.h5)
+[ "$(json "$TMP/out" 'j["verified"]')" = "$datasets" ] || fail "not every dataset checked ($datasets): $(cat "$TMP/out")"
+[ "$(json "$TMP/out" 'j["without_checksum"]')" = 0 ] || fail "datasets without checksum: $(cat "$TMP/out")"
 
-# flip FILE DATASET: flips one bit in the middle of DATASET's bytes, in place.
+# flip FILE DATASET: flips one bit in the middle of DATASET's bytes (of its first chunk when it
+# is chunked), in place.
 flip() {
   $PY - "$1" "$2" <<'PY'
 import h5py, sys
 with h5py.File(sys.argv[1], "r") as f:
     ds = f[sys.argv[2]]
-    off = ds.id.get_offset() + ds.id.get_storage_size() // 2
+    if ds.chunks:
+        chunk = ds.id.get_chunk_info(0)
+        off = chunk.byte_offset + min(chunk.size, ds.size * ds.dtype.itemsize) // 2
+    else:
+        off = ds.id.get_offset() + ds.id.get_storage_size() // 2
 with open(sys.argv[1], "r+b") as raw:
     raw.seek(off)
     b = raw.read(1)[0]
@@ -52,6 +59,27 @@ flip bad2.h5 "$($PY -c 'import h5py,sys; print("/optimizer/" + sorted(h5py.File(
 expect 65 xl-train-phase1 --resume --max-steps 4 --threads 1 tokens.h5 -o bad2.h5
 stderr_is_one_line "bad2.h5" "corrupt dataset /optimizer/"
 
+step "a tokens file's splits and vocab carry checksums too"
+expect 0 xl-inspect --verify --json tokens.h5
+[ "$(json "$TMP/out" 'j["verified"]')" = 6 ] || fail "not 3 splits and 3 vocab datasets checked: $(cat "$TMP/out")"
+[ "$(json "$TMP/out" 'j["without_checksum"]')" = 0 ] || fail "datasets without checksum: $(cat "$TMP/out")"
+cp tokens.h5 bad_tokens.h5
+flip bad_tokens.h5 /splits/train
+expect 65 xl-inspect --verify bad_tokens.h5
+stderr_is_one_line "bad_tokens.h5" "corrupt dataset /splits/train"
+expect 65 xl-train-phase1 --n-layer 2 --d-model 32 --n-head 2 --d-head 16 --d-inner 64 --tgt-len 16 --mem-len 16 \
+  --batch-size 2 --eval-interval 0 --max-steps 1 --threads 1 bad_tokens.h5 -o never.h5
+stderr_is_one_line "bad_tokens.h5" "corrupt dataset /splits/train"
+[ ! -e never.h5 ] || fail "phase 1 trained on a corrupt split"
+expect 0 xl-eval-longctx --threads 1 --max-tokens 200 p1.h5 bad_tokens.h5  # the test split is intact
+cp tokens.h5 bad_vocab.h5
+flip bad_vocab.h5 /vocab/counts
+expect 65 xl-eval-longctx --threads 1 --max-tokens 200 p1.h5 bad_vocab.h5
+stderr_is_one_line "bad_vocab.h5" "corrupt dataset /vocab/counts"
+printf 'some text\n' >text.txt
+expect 65 xl-tokenize --vocab bad_vocab.h5 --split 1,0,0 text.txt -o never.h5
+stderr_is_one_line "bad_vocab.h5" "corrupt dataset /vocab/counts"
+
 step "a checkpoint without checksums (an older xl's) still loads"
 cp p1.h5 old.h5
 $PY - old.h5 <<'PY'
@@ -62,6 +90,16 @@ PY
 expect 0 xl-inspect --verify old.h5
 grep -q "have none" "$TMP/out" || fail "unchecked datasets not reported: $(cat "$TMP/out")"
 expect 0 xl-eval-longctx --threads 1 --max-tokens 200 old.h5 tokens.h5
+step "and so does a tokens file without them"
+cp tokens.h5 old_tokens.h5
+$PY - old_tokens.h5 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    f.visititems(lambda name, obj: obj.attrs.__delitem__("sha256") if isinstance(obj, h5py.Dataset) and "sha256" in obj.attrs else None)
+PY
+expect 0 xl-inspect --verify --json old_tokens.h5
+[ "$(json "$TMP/out" 'j["without_checksum"]')" = 6 ] || fail "checksums left: $(cat "$TMP/out")"
+expect 0 xl-eval-longctx --threads 1 --max-tokens 200 --format tsv old.h5 old_tokens.h5
 
 step "variable-length string attributes (xl 0.2, h5py) are refused until the trusted file is upgraded"
 cp p1.h5 vl.h5

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 
+#include "xl/h5/checksum.h"
 #include "xl/h5/h5.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/text/vocab.h"
@@ -374,6 +375,39 @@ TEST(TokensFile, LargeVocabIsStoredAsInt32AndTheLimitIsInclusive) {
     EXPECT_EQ(t.vocab().find("w" + std::to_string(v - 1)), static_cast<int32_t>(v - 1));
     File f = File::open(path, "x");
     EXPECT_EQ(dataset_type(f, "splits/train", path), v <= 65535 ? Type::kU16 : Type::kI32) << v;
+  }
+}
+
+// One flipped bit in a split's stored ids (found in the file's bytes by their pattern) is refused
+// where the split is read and by verify_checksums, naming the dataset; uint16 and int32 splits.
+TEST(TokensFile, AFlippedBitInASplitIsRefused) {
+  TempDir dir;
+  for (size_t v : {size_t{1000}, size_t{70000}}) {
+    auto vocab = word_vocab(v);
+    std::vector<int32_t> ids(500);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37) % v);
+    File mem = File::create("", "<memory>");
+    write_tokens(mem, vocab, {split("train", ids)}, meta());
+    std::string image = mem.image();
+    std::string stored;
+    for (int32_t id : ids) {
+      const uint32_t u = static_cast<uint32_t>(id);
+      for (size_t b = 0; b < (v <= 65535 ? 2u : 4u); ++b) stored.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
+    }
+    const size_t at = image.find(stored);
+    ASSERT_NE(at, std::string::npos) << v;
+    const std::string path = dir.file("t" + std::to_string(v) + ".h5");
+    write_file(path, image);
+    EXPECT_EQ(TokensFile::open(path).read_split("train"), ids) << v;
+    EXPECT_EQ(verify_checksums(File::open(path, "x")).unchecked, 0) << v;
+    image[at + stored.size() / 2] ^= 0x10;
+    write_file(path, image);
+    TokensFile t = TokensFile::open(path);
+    std::string what;
+    EXPECT_EQ(error_code([&] { t.read_split("train"); }, &what), xl::kExitDataErr) << v;
+    EXPECT_NE(what.find(path + ": corrupt dataset /splits/train"), std::string::npos) << what;
+    EXPECT_EQ(error_code([&] { verify_checksums(File::open(path, "x")); }, &what), xl::kExitDataErr) << v;
+    EXPECT_NE(what.find("corrupt dataset /splits/train"), std::string::npos) << what;
   }
 }
 

@@ -20,6 +20,26 @@ std::string data_checksum(const void* data, size_t bytes);
 // not match its recorded checksum; nothing when it has none.
 void check_data(hid_t ds, const void* data, size_t bytes, const std::string& path, const std::string& file);
 
+// write_dataset of a 1-D vector already in its stored type, with the checksum of its bytes.
+template <typename T>
+void write_checked_dataset(hid_t loc, const std::string& path, const std::vector<T>& values, Type file_type,
+                           const DatasetOptions& opts = {}) {
+  write_dataset(loc, path, values, {values.size()}, file_type, opts);
+  Handle ds(H5Dopen2(loc, path.c_str(), H5P_DEFAULT));
+  write_attr(ds, kChecksumAttr, data_checksum(values.data(), values.size() * sizeof(T)));
+}
+
+// read_dataset in the stored type T, checked against the dataset's checksum where it has one;
+// `where` names it in errors ("/vocab/counts").
+template <typename T>
+std::vector<T> read_checked_dataset(hid_t loc, const std::string& path, const std::string& where,
+                                    const std::string& file) {
+  std::vector<T> values = read_dataset<T>(loc, path, file);
+  Handle ds(H5Dopen2(loc, path.c_str(), H5P_DEFAULT));
+  check_data(ds, values.data(), values.size() * sizeof(T), where, file);
+  return values;
+}
+
 struct VerifyResult {
   int64_t checked = 0;    // datasets whose bytes match their checksum
   int64_t unchecked = 0;  // datasets without one

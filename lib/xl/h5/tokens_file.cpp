@@ -1,6 +1,8 @@
 #include "xl/util/clock.h"
 #include "xl/h5/tokens_file.h"
 
+#include "xl/h5/checksum.h"
+
 #include <ctime>
 
 #include "xl/util/error.h"
@@ -22,9 +24,9 @@ void write_vocab(hid_t loc, const std::string& group, const text::Vocab& vocab) 
     bytes.insert(bytes.end(), p.begin(), p.end());
     offsets.push_back(static_cast<int64_t>(bytes.size()));
   }
-  write_dataset(g, "piece_bytes", bytes, {bytes.size()}, Type::kU8);
-  write_dataset(g, "piece_offsets", offsets, {offsets.size()}, Type::kI64);
-  write_dataset(g, "counts", vocab.counts(), {vocab.size()}, Type::kI64);
+  write_checked_dataset(g, "piece_bytes", bytes, Type::kU8);
+  write_checked_dataset(g, "piece_offsets", offsets, Type::kI64);
+  write_checked_dataset(g, "counts", vocab.counts(), Type::kI64);
   write_attr(g, "type", text::to_string(vocab.type()));
   write_attr(g, "size", static_cast<int64_t>(vocab.size()));
   write_attr(g, "specials", static_cast<int64_t>(vocab.specials()));
@@ -34,9 +36,10 @@ void write_vocab(hid_t loc, const std::string& group, const text::Vocab& vocab) 
 
 text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& file) {
   Handle g = open_group(loc, group, file);
-  auto bytes = read_dataset<uint8_t>(g, "piece_bytes", file);
-  auto offsets = read_dataset<int64_t>(g, "piece_offsets", file);
-  auto counts = read_dataset<int64_t>(g, "counts", file);
+  const std::string at = "/" + group + "/";
+  auto bytes = read_checked_dataset<uint8_t>(g, "piece_bytes", at + "piece_bytes", file);
+  auto offsets = read_checked_dataset<int64_t>(g, "piece_offsets", at + "piece_offsets", file);
+  auto counts = read_checked_dataset<int64_t>(g, "counts", at + "counts", file);
   auto type = read_attr_string(g, "type");
   auto specials = read_attr_int(g, "specials");
   if (!type || !specials || offsets.empty() || counts.size() + 1 != offsets.size())
@@ -114,9 +117,9 @@ void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenS
       // Narrowed here: HDF5's own int32 -> uint16 conversion checks every element for overflow
       // and is several times slower (all ids are below the vocab size, so none overflows).
       std::vector<uint16_t> narrow(s.ids.begin(), s.ids.end());
-      write_dataset(group, s.name, narrow, {narrow.size()}, stored, opts);
+      write_checked_dataset(group, s.name, narrow, stored, opts);
     } else {
-      write_dataset(group, s.name, s.ids, {s.ids.size()}, stored, opts);
+      write_checked_dataset(group, s.name, s.ids, stored, opts);
     }
     Handle ds(H5Dopen2(group, s.name.c_str(), H5P_DEFAULT));
     write_attr(ds, "source", s.source.name);
@@ -167,7 +170,15 @@ std::vector<int32_t> TokensFile::read_split(const std::string& split, const std:
     fail(file_.name(), kExitDataErr,
          "no split '" + split + "' (it has: " + (avail.empty() ? "none" : avail) + ")" + (remedy.empty() ? "" : "; " + remedy));
   }
-  auto ids = read_dataset<int32_t>(file_, "splits/" + split, file_.name());
+  const std::string path = "splits/" + split;
+  std::vector<int32_t> ids;
+  // Read in the stored type, so that the bytes meet their checksum, and widened here.
+  if (dataset_type(file_, path, file_.name()) == Type::kU16) {
+    const auto stored = read_checked_dataset<uint16_t>(file_, path, "/" + path, file_.name());
+    ids.assign(stored.begin(), stored.end());
+  } else {
+    ids = read_checked_dataset<int32_t>(file_, path, "/" + path, file_.name());
+  }
   const int32_t v = static_cast<int32_t>(vocab_.size());
   for (int32_t id : ids)
     if (id < 0 || id >= v)
