@@ -80,6 +80,32 @@ TEST(Model, ParameterNamesFollowThePyTorchTransformerXL) {
   EXPECT_FALSE(names.count("layers.0.dec_attn.qkv_net.bias"));
 }
 
+// LibTorch's Linear and Embedding drew initial weights from the global generator (the one dropout
+// draws from) that xl then overwrote: building a model, seeded or not, now leaves that generator
+// as it was, and a seeded model's tensors are its seed's alone, every one of them written.
+TEST(Model, BuildingAModelDrawsOnlyFromItsSeed) {
+  ModelConfig adaptive = tiny_config();
+  adaptive.n_token = 20;
+  adaptive.cutoffs = {5, 10};
+  adaptive.div_val = 2;
+  adaptive.tie_projs = {false, true, false};
+  for (const ModelConfig& c : {tiny_config(), adaptive}) {
+    torch::manual_seed(3);
+    TransformerXL unset(c, std::nullopt), seeded(c, 7);
+    const Tensor after = torch::rand({4});
+    torch::manual_seed(3);
+    EXPECT_TRUE(torch::equal(after, torch::rand({4})));
+    torch::manual_seed(99);
+    TransformerXL again(c, 7);
+    const auto want = seeded->named_tensors(), got = again->named_tensors();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got[i].second, want[i].second)) << want[i].first;
+      EXPECT_TRUE(torch::isfinite(want[i].second).all().item<bool>()) << want[i].first;
+    }
+  }
+}
+
 TEST(Model, MemoryHoldsDetachedLayerInputsOfTheRightLength) {
   ModelConfig c = tiny_config();
   auto m = make_model(c);

@@ -32,12 +32,13 @@ AdaptiveEmbeddingImpl::AdaptiveEmbeddingImpl(const ModelConfig& cfg)
   for (size_t i = 0; i < clusters; ++i) {
     int64_t rows = div_val == 1 ? cfg.n_token : cutoff_ends[i + 1] - cutoff_ends[i];
     int64_t d = div_val == 1 ? d_embed : width(cfg, i);
-    auto emb = torch::nn::Embedding(rows, d);
+    // Given its weight, LibTorch's Embedding draws none (affine.h: tensors are filled later).
+    auto emb = torch::nn::Embedding(torch::nn::EmbeddingOptions(rows, d)._weight(torch::empty({rows, d})));
     emb_layers->push_back(emb);
     embeddings.push_back(emb);
     torch::Tensor proj;
     if (div_val != 1 || d_proj != d_embed) {
-      proj = torch::zeros({d_proj, d});
+      proj = torch::empty({d_proj, d});
       emb_projs->set(static_cast<int64_t>(i), proj);
     }
     projections.push_back(proj);
@@ -75,8 +76,8 @@ AdaptiveLogSoftmaxImpl::AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveE
   out_projs = register_module("out_projs", IndexedParams());
   const int64_t d_proj = cfg.d_model, d_embed = cfg.embed_dim();
   if (n_clusters > 0) {
-    cluster_weight = register_parameter("cluster_weight", torch::zeros({n_clusters, d_embed}));
-    cluster_bias = register_parameter("cluster_bias", torch::zeros({n_clusters}));
+    cluster_weight = register_parameter("cluster_weight", torch::empty({n_clusters, d_embed}));
+    cluster_bias = register_parameter("cluster_bias", torch::empty({n_clusters}));
   }
   const size_t clusters = cutoff_ends.size() - 1;
   auto tie_proj = [&](size_t i) { return i < cfg.tie_projs.size() ? cfg.tie_projs[i] : false; };
@@ -86,20 +87,20 @@ AdaptiveLogSoftmaxImpl::AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveE
     torch::Tensor proj;
     if (div_val == 1) {
       if (d_proj != d_embed) {
-        proj = tie_proj(i) ? embedding->projections[0] : torch::zeros({d_proj, d_embed});
+        proj = tie_proj(i) ? embedding->projections[0] : torch::empty({d_proj, d_embed});
         if (!tie_proj(i)) out_projs->set(static_cast<int64_t>(i), proj);
       }
     } else {
-      proj = tie_proj(i) ? embedding->projections[i] : torch::zeros({d_proj, d});
+      proj = tie_proj(i) ? embedding->projections[i] : torch::empty({d_proj, d});
       if (!tie_proj(i)) out_projs->set(static_cast<int64_t>(i), proj);
     }
     projections.push_back(proj);
     if (div_val == 1 && i > 0) continue;
     int64_t rows = div_val == 1 ? cfg.n_token : cutoff_ends[i + 1] - cutoff_ends[i];
     auto layer = OutputLayer();
-    layer->bias = layer->register_parameter("bias", torch::zeros({rows}));
+    layer->bias = layer->register_parameter("bias", torch::empty({rows}));
     if (cfg.tie_weight) layer->weight = embedding->embeddings[i]->weight;
-    else layer->weight = layer->register_parameter("weight", torch::zeros({rows, d}));
+    else layer->weight = layer->register_parameter("weight", torch::empty({rows, d}));
     out_layers->push_back(layer);
     layers.push_back(layer);
   }

@@ -37,16 +37,16 @@ void add_bias_relu_(torch::Tensor& h, const torch::Tensor& bias) {
 PositionwiseFFImpl::PositionwiseFFImpl(int64_t d_model, int64_t d_inner, double dropout, bool pre_ln)
     : pre_lnorm(pre_ln), dropout(dropout) {
   CoreNet = register_module("CoreNet", torch::nn::Sequential(
-      torch::nn::Linear(d_model, d_inner), torch::nn::ReLU(), torch::nn::Dropout(dropout),
-      torch::nn::Linear(d_inner, d_model), torch::nn::Dropout(dropout)));
+      Affine(d_model, d_inner), torch::nn::ReLU(), torch::nn::Dropout(dropout), Affine(d_inner, d_model),
+      torch::nn::Dropout(dropout)));
   layer_norm = register_module("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
 }
 
 torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
   // CoreNet's modules in turn (Linear, ReLU, Dropout, Linear, Dropout) with ReLU+dropout and the
   // last dropout+residual(+layer norm) fused.
-  auto in = CoreNet[0]->as<torch::nn::Linear>();
-  auto out = CoreNet[3]->as<torch::nn::Linear>();
+  auto in = CoreNet[0]->as<Affine>();
+  auto out = CoreNet[3]->as<Affine>();
   const bool train = is_training();
   const torch::Tensor x_in = pre_lnorm ? layer_norm(x) : x;
   torch::Tensor h;

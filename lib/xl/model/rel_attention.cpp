@@ -118,32 +118,26 @@ torch::Tensor AttentionPass::mask(int64_t t, int64_t m, const torch::Device& dev
 RelMultiHeadAttnImpl::RelMultiHeadAttnImpl(const ModelConfig& cfg, int64_t heads, bool own_biases)
     : n_head(heads), d_head(cfg.d_head), d_model(cfg.d_model), pre_lnorm(cfg.pre_lnorm), dropout(cfg.dropout),
       variants(cfg) {
-  qkv_net = register_module("qkv_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, 3 * heads * d_head).bias(false)));
-  r_net = register_module("r_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, heads * d_head).bias(false)));
-  // LibTorch's Linear init divides by fan_in, 0 for a layer whose heads were all pruned: build
-  // that one at width 1 and empty it (forward never calls it when n_head is 0).
-  o_net = register_module("o_net", torch::nn::Linear(
-      torch::nn::LinearOptions(std::max<int64_t>(heads * d_head, 1), d_model).bias(false)));
-  if (heads == 0) {
-    torch::NoGradGuard no_grad;
-    o_net->weight.set_data(torch::empty({d_model, 0}));
-  }
+  // Tensors unfilled (affine.h); their initial values: TransformerXLImpl::reset_parameters. A layer
+  // whose heads were all pruned has an o_net of no columns (forward never calls it).
+  qkv_net = register_module("qkv_net", Affine(d_model, 3 * heads * d_head, false));
+  r_net = register_module("r_net", Affine(d_model, heads * d_head, false));
+  o_net = register_module("o_net", Affine(heads * d_head, d_model, false));
   layer_norm = register_module("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
   if (own_biases) {
-    r_w_bias = register_parameter("r_w_bias", torch::zeros({heads, d_head}));
-    r_r_bias = register_parameter("r_r_bias", torch::zeros({heads, d_head}));
+    r_w_bias = register_parameter("r_w_bias", torch::empty({heads, d_head}));
+    r_r_bias = register_parameter("r_r_bias", torch::empty({heads, d_head}));
   }
-  // Initial values: TransformerXLImpl::reset_parameters.
   const int64_t m = cfg.mgk_keys;
   if (cfg.attention == "mgk" && m > 1)
-    mgk_k_net = register_module("mgk_k_net", torch::nn::Linear(torch::nn::LinearOptions(d_model, (m - 1) * heads * d_head).bias(false)));
-  if (cfg.attention == "smgk") mgk_mu = register_parameter("mgk_mu", torch::zeros({heads, m, d_head}));
-  if (cfg.is_mgk()) mgk_pi = register_parameter("mgk_pi", torch::zeros({heads, m}));
+    mgk_k_net = register_module("mgk_k_net", Affine(d_model, (m - 1) * heads * d_head, false));
+  if (cfg.attention == "smgk") mgk_mu = register_parameter("mgk_mu", torch::empty({heads, m, d_head}));
+  if (cfg.is_mgk()) mgk_pi = register_parameter("mgk_pi", torch::empty({heads, m}));
   if (cfg.persistent_mem > 0) {
-    pers_key = register_parameter("pers_key", torch::zeros({heads, cfg.persistent_mem, d_head}));
-    pers_val = register_parameter("pers_val", torch::zeros({heads, cfg.persistent_mem, d_head}));
+    pers_key = register_parameter("pers_key", torch::empty({heads, cfg.persistent_mem, d_head}));
+    pers_val = register_parameter("pers_val", torch::empty({heads, cfg.persistent_mem, d_head}));
   }
-  if (cfg.adaptive_span) span_z = register_parameter("span_z", torch::zeros({heads}));
+  if (cfg.adaptive_span) span_z = register_parameter("span_z", torch::empty({heads}));
 }
 
 torch::Tensor RelMultiHeadAttnImpl::span_loss() const {

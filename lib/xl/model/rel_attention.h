@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "xl/model/affine.h"
 #include "xl/model/attention_variants.h"
 #include "xl/model/config.h"
 #include "xl/model/memory.h"
@@ -64,11 +65,11 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
   bool pre_lnorm;
   double dropout;
   ModelConfig variants;  // the attention variant settings (model/attention_variants.h)
-  torch::nn::Linear qkv_net{nullptr}, r_net{nullptr}, o_net{nullptr};
+  Affine qkv_net{nullptr}, r_net{nullptr}, o_net{nullptr};
   torch::nn::LayerNorm layer_norm{nullptr};
   torch::Tensor r_w_bias, r_r_bias;  // registered only when the layer owns its biases
   // Registered only for the variants that use them (shapes in VariantParams).
-  torch::nn::Linear mgk_k_net{nullptr};  // mgk: keys 1..M-1, [(M-1) H dh, d_model]
+  Affine mgk_k_net{nullptr};  // mgk: keys 1..M-1, [(M-1) H dh, d_model]
   torch::Tensor mgk_mu, mgk_pi, pers_key, pers_val, span_z;
 
  private:

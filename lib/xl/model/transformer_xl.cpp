@@ -14,8 +14,8 @@ TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg, std::optional<uint6
   cfg.validate("model config");
   word_emb = register_module("word_emb", AdaptiveEmbedding(cfg));
   if (!cfg.per_layer_biases()) {
-    r_w_bias = register_parameter("r_w_bias", torch::zeros({cfg.n_head, cfg.d_head}));
-    r_r_bias = register_parameter("r_r_bias", torch::zeros({cfg.n_head, cfg.d_head}));
+    r_w_bias = register_parameter("r_w_bias", torch::empty({cfg.n_head, cfg.d_head}));
+    r_r_bias = register_parameter("r_r_bias", torch::empty({cfg.n_head, cfg.d_head}));
   }
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
