@@ -3,7 +3,6 @@
 #include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
@@ -904,7 +903,14 @@ void write_torch_state_dict(const checkpoint::TensorList& tensors, std::ostream&
     // would throw from the writer, whose destructor then aborts the process.
     return n;
   });
-  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  // writeArchiveAndTensors' steps, written here: the header declaring it (export.h) pulls in ONNX's
+  // headers, which LibTorch builds need not ship. Each storage is record data/<i>, then the pickle.
+  const std::vector<at::Tensor>& storages = pickler.tensorData();
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(storages[i]);
+    writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  writer.writeRecord("data.pkl", pickled.data(), pickled.size());
   writer.writeEndOfFile();
 }
 
