@@ -19,6 +19,8 @@ std::string data_checksum(const void* data, size_t bytes);
 // Fails with 65 "FILE: corrupt dataset PATH (...)" when the bytes just read from dataset `ds` do
 // not match its recorded checksum; nothing when it has none.
 void check_data(hid_t ds, const void* data, size_t bytes, const std::string& path, const std::string& file);
+// The same for bytes read piece by piece, given their checksum (data_checksum's, or Sha256's hex).
+void check_digest(hid_t ds, const std::string& digest, const std::string& path, const std::string& file);
 
 // write_dataset of a 1-D vector already in its stored type, with the checksum of its bytes.
 template <typename T>
