@@ -30,6 +30,16 @@ ModelConfig tiny_config() {
   return c;
 }
 
+// 40 words in a shortlist of 10 and tails of 15 (projected to 4) and 15 (to 2), d_model 8.
+ModelConfig small_adaptive_config() {
+  ModelConfig c = tiny_config();
+  c.n_token = 40;
+  c.cutoffs = {10, 25};
+  c.div_val = 2;
+  c.tie_projs = {false, true, true};
+  return c;
+}
+
 TransformerXL make_model(const ModelConfig& c, torch::Dtype dtype = torch::kFloat64) {
   TransformerXL m(c);
   m->reset_parameters(5);
@@ -84,12 +94,7 @@ TEST(Model, ParameterNamesFollowThePyTorchTransformerXL) {
 // draws from) that xl then overwrote: building a model, seeded or not, now leaves that generator
 // as it was, and a seeded model's tensors are its seed's alone, every one of them written.
 TEST(Model, BuildingAModelDrawsOnlyFromItsSeed) {
-  ModelConfig adaptive = tiny_config();
-  adaptive.n_token = 20;
-  adaptive.cutoffs = {5, 10};
-  adaptive.div_val = 2;
-  adaptive.tie_projs = {false, true, false};
-  for (const ModelConfig& c : {tiny_config(), adaptive}) {
+  for (const ModelConfig& c : {tiny_config(), small_adaptive_config()}) {
     torch::manual_seed(3);
     TransformerXL unset(c, std::nullopt), seeded(c, 7);
     const Tensor after = torch::rand({4});
@@ -287,11 +292,7 @@ TEST(Model, CrossHeadDrawsFireAtRateBetaWithUniformPermutations) {
 }
 
 TEST(Model, AdaptiveSoftmaxIsANormalizedDistributionMatchingTheLoss) {
-  ModelConfig c = tiny_config();
-  c.n_token = 40;
-  c.cutoffs = {10, 25};
-  c.div_val = 2;
-  c.tie_projs = {false, true, true};
+  ModelConfig c = small_adaptive_config();
   auto m = make_model(c);
   auto input = tokens(2, 6, c.n_token, 4), target = tokens(2, 6, c.n_token, 8);
   Memory mem = m->new_memory();
@@ -308,19 +309,6 @@ TEST(Model, AdaptiveSoftmaxIsANormalizedDistributionMatchingTheLoss) {
   EXPECT_EQ(m->crit->projections[1].data_ptr(), m->word_emb->projections[1].data_ptr());
   EXPECT_NE(m->crit->projections[0].data_ptr(), m->word_emb->projections[0].data_ptr());
 }
-
-namespace {
-// 40 words in a shortlist of 10 and tails of 15 (projected to 4) and 15 (to 2), d_model 8.
-ModelConfig small_adaptive_config() {
-  ModelConfig c = tiny_config();
-  c.n_token = 40;
-  c.cutoffs = {10, 25};
-  c.div_val = 2;
-  c.d_model = 8;
-  c.tie_projs = {false, true, true};
-  return c;
-}
-}  // namespace
 
 TEST(Model, AdaptiveSoftmaxEqualsAnExplicitComputationOfTheClusters) {
   // Transformer-XL's projected adaptive softmax written out token by token from the parameters: the
