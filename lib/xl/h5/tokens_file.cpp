@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <utility>
 
 #include "xl/h5/checksum.h"
 #include "xl/util/clock.h"
@@ -67,13 +68,13 @@ namespace {
 constexpr const char* kVocabSources = "a vocab, tokens file or checkpoint";
 
 text::Vocab embedded_vocab(const File& f) {
-  if (!exists(f, "vocab")) fail(f.name(), kExitDataErr, "an HDF5 file without a vocab (expected a vocab, tokens file or checkpoint)");
+  if (!exists(f, "vocab")) fail(f.name(), kExitDataErr, "an HDF5 file without a vocab (expected " + std::string(kVocabSources) + ")");
   return read_vocab(f, "vocab", f.name());
 }
 
 }  // namespace
 
-text::Vocab vocab_of_bytes(const std::string& bytes, const std::string& name) {
+text::Vocab vocab_of_bytes(std::string bytes, const std::string& name) {
   // Transformer-XL's cache.pt or Hugging Face's vocab.bin or vocab.pkl given as the vocab: reading
   // it takes LibTorch.
   if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
@@ -81,7 +82,7 @@ text::Vocab vocab_of_bytes(const std::string& bytes, const std::string& name) {
                                  ", not a vocab (Transformer-XL's cache.pt or Hugging Face's vocab.bin: xl-import-torch takes it, "
                                  "--corpus cache.pt to a tokens file or --vocab with the model to a checkpoint; give that)");
   if (!has_hdf5_signature(bytes)) return text::Vocab::from_tsv(bytes, name);
-  return embedded_vocab(File::open_image(bytes, name, kVocabSources));
+  return embedded_vocab(File::open_image(std::move(bytes), name, kVocabSources));
 }
 
 text::Vocab load_vocab(const std::string& path) {

@@ -44,7 +44,7 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
 // file or checkpoint (65 naming the file for an HDF5 file without one, or a torch.save file).
 text::Vocab load_vocab(const std::string& path);
 // The same from the file's bytes; `name` names it in errors.
-text::Vocab vocab_of_bytes(const std::string& bytes, const std::string& name);
+text::Vocab vocab_of_bytes(std::string bytes, const std::string& name);
 
 class TokensFile {
  public:

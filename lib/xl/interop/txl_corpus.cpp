@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_set>
+#include <utility>
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -153,10 +154,11 @@ text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file, const 
 
 text::Vocab import_vocab(const std::string& path, const std::string& dataset, std::optional<bool> lower_case) {
   if (h5::is_hdf5_file(path)) return h5::load_vocab(path);  // the vocab alone, not the file's bytes
-  const std::string bytes = io::read_text(path), name = io::display_name(path);
+  std::string bytes = io::read_text(path);
+  const std::string name = io::display_name(path);
   if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
     return vocab_from_torch(parse_torch_file(bytes, "", name), name, dataset, lower_case);
-  return h5::vocab_of_bytes(bytes, name);
+  return h5::vocab_of_bytes(std::move(bytes), name);
 }
 
 bool corpus_holds_vocab(const TorchFile& cache) { return !is_corpus_without_vocab(cache); }

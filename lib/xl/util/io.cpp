@@ -46,7 +46,8 @@ std::string read_raw(const std::string& path) {
   if (is_stdio(path)) {
     std::ios::sync_with_stdio(false);
     std::string data;
-    // A file redirected to stdin has a size: the string grows once (doubling held up to 1.5x more).
+    // A file redirected to stdin has a size: reserved at once, as growing by doubling held up to
+    // three times what was read at each reallocation.
     struct stat st;
     if (::fstat(0, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) data.reserve(static_cast<size_t>(st.st_size));
     std::array<char, 1 << 16> buf;
