@@ -15,6 +15,13 @@ namespace xl::h5 {
 namespace {
 
 constexpr hsize_t kChunk = 1 << 18;  // 2^18 tokens: chunk I/O stays under HDF5's 1 MiB cache
+constexpr const char* kVocabSources = "a vocab, tokens file or checkpoint";
+
+// The vocab an HDF5 file embeds (65 naming the file when it has none).
+text::Vocab embedded_vocab(const File& f) {
+  if (!exists(f, "vocab")) fail(f.name(), kExitDataErr, "an HDF5 file without a vocab (expected " + std::string(kVocabSources) + ")");
+  return read_vocab(f, "vocab", f.name());
+}
 
 }  // namespace
 
@@ -62,17 +69,6 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
     vocab.set_pretokenizer(text::parse_recorded_pretokenizer(vocab.type(), *pretokenize, file));
   return vocab;
 }
-
-namespace {
-
-constexpr const char* kVocabSources = "a vocab, tokens file or checkpoint";
-
-text::Vocab embedded_vocab(const File& f) {
-  if (!exists(f, "vocab")) fail(f.name(), kExitDataErr, "an HDF5 file without a vocab (expected " + std::string(kVocabSources) + ")");
-  return read_vocab(f, "vocab", f.name());
-}
-
-}  // namespace
 
 text::Vocab vocab_of_bytes(std::string bytes, const std::string& name) {
   // Transformer-XL's cache.pt or Hugging Face's vocab.bin or vocab.pkl given as the vocab: reading
