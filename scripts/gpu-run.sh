@@ -2,7 +2,8 @@
 # Run on the GPU machine from the repository root (device tool, carry .gpu-debs made by
 # scripts/gpu-debs.sh, and .gpu-ref for the reference): builds xl against the LibTorch inside the
 # machine's pip PyTorch, with CUDA, then runs what is asked:
-#   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain)
+#   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain), and
+#                                    cli.import_torch against the machine's PyTorch 2.x
 #   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON),
 #                                    then xl's explicit attention in bf16 and the enwik8 model's
 #                                    training in fp16 (loss scaling); with
@@ -88,9 +89,14 @@ missing=$(ldd build-gpu/bench/xl_bench_model | grep "not found" || true)
 
 if wants test; then
   stage "CUDA tests"
+  # Beside them, on the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and
+  # xl's exports read back by its torch.load (weights_only, 2.6's default).
+  (cd build-gpu && timeout "$(left)" ctest -R '^cli[.]import_torch$' --output-on-failure >"$out/torch2-interop.log" 2>&1) &
+  interop=$!
   (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
   status=$?
-  grep -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$out/cuda-tests.log" | tail -12
+  wait $interop || status=1
+  grep -h -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$out/cuda-tests.log" "$out/torch2-interop.log" | tail -14
 fi
 if wants bench; then
   stage "benchmark"

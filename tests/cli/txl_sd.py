@@ -420,11 +420,18 @@ def torch_save(c, opts, path):
     torch.save(sd, path)
 
 
+def load_weights(path):
+    """torch.load as PyTorch 2.6 and later call it by default (weights_only): what users' scripts do
+    with our exports."""
+    import torch
+    return torch.load(path, weights_only=True)
+
+
 def load(path):
     if FAKE:
         return fake_load(path)
     import torch
-    return collections.OrderedDict((n, (list(t.shape), t.flatten().tolist())) for n, t in torch.load(path).items())
+    return collections.OrderedDict((n, (list(t.shape), t.flatten().tolist())) for n, t in load_weights(path).items())
 
 
 class Txl:
@@ -634,7 +641,7 @@ elif cmd in ("loss", "train"):
     clamp = int(flags[flags.index("--clamp-len") + 1]) if "--clamp-len" in flags else 0
     model_flags = ("--pre-lnorm" in flags, "--same-length" in flags, clamp)
     chunks = int(flags[flags.index("--batch-chunk") + 1]) if "--batch-chunk" in flags else 1
-    c, sd = json.load(open(args[1])), torch.load(args[2])
+    c, sd = json.load(open(args[1])), load_weights(args[2])
     ids = [int(i) for i in h5py.File(args[3], "r")["splits"][args[4]][:]]
     if cmd == "loss":
         print("%.12f" % txl_loss(c, sd, ids, int(args[5]), int(args[6]), *model_flags))
@@ -645,17 +652,17 @@ elif cmd in ("loss", "train"):
 elif cmd == "module":
     import torch
     c = json.load(open(args[1]))
-    torch.save(torch_module(c, torch.load(args[2]), "--data-parallel" in args), args[3],
+    torch.save(torch_module(c, load_weights(args[2]), "--data-parallel" in args), args[3],
                _use_new_zipfile_serialization="--legacy" not in args)
 elif cmd == "legacy":
     import torch
-    torch.save(torch.load(args[1]), args[2], _use_new_zipfile_serialization=False)
+    torch.save(load_weights(args[1]), args[2], _use_new_zipfile_serialization=False)
 elif cmd == "safetensors":
     import re, torch
     codes = {torch.float32: ("F32", torch.float32), torch.float16: ("F16", torch.int16),
              torch.bfloat16: ("BF16", torch.int16), torch.int64: ("I64", torch.int64)}
     header, chunks, size = {"__metadata__": {"format": "pt"}}, [], 0
-    sd = torch.load(args[1])
+    sd = load_weights(args[1])
     prefix = "transformer." if any(n.startswith("transformer.") for n in sd) else ""
     for n, t in sd.items():
         # _tied_weights_keys: save_pretrained keeps a tied tensor under its other name only.
@@ -709,8 +716,8 @@ elif cmd == "hf-corpus":
 elif cmd == "load-strict":
     import torch
     m = torch_model(json.load(open(args[1])))
-    m.load_state_dict(torch.load(args[2]), strict=True)
-    sd = torch.load(args[2])
+    m.load_state_dict(load_weights(args[2]), strict=True)
+    sd = load_weights(args[2])
     for n, t in m.state_dict().items():
         if not torch.equal(t, sd[n]):
             sys.exit("tensor %s differs after load_state_dict" % n)

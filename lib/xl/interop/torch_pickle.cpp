@@ -3,7 +3,6 @@
 #include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <algorithm>
@@ -884,33 +883,126 @@ TorchFile read_torch_file(const std::string& path, const std::string& key) {
   return parse_torch_file(io::read_raw(path), key, io::display_name(path));
 }
 
-void write_torch_state_dict(const checkpoint::TensorList& tensors, std::ostream& out) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, t] : tensors) {
-    XL_CHECK(!dict.contains(name), kExitSoftware, "state_dict name " << name << " twice");
-    dict.insert(name, t.detach().to(torch::kCPU));
+namespace {
+
+// data.pkl as Python's torch.save writes a state_dict (protocol 2): an OrderedDict of name ->
+// torch._utils._rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict()), each storage
+// a persistent id ('storage', torch.<Type>Storage, key, 'cpu', numel). Only globals that
+// torch.load(weights_only=True), PyTorch 2.6's default, allows: LibTorch's own Pickler tags a
+// typed dict with torch.jit._pickle.restore_type_tag, which that loader refuses.
+class StateDictPickle {
+ public:
+  StateDictPickle() { bytes_ += "\x80\x02"; }  // PROTO 2
+  void begin_dict() { ordered_dict(); }
+  void entry(const std::string& name, const at::Tensor& t, size_t storage_key) {
+    unicode(name);
+    global("torch._utils", "_rebuild_tensor_v2");
+    op('(');
+    op('(');
+    unicode("storage");
+    global("torch", storage_class(t.scalar_type()));
+    unicode(std::to_string(storage_key));
+    unicode("cpu");
+    integer(static_cast<int64_t>(t.storage().nbytes() / t.element_size()));
+    op('t');
+    op('Q');  // BINPERSID
+    integer(t.storage_offset());
+    ints(t.sizes());
+    ints(t.strides());
+    op('\x89');  // NEWFALSE: requires_grad
+    ordered_dict();  // backward hooks
+    op('t');
+    op('R');
+    op('s');  // SETITEM
   }
-  // torch::pickle_save's steps, with the archive streamed to `out`: pickle_save gathers it in a
-  // growing vector, which held up to twice the weights beside the model being exported.
-  std::vector<char> pickled;  // the dict's pickle: names and storage references, no tensor data
-  torch::jit::Pickler pickler([&](const char* bytes, size_t n) { pickled.insert(pickled.end(), bytes, bytes + n); });
-  pickler.protocol();
-  pickler.pushIValue(dict);
-  pickler.stop();
+  std::string finish() {
+    op('.');
+    return std::move(bytes_);
+  }
+
+ private:
+  void op(char c) { bytes_ += c; }
+  void global(const char* module, const char* name) { bytes_ += std::string("c") + module + "\n" + name + "\n"; }
+  void ordered_dict() {
+    global("collections", "OrderedDict");
+    op(')');
+    op('R');
+  }
+  void unicode(const std::string& s) {
+    op('X');
+    little_endian(s.size(), 4);
+    bytes_ += s;
+  }
+  void integer(int64_t v) {
+    if (v >= 0 && v < 256) {
+      op('K');
+      little_endian(static_cast<uint64_t>(v), 1);
+    } else if (v >= 0 && v < 65536) {
+      op('M');
+      little_endian(static_cast<uint64_t>(v), 2);
+    } else if (v >= INT32_MIN && v <= INT32_MAX) {
+      op('J');
+      little_endian(static_cast<uint64_t>(v), 4);
+    } else {
+      op('\x8a');  // LONG1: 8 bytes of two's complement
+      op('\x08');
+      little_endian(static_cast<uint64_t>(v), 8);
+    }
+  }
+  void ints(at::IntArrayRef values) {
+    op('(');
+    for (int64_t v : values) integer(v);
+    op('t');
+  }
+  void little_endian(uint64_t v, int n) {
+    for (int k = 0; k < n; ++k) bytes_ += static_cast<char>((v >> (8 * k)) & 0xff);
+  }
+  static const char* storage_class(at::ScalarType type) {
+    switch (type) {
+      case at::kFloat: return "FloatStorage";
+      case at::kDouble: return "DoubleStorage";
+      case at::kHalf: return "HalfStorage";
+      case at::kBFloat16: return "BFloat16Storage";
+      case at::kLong: return "LongStorage";
+      case at::kInt: return "IntStorage";
+      case at::kShort: return "ShortStorage";
+      case at::kChar: return "CharStorage";
+      case at::kByte: return "ByteStorage";
+      case at::kBool: return "BoolStorage";
+      default: XL_FAIL(kExitSoftware, "a state_dict tensor of type " << type << " cannot be written");
+    }
+  }
+  std::string bytes_;
+};
+
+}  // namespace
+
+void write_torch_state_dict(const checkpoint::TensorList& tensors, std::ostream& out) {
+  std::set<std::string> names;
+  std::vector<at::Tensor> storages;  // one tensor per distinct storage, in first-use order
+  std::map<const void*, size_t> storage_key;
+  StateDictPickle pickle;
+  pickle.begin_dict();
+  for (const auto& [name, tensor] : tensors) {
+    XL_CHECK(names.insert(name).second, kExitSoftware, "state_dict name " << name << " twice");
+    const at::Tensor t = tensor.detach().to(torch::kCPU);
+    const auto [it, added] = storage_key.emplace(t.storage().unsafeGetStorageImpl(), storages.size());
+    if (added) storages.push_back(t);
+    pickle.entry(name, t, it->second);
+  }
+  const std::string pickled = pickle.finish();
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t n) -> size_t {
     out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
     // A failed write stays on the stream for its owner to report (a full disk: 74); a short count
     // would throw from the writer, whose destructor then aborts the process.
     return n;
   });
-  // writeArchiveAndTensors' steps, written here: the header declaring it (export.h) pulls in ONNX's
-  // headers, which LibTorch builds need not ship. Each storage is record data/<i>, then the pickle.
-  const std::vector<at::Tensor>& storages = pickler.tensorData();
-  for (size_t i = 0; i < storages.size(); ++i) {
-    const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(storages[i]);
-    writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
-  }
+  // As torch.save: the pickle, then each storage as record data/<key>.
   writer.writeRecord("data.pkl", pickled.data(), pickled.size());
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const c10::Storage& storage = storages[i].storage();
+    writer.writeRecord("data/" + std::to_string(i), storage.data(), storage.nbytes());
+  }
   writer.writeEndOfFile();
 }
 

@@ -1,8 +1,8 @@
 // PyTorch's torch.save files, read and written without Python. LibTorch 1.13's torch::pickle_load
 // turns the OrderedDict of a state_dict into None (it only expects OrderedDicts as tensor hooks),
 // so the zip archive's data.pkl is read here with a small unpickler that knows the objects
-// torch.save writes for tensors, dicts and modules, and refuses anything else. Writing takes
-// torch::pickle_save's steps, streamed (a plain dict, which PyTorch's torch.load reads).
+// torch.save writes for tensors, dicts and modules, and refuses anything else. Writing streams a
+// state_dict as torch.save writes one, which torch.load(weights_only=True) reads.
 #pragma once
 #include <iosfwd>
 #include <map>
