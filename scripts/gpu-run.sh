@@ -4,6 +4,7 @@
 # machine's pip PyTorch, with CUDA, then runs what is asked:
 #   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain), and
 #                                    cli.import_torch against the machine's PyTorch 2.x
+#   bash scripts/gpu-run.sh interop  cli.import_torch alone (the tools built, no CUDA tests)
 #   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON),
 #                                    then xl's explicit attention in bf16 and the enwik8 model's
 #                                    training in fp16 (loss scaling); with
@@ -77,9 +78,10 @@ grep -E "xl: CUDA|HDF5|Boost|OpenSSL" "$out/cmake.log" | head -8
 
 stage "build"
 tools=$(ls tools/xl-*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
-targets="$tools xl_cuda_tests xl_bench_model"
-wants test || wants bench || wants profile || exit 0
-wants test || targets="xl_bench_model"
+wants test || wants interop || wants bench || wants profile || exit 0
+targets="xl_bench_model"
+wants interop && targets="$tools"
+wants test && targets="$tools xl_cuda_tests xl_bench_model"
 if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; then
   grep -E "error|Error|undefined reference" "$out/build.log" | sort | uniq | head -40
   exit 1
@@ -87,16 +89,18 @@ fi
 missing=$(ldd build-gpu/bench/xl_bench_model | grep "not found" || true)
 [ -z "$missing" ] || { echo "gpu-run: libraries not found: $missing" >&2; exit 69; }
 
-if wants test; then
-  stage "CUDA tests"
-  # Beside them, on the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and
-  # xl's exports read back by its torch.load (weights_only, 2.6's default).
-  (cd build-gpu && timeout "$(left)" ctest -R '^cli[.]import_torch$' --output-on-failure >"$out/torch2-interop.log" 2>&1) &
+if wants test || wants interop; then
+  stage "tests"
+  # On the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and xl's exports
+  # read back by its torch.load (weights_only, 2.6's default); beside the CUDA tests on the GPU.
+  (cd build-gpu && timeout "$(left)" ctest -R '^cli[.]import_torch$' --output-on-failure >"$out/interop.log" 2>&1) &
   interop=$!
-  (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
-  status=$?
+  if wants test; then
+    (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
+    status=$?
+  fi
   wait $interop || status=1
-  grep -h -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$out/cuda-tests.log" "$out/torch2-interop.log" | tail -14
+  grep -h -E "tests passed|Passed|Failed|FAIL|\*\*\*|Skipped" "$out"/cuda-tests.log "$out/interop.log" 2>/dev/null | tail -14
 fi
 if wants bench; then
   stage "benchmark"

@@ -16,6 +16,9 @@ for py in ${XL_TORCH_PYTHON:-} python3 /usr/bin/python3; do
 done
 
 cp "$XL_SOURCE_DIR/tests/cli/txl_sd.py" .
+# xl's losses and updates are compared with PyTorch's in float32 on the CPU: on a GPU machine
+# --device auto would compute them in bf16.
+F32="--device cpu"
 
 # Configs: char level (tied softmax, 256 byte ids), word level as wt103 (div_val 2, tied weights,
 # projections tied but the first), and div_val 1 with a projection, untied weights and untie_r.
@@ -91,7 +94,7 @@ for mode in "${modes[@]}"; do
     expect 0 xl-import-torch -f --vocab word_eos.tsv --cutoffs 8,20 --pre-lnorm true --same-length true --clamp-len 5 \
       div1.pt -o div1c.h5
     while read -r json pt h5 tokens flags; do
-      expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 $h5 $tokens
+      expect 0 xl-eval-longctx $F32 --split valid --tgt-len 16 --mem-len 24 --batch-size 1 $h5 $tokens
       ours=$(json out 'j["loss"]')
       theirs=$("$PY" txl_sd.py loss $json $pt $tokens valid 16 24 $flags)
       python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
@@ -119,7 +122,7 @@ print("  %d updates, loss %.6f -> %.6f, largest relative difference %.1e" % (len
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
     while read -r json pt h5 tokens chunks flags; do
-      expect 0 xl-train-phase2 -f --init $h5 $tokens -o tuned.h5 --dropout 0 --batch-size 4 --batch-chunk $chunks \
+      expect 0 xl-train-phase2 $F32 -f --init $h5 $tokens -o tuned.h5 --dropout 0 --batch-size 4 --batch-chunk $chunks \
         --tgt-len 8 --mem-len 12 --max-steps 12 --lr 0.002 --clip 0.25 --log-interval 1 --eval-interval 0 --metrics tuned.jsonl
       grep -q "fresh optimizer state ($h5, an imported model" err || fail "phase 2 does not say that $h5 starts a fresh optimizer: $(cat err)"
       expect 0 xl-inspect tuned.h5
@@ -254,7 +257,7 @@ torch.save(collections.OrderedDict((n if n.startswith("crit.") else "transformer
     hf_loss_matches() {
       local label=$1 ckpt=$2 pt=$3
       shift 3
-      expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$ckpt" hfwords.h5
+      expect 0 xl-eval-longctx $F32 --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$ckpt" hfwords.h5
       ours=$(json out 'j["loss"]')
       theirs=$("$PY" txl_sd.py loss hf.json "$pt" hfwords.h5 valid 16 24 "$@")
       python3 -c "import sys; a, b = $ours, $theirs; sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" ||
@@ -295,7 +298,7 @@ EOF
       local what=$1 h5=$2
       expect 0 xl-import-torch hfdir -o "$h5"
       grep -q -- "--pretokenize moses" err || fail "importing a Hugging Face word model does not point to --pretokenize moses"
-      expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$h5" hfwords.h5
+      expect 0 xl-eval-longctx $F32 --split valid --tgt-len 16 --mem-len 24 --batch-size 1 "$h5" hfwords.h5
       [ "$(json out 'j["loss"]')" = "$hf_dir_loss" ] ||
         fail "the directory's $what gives loss $(json out 'j["loss"]'), its pytorch_model.bin $hf_dir_loss"
     }
@@ -313,7 +316,7 @@ tied = [n for n in names if n.startswith("crit.out_layers.") and n.endswith(".we
 assert "transformer.word_emb.emb_layers.0.weight" in names and not tied, "the tied weights are not listed once: %s" % tied
 EOF
     expect 0 xl-import-torch --vocab vocab.bin hfm.safetensors -o hfst.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfst.h5 hfwords.h5
+    expect 0 xl-eval-longctx $F32 --split valid --tgt-len 16 --mem-len 24 --batch-size 1 hfst.h5 hfwords.h5
     [ "$(json out 'j["loss"]')" = "$hf_vocab_loss" ] ||
       fail "the model read from safetensors has loss $(json out 'j["loss"]'), from torch.save $hf_vocab_loss"
     # Models are often saved in half precision (model.half() rounds the buffers too, inv_freq
@@ -531,7 +534,7 @@ sys.exit(any((a[s][:] != b[s][:]).any() for s in ("train", "valid", "test")))' $
       "$(xl-inspect --json e8.h5 | json /dev/stdin 'j["vocab"]["size"]')"
     "$PY" txl_sd.py make e8.json e8m.pt
     expect 0 xl-import-torch --vocab e8.h5 e8m.pt -o e8m.h5
-    expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 24 --batch-size 1 e8m.h5 e8.h5
+    expect 0 xl-eval-longctx $F32 --split valid --tgt-len 16 --mem-len 24 --batch-size 1 e8m.h5 e8.h5
     ours=$(json out '[j["loss"], j["bpc"]]')
     theirs=$("$PY" txl_sd.py loss e8.json e8m.pt e8.h5 valid 16 24)
     python3 -c "import math, sys; (a, bpc), b = $ours, $theirs
