@@ -93,7 +93,8 @@ if wants test || wants interop; then
   stage "tests"
   # On the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and xl's exports
   # read back by its torch.load (weights_only, 2.6's default); beside the CUDA tests on the GPU.
-  (cd build-gpu && timeout "$(left)" ctest -R '^cli[.]import_torch$' --output-on-failure >"$out/interop.log" 2>&1) &
+  # -V: its steps reach the log as they run, so a deadline still shows how far it got.
+  (cd build-gpu && timeout "$(left)" ctest -V -R '^cli[.]import_torch$' >"$out/interop.log" 2>&1) &
   interop=$!
   if wants test; then
     (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)

@@ -134,9 +134,10 @@ int main(int argc, char** argv) {
          "or --vocab.\n"
          "\n"
          "--export writes the xl checkpoint INPUT as a state_dict that MemTransformerLM.load_state_dict() takes\n"
-         "(tied tensors under both names) and prints the matching flags and constructor call. Per-layer u, v\n"
-         "biases (untie_r, or pruned heads) need --untie-r true (a target with per-layer biases) unless all layers\n"
-         "hold the same ones; layers with different head counts cannot be exported (exit 65).",
+         "(tied tensors under both names; torch.load reads it with weights_only=True, PyTorch 2.6's default) and\n"
+         "prints the matching flags and constructor call. Per-layer u, v biases (untie_r, or pruned heads) need\n"
+         "--untie-r true (a target with per-layer biases) unless all layers hold the same ones; layers with\n"
+         "different head counts cannot be exported (exit 65).",
          "  xl-import-torch --corpus data/enwik8/cache.pt -o enwik8-txl.h5\n"
          "  xl-import-torch --vocab enwik8-txl.h5 LM-TFM-enwik8/model.pt -o enwik8-base.h5\n"
          "  xl-import-torch --vocab enwik8-txl.h5 --same-length true --clamp-len 820 enwik8-base-sd.pt -o enwik8-base.h5\n"
