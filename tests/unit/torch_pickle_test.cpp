@@ -576,3 +576,36 @@ TEST(TorchPickle, ReadsAnArchiveOnDiskAsItsBytes) {
     EXPECT_EQ(error_code([&] { parse_torch_file(bytes.substr(0, cut), "", "short.pt"); }, &msg), xl::kExitDataErr) << cut;
   }
 }
+
+// What write_torch_state_dict writes reads back as it was: each dtype a state_dict holds, a 0-d
+// tensor, a view (its offset and strides kept: the whole storage is written), a stride past 2^31
+// (pickled as LONG1), and one tensor under two names stored once.
+TEST(TorchPickle, WritesEveryTensorAsItIs) {
+  const Tensor base = torch::randn({6, 5});
+  const Tensor tied = torch::randn({4, 3});
+  const Tensor view = base.slice(0, 1, 5).t();
+  const Tensor far = torch::randn({3}).as_strided({1, 3}, {int64_t{1} << 33, 1});
+  const TensorList sd = {{"float", base},
+                         {"view", view},
+                         {"bf16", torch::randn({7}).to(torch::kBFloat16)},
+                         {"half", torch::randn({2, 2}).to(torch::kHalf)},
+                         {"long", torch::arange(70000, torch::kLong)},
+                         {"bool", torch::rand({9}) > 0.5},
+                         {"scalar", torch::tensor(2.5)},
+                         {"far", far},
+                         {"tied.a", tied},
+                         {"tied.b", tied}};
+  const TorchFile back = parse_torch_file(state_dict_bytes(sd), "", "sd.pt");
+  ASSERT_EQ(back.tensors.size(), sd.size());
+  for (size_t i = 0; i < sd.size(); ++i) {
+    const auto& [name, t] = back.tensors[i];
+    EXPECT_EQ(name, sd[i].first);
+    EXPECT_EQ(t.scalar_type(), sd[i].second.scalar_type()) << name;
+    EXPECT_EQ(t.sizes(), sd[i].second.sizes()) << name;
+    EXPECT_EQ(t.strides(), sd[i].second.strides()) << name;
+    EXPECT_TRUE(torch::equal(t, sd[i].second)) << name;
+  }
+  EXPECT_EQ(back.tensors[1].second.storage_offset(), 5);
+  EXPECT_TRUE(back.tensors[8].second.is_alias_of(back.tensors[9].second));
+  EXPECT_FALSE(back.tensors[0].second.is_alias_of(back.tensors[8].second));
+}
