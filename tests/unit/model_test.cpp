@@ -394,6 +394,35 @@ TEST(Model, AdaptiveSoftmaxWithoutAutogradFollowsItsWeights) {
   EXPECT_TRUE(torch::equal(kept(), replaced));
 }
 
+// Evaluation of an output layer too large for eval_logit_bytes goes through its vocabulary in
+// blocks of columns; each token's loss is still -log_probs at its target (log_probs: every
+// cluster's full log_softmax), with or without clusters, in float64 and float32, targets at the
+// blocks' edges included.
+TEST(Model, AdaptiveSoftmaxEvaluatesLargeLayersInBlocksOfColumns) {
+  ModelConfig plain = tiny_config();
+  plain.n_token = 23;
+  for (const ModelConfig& c : {plain, small_adaptive_config()}) {
+    for (torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) {
+      SCOPED_TRACE(std::string(c.cutoffs.empty() ? "plain" : "adaptive") + (dtype == torch::kFloat64 ? " float64" : " float32"));
+      auto m = make_model(c, dtype);
+      torch::manual_seed(3);
+      const Tensor h = torch::randn({12, c.d_model}, dtype);
+      Tensor target = torch::arange(12, torch::kLong) * 3 % c.n_token;
+      target[0] = 0;
+      target[11] = c.n_token - 1;
+      torch::NoGradGuard g;
+      const Tensor want = -m->log_probs(h).gather(1, target.unsqueeze(1)).squeeze(1);
+      const Tensor whole = m->crit(h, target);
+      m->crit->eval_logit_bytes = 4 * 12 * 4;  // blocks of 4 columns at 12 rows (fewer rows in a tail)
+      const Tensor blocked = m->crit(h, target);
+      const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-5;
+      EXPECT_LT((whole - want).abs().max().item<double>(), tol);
+      EXPECT_LT((blocked - want).abs().max().item<double>(), tol);
+      EXPECT_FALSE(torch::equal(blocked, whole)) << "the blocked path did not run";
+    }
+  }
+}
+
 TEST(Model, AdaptiveSoftmaxGradientsMatchTheFullLogProbabilities) {
   // The loss takes one log-probability per token from each row's log-sum-exp; its gradients must be
   // those of the full distribution (log_probs: every cluster's log_softmax, concatenated) at the

@@ -4,6 +4,7 @@
 #include "xl/model/kernels/target_log_softmax.h"
 #include "xl/model/precision.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace xl::model {
@@ -128,26 +129,50 @@ torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const 
   return upcast(xl::model::linear(h, weight, bias));  // the log-softmax and the loss in fp32 at least
 }
 
+torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                          const torch::Tensor& bias, const torch::Tensor& proj,
+                                          const torch::Tensor& target) const {
+  const int64_t rows = hidden.size(0), vocab = weight.size(0);
+  const int64_t cols = std::max<int64_t>(1, eval_logit_bytes / (4 * std::max<int64_t>(rows, 1)));
+  if (torch::GradMode::is_enabled() || vocab <= cols) return -target_log_softmax(logits(hidden, weight, bias, proj), target);
+  // Evaluating a large plain softmax held every row's logits at once (1.4 GB for 1,280 rows of
+  // 267,735 words). Blocks of rows instead would pack the whole weight for each product; blocks of
+  // columns read it once: each block's log-sum-exp is folded into the row's, and the target's
+  // logit is taken from the block that holds it.
+  const torch::Tensor h = proj.defined() ? torch::matmul(hidden, proj) : hidden;
+  torch::Tensor log_sum_exp, target_logit;
+  for (int64_t start = 0; start < vocab; start += cols) {
+    const int64_t end = std::min(vocab, start + cols);
+    const torch::Tensor block =
+        upcast(xl::model::linear(h, weight.slice(0, start, end), bias.defined() ? bias.slice(0, start, end) : bias));
+    const torch::Tensor block_lse = row_log_sum_exp(block);
+    const torch::Tensor column = (target - start).clamp(0, end - start - 1).unsqueeze(1);
+    const torch::Tensor picked =
+        torch::where((target >= start) & (target < end), block.gather(1, column).squeeze(1), torch::zeros_like(block_lse));
+    log_sum_exp = log_sum_exp.defined() ? torch::logaddexp(log_sum_exp, block_lse) : block_lse;
+    target_logit = target_logit.defined() ? target_logit + picked : picked;
+  }
+  return log_sum_exp - target_logit;
+}
+
 torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {
   auto [hw, hb] = cluster_params(0);
-  torch::Tensor head_logits = logits(hidden, hw, hb, projections[0]);
-  if (n_clusters == 0) return -target_log_softmax(head_logits, target);
+  if (n_clusters == 0) return nll(hidden, hw, hb, projections[0], target);
   // Each row needs one head log-probability: its word's in the shortlist, or its cluster's (cluster
   // i's is the i-th head column from the end), to which a tail word adds its log-probability
   // within the cluster.
-  const int64_t head_size = head_logits.size(1);
+  const int64_t head_size = hw.size(0);
   torch::Tensor cluster = torch::zeros_like(target);
   for (int64_t i = 1; i <= n_clusters; ++i) cluster += (target >= cutoff_ends[i]).to(target.scalar_type());
   torch::Tensor head_col = torch::where(cluster == 0, target, head_size - cluster);
-  torch::Tensor nll = -target_log_softmax(head_logits, head_col);
+  torch::Tensor loss = nll(hidden, hw, hb, projections[0], head_col);
   for (int64_t i = 1; i <= n_clusters; ++i) {
     auto idx = (cluster == i).nonzero().squeeze(1);
     if (idx.numel() == 0) continue;
     auto [w, b] = cluster_params(i);
-    auto tail = logits(hidden.index_select(0, idx), w, b, projections[i]);
-    nll = nll.index_add(0, idx, -target_log_softmax(tail, target.index_select(0, idx) - cutoff_ends[i]));
+    loss = loss.index_add(0, idx, nll(hidden.index_select(0, idx), w, b, projections[i], target.index_select(0, idx) - cutoff_ends[i]));
   }
-  return nll;
+  return loss;
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::log_probs(const torch::Tensor& hidden) {

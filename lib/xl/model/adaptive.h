@@ -44,6 +44,9 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveEmbedding& embedding);
   // hidden [N, d_model], target [N] -> negative log-likelihood [N] in input order.
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& target);
+  // Without autograd, an output layer whose logits for all rows would pass this many bytes goes
+  // through its vocabulary in blocks of columns: only each row's loss is kept.
+  int64_t eval_logit_bytes = int64_t{128} << 20;
   // Full log-distribution over the vocab, [N, n_token] (for sampling).
   torch::Tensor log_probs(const torch::Tensor& hidden);
 
@@ -68,6 +71,9 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   HeadCopy head_copy_;
   torch::Tensor logits(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
                        const torch::Tensor& proj) const;
+  // -log softmax(logits)[n, target[n]] for each row of one output layer.
+  torch::Tensor nll(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
+                    const torch::Tensor& proj, const torch::Tensor& target) const;
 };
 TORCH_MODULE(AdaptiveLogSoftmax);
 

@@ -70,4 +70,23 @@ torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tenso
   return TargetLogSoftmax::apply(logits.contiguous(), target.contiguous());
 }
 
+torch::Tensor row_log_sum_exp(const torch::Tensor& logits) {
+  TORCH_CHECK(logits.dim() == 2, "row_log_sum_exp: [N, V] logits expected");
+  const bool kernel = cpu_kernel_allowed(logits) &&
+                      (logits.scalar_type() == torch::kFloat || logits.scalar_type() == torch::kDouble) &&
+                      logits.size(1) > 0;
+  if (!kernel) return logits.logsumexp(1);
+  const torch::Tensor z = logits.contiguous();
+  const int64_t n = z.size(0), v = z.size(1);
+  torch::Tensor lse = torch::empty({n}, z.options());
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "row_log_sum_exp", [&] {
+    const scalar_t* zp = z.data_ptr<scalar_t>();
+    scalar_t* lp = lse.data_ptr<scalar_t>();
+    parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) lp[r] = rows::log_sum_exp(zp + r * v, v);
+    });
+  });
+  return lse;
+}
+
 }  // namespace xl::model

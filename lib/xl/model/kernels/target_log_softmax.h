@@ -11,4 +11,7 @@ namespace xl::model {
 // Float and double CPU tensors run the row kernels; elsewhere log_softmax and gather.
 torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tensor& target);
 
+// [N, V] logits -> [N]: log sum_j exp(logits[n, j]), by the same row kernels (no autograd).
+torch::Tensor row_log_sum_exp(const torch::Tensor& logits);
+
 }  // namespace xl::model
