@@ -86,7 +86,9 @@ if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; 
   grep -E "error|Error|undefined reference" "$out/build.log" | sort | uniq | head -40
   exit 1
 fi
-missing=$(ldd build-gpu/bench/xl_bench_model | grep "not found" || true)
+probe=build-gpu/bench/xl_bench_model
+[ -e "$probe" ] || probe=build-gpu/bin/xl-import-torch
+missing=$(ldd "$probe" | grep "not found" || true)
 [ -z "$missing" ] || { echo "gpu-run: libraries not found: $missing" >&2; exit 69; }
 
 if wants test || wants interop; then
@@ -94,7 +96,9 @@ if wants test || wants interop; then
   # On the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and xl's exports
   # read back by its torch.load (weights_only, 2.6's default); beside the CUDA tests on the GPU.
   # -V: its steps reach the log as they run, so a deadline still shows how far it got.
-  (cd build-gpu && timeout "$(left)" ctest -V -R '^cli[.]import_torch$' >"$out/interop.log" 2>&1) &
+  # At most 240 s, so that a benchmark after it keeps its time.
+  limit=$(left); [ "$limit" -lt 240 ] || limit=240
+  (cd build-gpu && timeout "$limit" ctest -V -R '^cli[.]import_torch$' >"$out/interop.log" 2>&1) &
   interop=$!
   if wants test; then
     (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
