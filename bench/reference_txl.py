@@ -59,7 +59,9 @@ def main():
     model.train(train)
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     opt = torch.optim.Adam(model.parameters(), lr=2.5e-4) if train else None
-    scaler = torch.cuda.amp.GradScaler() if precision == "fp16" else None
+    # torch.amp.GradScaler from PyTorch 2.3 (torch.cuda.amp's is deprecated there), else the old one.
+    grad_scaler = getattr(torch.amp, "GradScaler", None)
+    scaler = None if precision != "fp16" else grad_scaler("cuda") if grad_scaler else torch.cuda.amp.GradScaler()
     data = torch.randint(0, vocab, ((steps + 3) * tgt + 1, batch), device=device)  # time-major, as theirs
     mems = tuple()
     if device.type == "cuda":
