@@ -426,26 +426,34 @@ TEST(Model, AdaptiveSoftmaxEvaluatesLargeLayersInBlocksOfColumns) {
 TEST(Model, AdaptiveSoftmaxGradientsMatchTheFullLogProbabilities) {
   // The loss takes one log-probability per token from each row's log-sum-exp; its gradients must be
   // those of the full distribution (log_probs: every cluster's log_softmax, concatenated) at the
-  // target, for the hidden states and every parameter of the softmax.
-  ModelConfig c = small_adaptive_config();
-  auto m = make_model(c);
-  Tensor h = torch::randn({9, c.d_model}, torch::kFloat64).requires_grad_();
-  Tensor target = torch::tensor({3, 12, 24, 25, 39, 0, 10, 30, 9}, torch::kLong);
-  Tensor weights = torch::rand({9}, torch::kFloat64);
-  auto grads = [&](const Tensor& loss) {
-    m->zero_grad();
-    h.mutable_grad() = Tensor();
-    loss.backward();
-    std::vector<Tensor> g{h.grad().clone()};
-    for (auto& p : m->crit->parameters())
-      if (p.grad().defined()) g.push_back(p.grad().clone());
-    return g;
-  };
-  auto got = grads((m->crit(h, target) * weights).sum());
-  auto want = grads((-m->log_probs(h).gather(1, target.unsqueeze(1)).squeeze(1) * weights).sum());
-  ASSERT_EQ(got.size(), want.size());
-  ASSERT_GT(got.size(), 3u);
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-12) << i;
+  // target, for the hidden states and every parameter of the softmax; also when the output layers
+  // go in blocks of 4 columns (train_logit_bytes), with and without clusters.
+  ModelConfig plain = tiny_config();
+  plain.n_token = 23;
+  for (const ModelConfig& c : {small_adaptive_config(), plain}) {
+    for (bool blocked : {false, true}) {
+      SCOPED_TRACE(std::string(c.cutoffs.empty() ? "plain" : "adaptive") + (blocked ? ", blocked" : ""));
+      auto m = make_model(c);
+      if (blocked) m->crit->train_logit_bytes = 4 * 9 * 4;
+      Tensor h = torch::randn({9, c.d_model}, torch::kFloat64).requires_grad_();
+      Tensor target = torch::tensor({3, 12, 24, 25, 39, 0, 10, 30, 9}, torch::kLong) % c.n_token;
+      Tensor weights = torch::rand({9}, torch::kFloat64);
+      auto grads = [&](const Tensor& loss) {
+        m->zero_grad();
+        h.mutable_grad() = Tensor();
+        loss.backward();
+        std::vector<Tensor> g{h.grad().clone()};
+        for (auto& p : m->parameters())
+          if (p.grad().defined()) g.push_back(p.grad().clone());
+        return g;
+      };
+      auto got = grads((m->crit(h, target) * weights).sum());
+      auto want = grads((-m->log_probs(h).gather(1, target.unsqueeze(1)).squeeze(1) * weights).sum());
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_GT(got.size(), 2u);
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-12) << i;
+    }
+  }
 }
 
 TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {

@@ -1,5 +1,6 @@
 #include "xl/model/adaptive.h"
 
+#include "xl/model/kernels/blocked_nll.h"
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/target_log_softmax.h"
 #include "xl/model/precision.h"
@@ -132,27 +133,16 @@ torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const 
 torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const torch::Tensor& weight,
                                           const torch::Tensor& bias, const torch::Tensor& proj,
                                           const torch::Tensor& target) const {
-  const int64_t rows = hidden.size(0), vocab = weight.size(0);
-  const int64_t cols = std::max<int64_t>(1, eval_logit_bytes / (4 * std::max<int64_t>(rows, 1)));
-  if (torch::GradMode::is_enabled() || vocab <= cols) return -target_log_softmax(logits(hidden, weight, bias, proj), target);
-  // Evaluating a large plain softmax held every row's logits at once (1.4 GB for 1,280 rows of
-  // 267,735 words). Blocks of rows instead would pack the whole weight for each product; blocks of
-  // columns read it once: each block's log-sum-exp is folded into the row's, and the target's
-  // logit is taken from the block that holds it.
-  const torch::Tensor h = proj.defined() ? torch::matmul(hidden, proj) : hidden;
-  torch::Tensor log_sum_exp, target_logit;
-  for (int64_t start = 0; start < vocab; start += cols) {
-    const int64_t end = std::min(vocab, start + cols);
-    const torch::Tensor block =
-        upcast(xl::model::linear(h, weight.slice(0, start, end), bias.defined() ? bias.slice(0, start, end) : bias));
-    const torch::Tensor block_lse = row_log_sum_exp(block);
-    const torch::Tensor column = (target - start).clamp(0, end - start - 1).unsqueeze(1);
-    const torch::Tensor picked =
-        torch::where((target >= start) & (target < end), block.gather(1, column).squeeze(1), torch::zeros_like(block_lse));
-    log_sum_exp = log_sum_exp.defined() ? torch::logaddexp(log_sum_exp, block_lse) : block_lse;
-    target_logit = target_logit.defined() ? target_logit + picked : picked;
-  }
-  return log_sum_exp - target_logit;
+  // A large layer's logits are never held whole (blocked_nll.h): in evaluation, where that costs
+  // nothing, above eval_logit_bytes; in training on the CPU, where its backward computes the logits
+  // again, above train_logit_bytes. A GPU's training keeps the logits (autocast's products).
+  const bool grad = torch::GradMode::is_enabled();
+  const int64_t rows = std::max<int64_t>(hidden.size(0), 1), vocab = weight.size(0);
+  const int64_t budget = grad ? train_logit_bytes : eval_logit_bytes;
+  const int64_t cols = std::max<int64_t>(1, budget / (4 * rows));
+  if (vocab <= cols || (grad && !hidden.device().is_cpu()))
+    return -target_log_softmax(logits(hidden, weight, bias, proj), target);
+  return blocked_nll(proj.defined() ? torch::matmul(hidden, proj) : hidden, weight, bias, target, cols);
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {

@@ -44,9 +44,11 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveEmbedding& embedding);
   // hidden [N, d_model], target [N] -> negative log-likelihood [N] in input order.
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& target);
-  // Without autograd, an output layer whose logits for all rows would pass this many bytes goes
-  // through its vocabulary in blocks of columns: only each row's loss is kept.
+  // An output layer whose logits for all rows would pass this many bytes goes through its
+  // vocabulary in blocks of columns (blocked_nll.h): without autograd, and with it on the CPU, where
+  // the backward computes the logits again (one more product).
   int64_t eval_logit_bytes = int64_t{128} << 20;
+  int64_t train_logit_bytes = int64_t{1} << 30;
   // Full log-distribution over the vocab, [N, n_token] (for sampling).
   torch::Tensor log_probs(const torch::Tensor& hidden);
 

@@ -89,4 +89,33 @@ torch::Tensor row_log_sum_exp(const torch::Tensor& logits) {
   return lse;
 }
 
+void softmax_minus_target_(torch::Tensor& z, const torch::Tensor& lse, const torch::Tensor& target,
+                           const torch::Tensor& g) {
+  TORCH_CHECK(z.dim() == 2 && z.is_contiguous() && lse.size(0) == z.size(0) && target.size(0) == z.size(0) &&
+                  g.size(0) == z.size(0),
+              "softmax_minus_target_: contiguous [N, V] logits and [N] lse, target and g expected");
+  const int64_t n = z.size(0), v = z.size(1);
+  const bool kernel = cpu_kernel_allowed(z) && (z.scalar_type() == torch::kFloat || z.scalar_type() == torch::kDouble) &&
+                      target.scalar_type() == torch::kLong && target.device().is_cpu();
+  if (!kernel) {
+    z.sub_(lse.unsqueeze(1)).exp_().mul_(g.unsqueeze(1));
+    const torch::Tensor inside = (target >= 0) & (target < v);
+    z.scatter_add_(1, target.clamp(0, std::max<int64_t>(v - 1, 0)).unsqueeze(1),
+                   torch::where(inside, -g, torch::zeros_like(g)).unsqueeze(1));
+    return;
+  }
+  const torch::Tensor t = target.contiguous(), l = lse.to(z.scalar_type()).contiguous(), gg = g.to(z.scalar_type()).contiguous();
+  const int64_t* tp = t.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "softmax_minus_target_", [&] {
+    scalar_t* zp = z.data_ptr<scalar_t>();
+    const scalar_t *lp = l.data_ptr<scalar_t>(), *gp = gg.data_ptr<scalar_t>();
+    parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        rows::exp_shifted(zp + r * v, zp + r * v, v, lp[r], gp[r]);
+        if (tp[r] >= 0 && tp[r] < v) zp[r * v + tp[r]] -= gp[r];
+      }
+    });
+  });
+}
+
 }  // namespace xl::model

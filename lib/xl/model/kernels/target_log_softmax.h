@@ -14,4 +14,10 @@ torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tenso
 // [N, V] logits -> [N]: log sum_j exp(logits[n, j]), by the same row kernels (no autograd).
 torch::Tensor row_log_sum_exp(const torch::Tensor& logits);
 
+// In place, the loss's gradient from its logits z [N, V] (contiguous), their rows' log-sum-exp [N]
+// (over every column, these may be a block of them) and the loss's gradient g [N]:
+// z[n, j] <- g[n] (exp(z[n, j] - lse[n]) - [j == target[n]]); a target outside [0, V) adds no -g.
+void softmax_minus_target_(torch::Tensor& z, const torch::Tensor& lse, const torch::Tensor& target,
+                           const torch::Tensor& g);
+
 }  // namespace xl::model
