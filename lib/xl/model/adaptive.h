@@ -47,7 +47,7 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   // An output layer whose logits for all rows would pass this many bytes goes through its
   // vocabulary in blocks of columns (blocked_nll.h): without autograd, and with it on the CPU, where
   // the backward computes the logits again (one more product).
-  int64_t eval_logit_bytes = int64_t{128} << 20;
+  int64_t eval_logit_bytes = int64_t{512} << 20;
   int64_t train_logit_bytes = int64_t{1} << 30;
   // Full log-distribution over the vocab, [N, n_token] (for sampling).
   torch::Tensor log_probs(const torch::Tensor& hidden);
