@@ -7,6 +7,12 @@
 namespace xl::model {
 namespace {
 
+// Whether the row kernels take these logits (and targets): float or double rows on the CPU.
+bool row_kernels_take(const torch::Tensor& logits, const torch::Tensor& target = {}) {
+  return cpu_kernel_allowed(logits) && (logits.scalar_type() == torch::kFloat || logits.scalar_type() == torch::kDouble) &&
+         logits.size(1) > 0 && (!target.defined() || (target.scalar_type() == torch::kLong && target.device().is_cpu()));
+}
+
 // Rows per parallel task: enough elements that a task outweighs waking a thread.
 int64_t row_grain(int64_t v) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(v, 1)); }
 
@@ -60,10 +66,7 @@ torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tenso
   RECORD_FUNCTION("xl::target_log_softmax", std::vector<c10::IValue>());
   TORCH_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
               "target_log_softmax: [N, V] logits and [N] targets expected");
-  const bool kernel = cpu_kernel_allowed(logits) &&
-                      (logits.scalar_type() == torch::kFloat || logits.scalar_type() == torch::kDouble) &&
-                      target.scalar_type() == torch::kLong && target.device().is_cpu() && logits.size(1) > 0;
-  if (!kernel || target.numel() == 0)
+  if (!row_kernels_take(logits, target) || target.numel() == 0)
     return torch::log_softmax(logits, -1).gather(1, target.unsqueeze(1)).squeeze(1);
   TORCH_CHECK(target.min().item<int64_t>() >= 0 && target.max().item<int64_t>() < logits.size(1),
               "target_log_softmax: a target outside [0, ", logits.size(1), ")");
@@ -72,10 +75,7 @@ torch::Tensor target_log_softmax(const torch::Tensor& logits, const torch::Tenso
 
 torch::Tensor row_log_sum_exp(const torch::Tensor& logits) {
   TORCH_CHECK(logits.dim() == 2, "row_log_sum_exp: [N, V] logits expected");
-  const bool kernel = cpu_kernel_allowed(logits) &&
-                      (logits.scalar_type() == torch::kFloat || logits.scalar_type() == torch::kDouble) &&
-                      logits.size(1) > 0;
-  if (!kernel) return logits.logsumexp(1);
+  if (!row_kernels_take(logits)) return logits.logsumexp(1);
   const torch::Tensor z = logits.contiguous();
   const int64_t n = z.size(0), v = z.size(1);
   torch::Tensor lse = torch::empty({n}, z.options());
@@ -95,9 +95,7 @@ void softmax_minus_target_(torch::Tensor& z, const torch::Tensor& lse, const tor
                   g.size(0) == z.size(0),
               "softmax_minus_target_: contiguous [N, V] logits and [N] lse, target and g expected");
   const int64_t n = z.size(0), v = z.size(1);
-  const bool kernel = cpu_kernel_allowed(z) && (z.scalar_type() == torch::kFloat || z.scalar_type() == torch::kDouble) &&
-                      target.scalar_type() == torch::kLong && target.device().is_cpu();
-  if (!kernel) {
+  if (!row_kernels_take(z, target)) {
     z.sub_(lse.unsqueeze(1)).exp_().mul_(g.unsqueeze(1));
     const torch::Tensor inside = (target >= 0) & (target < v);
     z.scatter_add_(1, target.clamp(0, std::max<int64_t>(v - 1, 0)).unsqueeze(1),
