@@ -133,9 +133,9 @@ torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const 
 torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const torch::Tensor& weight,
                                           const torch::Tensor& bias, const torch::Tensor& proj,
                                           const torch::Tensor& target) const {
-  // A large layer's logits are never held whole (blocked_nll.h): in evaluation, where that costs
-  // nothing, above eval_logit_bytes; in training on the CPU, where its backward computes the logits
-  // again, above train_logit_bytes. A GPU's training keeps the logits (autocast's products).
+  // A large layer's logits are never held whole (blocked_nll.h): in evaluation above
+  // eval_logit_bytes; in training on the CPU, where the backward computes them again (one more
+  // product), above train_logit_bytes. A GPU's training keeps them (autocast's products).
   const bool grad = torch::GradMode::is_enabled();
   const int64_t rows = std::max<int64_t>(hidden.size(0), 1), vocab = weight.size(0);
   const int64_t budget = grad ? train_logit_bytes : eval_logit_bytes;
