@@ -16,6 +16,26 @@ bool row_kernels_take(const torch::Tensor& logits, const torch::Tensor& target =
 // Rows per parallel task: enough elements that a task outweighs waking a thread.
 int64_t row_grain(int64_t v) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(v, 1)); }
 
+// The row kernels' out[n, j] = g[n] (exp(z[n, j] - lse[n]) - [j == target[n]]) for contiguous
+// float or double z and out (out may be z); a target outside [0, V) adds no -g.
+void softmax_minus_target_rows(const torch::Tensor& z, torch::Tensor& out, const torch::Tensor& lse,
+                               const torch::Tensor& target, const torch::Tensor& g) {
+  const int64_t n = z.size(0), v = z.size(1);
+  const torch::Tensor t = target.contiguous(), l = lse.to(z.scalar_type()).contiguous(),
+                      gg = g.to(z.scalar_type()).contiguous();
+  const int64_t* tp = t.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "softmax_minus_target", [&] {
+    const scalar_t *zp = z.data_ptr<scalar_t>(), *lp = l.data_ptr<scalar_t>(), *gp = gg.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        rows::exp_shifted(zp + r * v, op + r * v, v, lp[r], gp[r]);
+        if (tp[r] >= 0 && tp[r] < v) op[r * v + tp[r]] -= gp[r];
+      }
+    });
+  });
+}
+
 class TargetLogSoftmax : public torch::autograd::Function<TargetLogSoftmax> {
  public:
   // z [N, V] contiguous, t [N] int64 contiguous, every t in [0, V).
@@ -42,20 +62,8 @@ class TargetLogSoftmax : public torch::autograd::Function<TargetLogSoftmax> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &z = saved[0], &t = saved[1], &lse = saved[2];
-    const torch::Tensor g = grads[0].contiguous();
-    const int64_t n = z.size(0), v = z.size(1);
     torch::Tensor gz = torch::empty_like(z);
-    const int64_t* tp = t.data_ptr<int64_t>();
-    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "target_log_softmax_backward", [&] {
-      const scalar_t *zp = z.data_ptr<scalar_t>(), *lp = lse.data_ptr<scalar_t>(), *gp = g.data_ptr<scalar_t>();
-      scalar_t* gzp = gz.data_ptr<scalar_t>();
-      parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          rows::exp_shifted(zp + r * v, gzp + r * v, v, lp[r], -gp[r]);
-          gzp[r * v + tp[r]] += gp[r];
-        }
-      });
-    });
+    softmax_minus_target_rows(z, gz, lse, t, grads[0].neg());  // the loss is -out
     return {gz, torch::Tensor()};
   }
 };
@@ -94,7 +102,7 @@ void softmax_minus_target_(torch::Tensor& z, const torch::Tensor& lse, const tor
   TORCH_CHECK(z.dim() == 2 && z.is_contiguous() && lse.size(0) == z.size(0) && target.size(0) == z.size(0) &&
                   g.size(0) == z.size(0),
               "softmax_minus_target_: contiguous [N, V] logits and [N] lse, target and g expected");
-  const int64_t n = z.size(0), v = z.size(1);
+  const int64_t v = z.size(1);
   if (!row_kernels_take(z, target)) {
     z.sub_(lse.unsqueeze(1)).exp_().mul_(g.unsqueeze(1));
     const torch::Tensor inside = (target >= 0) & (target < v);
@@ -102,18 +110,7 @@ void softmax_minus_target_(torch::Tensor& z, const torch::Tensor& lse, const tor
                    torch::where(inside, -g, torch::zeros_like(g)).unsqueeze(1));
     return;
   }
-  const torch::Tensor t = target.contiguous(), l = lse.to(z.scalar_type()).contiguous(), gg = g.to(z.scalar_type()).contiguous();
-  const int64_t* tp = t.data_ptr<int64_t>();
-  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "softmax_minus_target_", [&] {
-    scalar_t* zp = z.data_ptr<scalar_t>();
-    const scalar_t *lp = l.data_ptr<scalar_t>(), *gp = gg.data_ptr<scalar_t>();
-    parallel_for(0, n, row_grain(v), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        rows::exp_shifted(zp + r * v, zp + r * v, v, lp[r], gp[r]);
-        if (tp[r] >= 0 && tp[r] < v) zp[r * v + tp[r]] -= gp[r];
-      }
-    });
-  });
+  softmax_minus_target_rows(z, z, lse, target, g);
 }
 
 }  // namespace xl::model
