@@ -8,7 +8,8 @@
 //   MODE: train | eval | generate (xl-generate's loop: bench_generate); SKIP_SCHEDULE: none
 //   (default) | linear | uniform | ... (Skip-Retain, phase 1); BETA: SCH rate.
 // Environment: XL_BENCH_DEVICE (cpu, cuda, cuda:N; default cpu), XL_BENCH_PRECISION (fp32, bf16,
-// fp16, auto; default auto), XL_BENCH_BATCH (overrides the config's batch), XL_BENCH_KV_CACHE (eval:
+// fp16, auto; default auto), XL_BENCH_BATCH, XL_BENCH_TGT_LEN (override the config's batch and
+// segment), XL_BENCH_MEM_LEN (eval's memory; default 2 x tgt_len), XL_BENCH_KV_CACHE (eval:
 // on keeps each memory's key/value projections as xl-eval-longctx does within its default budget;
 // off projects the memory again every segment; default on). On a GPU the peak is
 // the median of 5 products at 8192^3 in the step's precision (and in fp32), and the peak device
@@ -177,6 +178,8 @@ int main(int argc, char** argv) {
     xl::model::set_threads(2);
     BenchConfig bc = lookup(name);
     if (const char* b = std::getenv("XL_BENCH_BATCH"); b && *b) bc.batch = std::atoi(b);
+    if (const char* t = std::getenv("XL_BENCH_TGT_LEN"); t && *t) bc.tgt_len = std::atoi(t);
+    const char* eval_mem = std::getenv("XL_BENCH_MEM_LEN");
     const torch::Device device = parse_device(env_or("XL_BENCH_DEVICE", "cpu"));
     const Precision precision = resolve_precision(env_or("XL_BENCH_PRECISION", "auto"), device);
     ModelConfig cfg;
@@ -213,7 +216,8 @@ int main(int argc, char** argv) {
     }
     const bool train = mode == "train";
     if (train) use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
-    const int64_t tgt = bc.tgt_len, mem_len = train ? bc.mem_len : 2 * bc.tgt_len, b = bc.batch;
+    const int64_t tgt = bc.tgt_len, b = bc.batch;
+    const int64_t mem_len = train ? bc.mem_len : eval_mem && *eval_mem ? std::atoll(eval_mem) : 2 * bc.tgt_len;
     // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
     const bool kv_cache = !train && env_or("XL_BENCH_KV_CACHE", "on") == "on" &&
                           xl::eval::kv_cache_bytes(model, b, mem_len, tgt) <= xl::eval::EvalSettings{}.kv_cache_bytes;
@@ -281,7 +285,7 @@ int main(int argc, char** argv) {
     nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", elapsed / timed},
                         {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", peak}, {"mfu", mfu},
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
-                        {"beta", beta}, {"batch", b}, {"device", device.str()}, {"precision", to_string(precision)},
+                        {"beta", beta}, {"batch", b}, {"tgt_len", tgt}, {"mem_len", mem_len}, {"device", device.str()}, {"precision", to_string(precision)},
                         {"gemm_peak_fp32_gflops", peak_fp32}, {"attention", cfg.attention},
                         {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span},
                         {"kv_cache", kv_cache}};
@@ -297,7 +301,10 @@ int main(int argc, char** argv) {
     if (device.is_cuda()) {
       j["gpu"] = cuda_device_name(device.index());
       j["peak_device_mb"] = device_mb;
-      j["kernels"] = generic_kernels_forced() ? "generic (XL_KERNELS=generic: the explicit attention)" : "default";
+      const KernelSet set = kernel_set();
+      j["kernels"] = set == KernelSet::kGeneric   ? "generic (XL_KERNELS=generic: the explicit attention)"
+                     : set == KernelSet::kLibrary ? "library (XL_KERNELS=library: LibTorch's fused attention)"
+                                                  : "default";
     }
     std::cout << j.dump() << std::endl;
     return 0;

@@ -10,6 +10,10 @@
 #                                    training in fp16 (loss scaling); with
 #                                    REFERENCE=DIR (a transformer-xl checkout's pytorch/ folder,
 #                                    carried), the standard PyTorch Transformer-XL beside it
+#   bash scripts/gpu-run.sh kernels  evaluation through each attention kernel (xl's flash kernel,
+#                                    XL_KERNELS=library: LibTorch's fused one, XL_KERNELS=generic:
+#                                    the explicit path) at the paper's shapes and at a long memory
+#                                    (tgt 128, mem 3,800): tokens/s and peak memory
 #   bash scripts/gpu-run.sh attention  bench/gpu_attention.py: which formulation of the attention
 #                                    core a GPU step should use (PyTorch alone; needs no build)
 #   bash scripts/gpu-run.sh profile  where a training step's time goes (PROFILES, default: the
@@ -78,7 +82,7 @@ grep -E "xl: CUDA|HDF5|Boost|OpenSSL" "$out/cmake.log" | head -8
 
 stage "build"
 tools=$(ls tools/xl-*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
-wants test || wants interop || wants bench || wants profile || exit 0
+wants test || wants interop || wants bench || wants kernels || wants profile || exit 0
 targets="xl_bench_model"
 wants interop && targets="$tools"
 wants test && targets="$tools xl_cuda_tests xl_bench_model"
@@ -107,25 +111,36 @@ if wants test || wants interop; then
   wait $interop || status=1
   grep -h -E "tests passed|Passed|Failed|FAIL|\*\*\*|Skipped" "$out"/cuda-tests.log "$out/interop.log" 2>/dev/null | tail -14
 fi
+# One more pass of bench/gpu.sh, its rows added to bench-rows.jsonl, while time is left.
+extra() {
+  [ "$(left)" -gt 60 ] || return 0
+  XL_BENCH_ROWS=/tmp/xl-extra.jsonl timeout "$(($(left) - 5))" bash bench/gpu.sh build-gpu >/dev/null 2>>"$out/bench.log"
+  cat /tmp/xl-extra.jsonl >>"$out/bench-rows.jsonl"
+}
 if wants bench; then
   stage "benchmark"
   [ -z "${REFERENCE:-}" ] && [ -f .gpu-ref/pytorch/mem_transformer.py ] && export REFERENCE=$PWD/.gpu-ref/pytorch
   XL_BENCH_ROWS=$out/bench-rows.jsonl timeout "$(($(left) - 5))" bash bench/gpu.sh build-gpu >"$out/bench.json" 2>"$out/bench.log"
-  # xl's explicit attention beside its fused kernel (bf16), then the enwik8 model's training in
-  # fp16 (dynamic loss scaling): more passes of bench/gpu.sh, their rows added, while time is left.
-  extra() {
-    [ "$(left)" -gt 60 ] || return 0
-    XL_BENCH_ROWS=/tmp/xl-extra.jsonl timeout "$(($(left) - 5))" bash bench/gpu.sh build-gpu >/dev/null 2>>"$out/bench.log"
-    cat /tmp/xl-extra.jsonl >>"$out/bench-rows.jsonl"
-  }
+  # xl's explicit attention beside its fused kernels (bf16), then the enwik8 model's training in
+  # fp16 (dynamic loss scaling).
   XL_KERNELS=generic REFERENCE= CONFIGS="enwik8 wt103" MODES="train eval" PRECISIONS=bf16 extra
   CONFIGS=enwik8 MODES=train PRECISIONS=fp16 extra
+fi
+if wants kernels; then
+  stage "attention kernels in evaluation"
+  for k in "" library generic; do
+    XL_KERNELS=$k REFERENCE= CONFIGS="enwik8 wt103" MODES=eval PRECISIONS=bf16 extra
+    XL_KERNELS=$k XL_BENCH_TGT_LEN=128 XL_BENCH_MEM_LEN=3800 REFERENCE= CONFIGS=enwik8 MODES=eval PRECISIONS=bf16 extra
+  done
+fi
+if [ -s "$out/bench-rows.jsonl" ]; then
   python3 - "$out/bench-rows.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    print("%-10s %-6s %-5s %-4s %10s tok/s  mfu %5s  peak %6s MB" % (r.get("implementation"), r.get("config"), r.get("mode"),
-          r.get("precision"), "%.0f" % r["tokens_per_s"] if "tokens_per_s" in r else "failed",
+    print("%-11s %-6s %-5s %-4s tgt %4s mem %4s %10s tok/s  mfu %5s  peak %6s MB" % (r.get("implementation"), r.get("config"),
+          r.get("mode"), r.get("precision"), r.get("tgt_len", "-"), r.get("mem_len", "-"),
+          "%.0f" % r["tokens_per_s"] if "tokens_per_s" in r else "failed",
           "%.3f" % r["mfu"] if "mfu" in r else "-", "%.0f" % r["peak_device_mb"] if "peak_device_mb" in r else "-"))
 PY
 fi

@@ -513,8 +513,7 @@ TEST(Model, GenericPathAndBf16TrackTheFusedFloat32Path) {
     ForwardOptions opts;
     opts.mem_len = 6;
     auto run = [&](bool generic, Precision p) {
-      GenericKernels forced;
-      if (!generic) force_generic_kernels(false);
+      KernelSetScope kernels(generic ? KernelSet::kGeneric : KernelSet::kAll);
       Memory mem = m->new_memory();
       std::vector<Tensor> out;
       for (int step = 0; step < 3; ++step) {

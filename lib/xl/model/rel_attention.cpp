@@ -7,6 +7,7 @@
 #include "xl/model/kernels/batched_matmul.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/dropout_add_layer_norm.h"
+#include "xl/model/kernels/flash_rel_attention.h"
 #include "xl/model/kernels/fused_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
@@ -262,6 +263,9 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       // Every operand in the projections' own layout; SCH is a head index inside the kernel. q is
       // q + u here.
       vec = chunked_relative_attention(q, inputs.q_v.view({b, t, h, dh}), kv_proj, tables, blocks, perm, mask, scale);
+    } else if (!(pass.same_length && pass.mem_len == 0) &&
+               flash_rel_attention_applies(q, blocks.size(), pass.training && pass.dropatt > 0)) {
+      vec = flash_rel_attention(q, u, v, kv_proj, tables, blocks, perm, mask, scale);
     } else {
       vec = full_matrix_attention(q, kv_proj, tables, blocks, perm, u, v, mask, scale, pass)
                 .view({h, b, t, dh})

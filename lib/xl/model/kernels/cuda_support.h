@@ -17,5 +17,8 @@ std::string cuda_device_name(int device);
 // (0 without CUDA): the peak device memory of a benchmark.
 int64_t cuda_peak_allocated_bytes(int device);
 void cuda_reset_peak_allocated_bytes(int device);
+// LibTorch's current stream on `device` as a cudaStream_t, for xl's own kernels (nullptr without
+// CUDA).
+void* cuda_current_stream(int device);
 
 }  // namespace xl::model

@@ -27,4 +27,6 @@ int64_t cuda_peak_allocated_bytes(int device) {
 
 void cuda_reset_peak_allocated_bytes(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
 
+void* cuda_current_stream(int device) { return at::cuda::getCurrentCUDAStream(device).stream(); }
+
 }  // namespace xl::model

@@ -7,17 +7,19 @@
 namespace xl::model {
 namespace {
 
-std::atomic<bool>& forced() {
-  static std::atomic<bool> f{[] {
+std::atomic<KernelSet>& current() {
+  static std::atomic<KernelSet> set{[] {
     const char* v = std::getenv("XL_KERNELS");
-    return v && std::strcmp(v, "generic") == 0;
+    if (v && std::strcmp(v, "generic") == 0) return KernelSet::kGeneric;
+    if (v && std::strcmp(v, "library") == 0) return KernelSet::kLibrary;
+    return KernelSet::kAll;
   }()};
-  return f;
+  return set;
 }
 
 }  // namespace
 
-bool generic_kernels_forced() { return forced().load(); }
-void force_generic_kernels(bool on) { forced().store(on); }
+KernelSet kernel_set() { return current().load(); }
+void set_kernel_set(KernelSet set) { current().store(set); }
 
 }  // namespace xl::model

@@ -1,30 +1,41 @@
 // Which implementation runs a model operation. Every operation has a device-generic path made of
 // LibTorch tensor ops (any device, any dtype; what a GPU runs where no fused kernel applies) and
-// some have fused kernels chosen at run time (the CPU blocked attention, the CPU dropout, the CPU
-// Adam pass, the GPU's fused attention in bf16/fp16). Forcing the generic path lets the tests
-// check on a CPU what a GPU would compute, and a GPU benchmark time the fused attention against
-// the explicit one; XL_KERNELS=generic in the environment forces it for a whole process.
+// some have fused kernels chosen at run time: xl's own (the CPU blocked attention, the CPU dropout,
+// the CPU Adam pass, the GPU's flash relative attention) and LibTorch's (the GPU's fused attention
+// in bf16/fp16). Narrowing the set lets the tests check on a CPU what a GPU would compute, and a
+// GPU benchmark time each kernel against the one it replaces. XL_KERNELS in the environment
+// narrows it for a whole process: "library" (no xl CUDA kernels: LibTorch's fused attention) or
+// "generic" (the explicit attention; no fused kernels at all).
 #pragma once
 #include <torch/torch.h>
 
 namespace xl::model {
 
-bool generic_kernels_forced();
-void force_generic_kernels(bool on);
+enum class KernelSet { kAll, kLibrary, kGeneric };
+
+KernelSet kernel_set();
+void set_kernel_set(KernelSet set);
+inline bool generic_kernels_forced() { return kernel_set() == KernelSet::kGeneric; }
 
 // True when a fused CPU kernel may run on `t`: a CPU tensor and the generic path not forced.
 inline bool cpu_kernel_allowed(const torch::Tensor& t) { return t.device().is_cpu() && !generic_kernels_forced(); }
 
-// Forces the generic path while alive (tests).
-class GenericKernels {
+// Narrows the kernel set while alive (tests).
+class KernelSetScope {
  public:
-  GenericKernels() : saved_(generic_kernels_forced()) { force_generic_kernels(true); }
-  ~GenericKernels() { force_generic_kernels(saved_); }
-  GenericKernels(const GenericKernels&) = delete;
-  GenericKernels& operator=(const GenericKernels&) = delete;
+  explicit KernelSetScope(KernelSet set) : saved_(kernel_set()) { set_kernel_set(set); }
+  ~KernelSetScope() { set_kernel_set(saved_); }
+  KernelSetScope(const KernelSetScope&) = delete;
+  KernelSetScope& operator=(const KernelSetScope&) = delete;
 
  private:
-  bool saved_;
+  KernelSet saved_;
+};
+
+// The generic path while alive.
+class GenericKernels : public KernelSetScope {
+ public:
+  GenericKernels() : KernelSetScope(KernelSet::kGeneric) {}
 };
 
 }  // namespace xl::model

@@ -1,0 +1,31 @@
+// xl's own fused relative attention for NVIDIA GPUs (flash_rel_attention_kernel.cu): content and
+// positional scores, the relative shift, the mask, the softmax and the weighted sum of values in
+// on-chip memory, one pass over the keys; neither a score-sized matrix nor the positional scores
+// reach device memory. Forward only, so it runs where no gradient is taken (evaluation,
+// generation, head importance without gradients); training keeps fused_attention (LibTorch's
+// kernel with the positional scores as its bias), whose backward it needs.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "xl/model/kernels/rel_softmax.h"
+
+namespace xl::model {
+
+// Whether flash_rel_attention runs for queries q [B, T, H, dh]: a build with the kernel, a GPU of
+// compute capability 8.0 or more, products in bfloat16 or float16 (autocast's or q's), autograd
+// off, no attention dropout, dh <= 128, H <= 64, at most 8 key blocks, and xl's own kernels not
+// turned off (XL_KERNELS=library or generic).
+bool flash_rel_attention_applies(const torch::Tensor& q, size_t key_blocks, bool attention_dropout);
+
+// chunked_relative_attention's operation on a GPU (chunked_attention.h says what each operand
+// is), with the biases given apart: q [B, T, H, dh] without them, u and v [H, dh]. Operands may be
+// strided views (the projections' layouts); those not in the product dtype are converted. Returns
+// [B, T, H, dh] in the product dtype.
+torch::Tensor flash_rel_attention(const torch::Tensor& q, const torch::Tensor& u, const torch::Tensor& v,
+                                  const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
+                                  const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
+                                  const torch::Tensor& mask, double scale);
+
+}  // namespace xl::model

@@ -1,0 +1,43 @@
+// The CUDA kernel behind flash_rel_attention (flash_rel_attention.h), in plain types so that its
+// source (flash_rel_attention_kernel.cu) compiles with nvcc alone, without LibTorch's headers. A
+// build that has no CUDA compiler links flash_rel_attention_kernel_none.cpp instead.
+#pragma once
+#include <cstdint>
+
+namespace xl::model::cuda_kernels {
+
+constexpr int kMaxKeyBlocks = 8;
+constexpr int kMaxHeads = 64;
+constexpr int kMaxHeadWidth = 128;
+
+enum class Element { kBf16, kHalf };
+
+// Every tensor's last dimension (dh) is contiguous; strides are in elements. Inputs are in the
+// element type; the biases are float.
+struct FlashRelAttentionArgs {
+  const void* q = nullptr;  // [B, T, H, dh] queries (no bias)
+  int64_t q_stride[3] = {};
+  const void* key = nullptr;  // [B, K, H, dh]
+  int64_t key_stride[3] = {};
+  const void* value = nullptr;  // [B, K, H, dh]
+  int64_t value_stride[3] = {};
+  const float* content_bias = nullptr;   // [H, dh] (Transformer-XL's u), contiguous
+  const float* position_bias = nullptr;  // [H, dh] (Transformer-XL's v), contiguous
+  const uint8_t* mask = nullptr;         // [T, K], nonzero = hidden; null: nothing hidden
+  int blocks = 0;
+  int block_col[kMaxKeyBlocks] = {}, block_len[kMaxKeyBlocks] = {};
+  const void* table[kMaxKeyBlocks] = {};  // [P, H, dh] positional keys; key col + j, query i: row j + T - 1 - i
+  int64_t table_rows[kMaxKeyBlocks] = {}, table_stride[kMaxKeyBlocks][2] = {};
+  int key_head[kMaxHeads] = {};  // SCH: query head h reads keys, values and tables of head key_head[h]
+  void* out = nullptr;           // [B, T, H, dh], contiguous
+  int batch = 0, queries = 0, heads = 0, keys = 0, head_width = 0;
+  float scale = 1;
+};
+
+// Whether the kernel was compiled into this build.
+bool flash_rel_attention_kernel_built();
+
+// Launches on `stream` (a cudaStream_t); nullptr when launched, else CUDA's error message.
+const char* launch_flash_rel_attention(const FlashRelAttentionArgs& args, Element element, void* stream);
+
+}  // namespace xl::model::cuda_kernels

@@ -1,0 +1,12 @@
+// A build without a CUDA compiler (see flash_rel_attention_kernel.h): no kernel to launch.
+#include "xl/model/kernels/flash_rel_attention_kernel.h"
+
+namespace xl::model::cuda_kernels {
+
+bool flash_rel_attention_kernel_built() { return false; }
+
+const char* launch_flash_rel_attention(const FlashRelAttentionArgs&, Element, void*) {
+  return "this build of xl has no CUDA kernels (no CUDA compiler was found)";
+}
+
+}  // namespace xl::model::cuda_kernels
