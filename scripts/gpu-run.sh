@@ -4,16 +4,19 @@
 # machine's pip PyTorch, with CUDA, then runs what is asked:
 #   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain), and
 #                                    cli.import_torch against the machine's PyTorch 2.x
+#   bash scripts/gpu-run.sh cuda     the CUDA tests alone (cli.cuda among them: the tools built)
 #   bash scripts/gpu-run.sh interop  cli.import_torch alone (the tools built, no CUDA tests)
 #   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON),
 #                                    then xl's explicit attention in bf16 and the enwik8 model's
 #                                    training in fp16 (loss scaling); with
 #                                    REFERENCE=DIR (a transformer-xl checkout's pytorch/ folder,
 #                                    carried), the standard PyTorch Transformer-XL beside it
-#   bash scripts/gpu-run.sh kernels  evaluation through each attention kernel (xl's flash kernel,
-#                                    XL_KERNELS=library: LibTorch's fused one, XL_KERNELS=generic:
-#                                    the explicit path) at the paper's shapes and at a long memory
-#                                    (tgt 128, mem 3,800): tokens/s and peak memory
+#   bash scripts/gpu-run.sh kernels  the enwik8 model's evaluation (bf16) through each attention
+#                                    kernel (XL_KERNELS=own: xl's flash kernel; library: LibTorch's
+#                                    fused one; generic: the explicit path; and the default choice)
+#                                    at segments of 512 and 128 beside memories of 512 to 3,800
+#                                    (KERNEL_SHAPES="TGT/MEM ..."), memory full: tokens/s and peak
+#                                    memory
 #   bash scripts/gpu-run.sh attention  bench/gpu_attention.py: which formulation of the attention
 #                                    core a GPU step should use (PyTorch alone; needs no build)
 #   bash scripts/gpu-run.sh profile  where a training step's time goes (PROFILES, default: the
@@ -82,9 +85,10 @@ grep -E "xl: CUDA|HDF5|Boost|OpenSSL" "$out/cmake.log" | head -8
 
 stage "build"
 tools=$(ls tools/xl-*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
-wants test || wants interop || wants bench || wants kernels || wants profile || exit 0
+wants test || wants cuda || wants interop || wants bench || wants kernels || wants profile || exit 0
 targets="xl_bench_model"
 wants interop && targets="$tools"
+wants cuda && targets="$tools xl_cuda_tests xl_bench_model"
 wants test && targets="$tools xl_cuda_tests xl_bench_model"
 if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; then
   grep -E "error|Error|undefined reference" "$out/build.log" | sort | uniq | head -40
@@ -95,20 +99,23 @@ probe=build-gpu/bench/xl_bench_model
 missing=$(ldd "$probe" | grep "not found" || true)
 [ -z "$missing" ] || { echo "gpu-run: libraries not found: $missing" >&2; exit 69; }
 
-if wants test || wants interop; then
+if wants test || wants cuda || wants interop; then
   stage "tests"
   # On the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and xl's exports
   # read back by its torch.load (weights_only, 2.6's default); beside the CUDA tests on the GPU.
   # -V: its steps reach the log as they run, so a deadline still shows how far it got.
   # At most 240 s, so that a benchmark after it keeps its time.
   limit=$(left); [ "$limit" -lt 240 ] || limit=240
-  (cd build-gpu && timeout "$limit" ctest -V -R '^cli[.]import_torch$' >"$out/interop.log" 2>&1) &
-  interop=$!
-  if wants test; then
+  interop=
+  if wants test || wants interop; then
+    (cd build-gpu && timeout "$limit" ctest -V -R '^cli[.]import_torch$' >"$out/interop.log" 2>&1) &
+    interop=$!
+  fi
+  if wants test || wants cuda; then
     (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
     status=$?
   fi
-  wait $interop || status=1
+  [ -z "$interop" ] || wait $interop || status=1
   grep -h -E "tests passed|Passed|Failed|FAIL|\*\*\*|Skipped" "$out"/cuda-tests.log "$out/interop.log" 2>/dev/null | tail -14
 fi
 # One more pass of bench/gpu.sh, its rows added to bench-rows.jsonl, while time is left.
@@ -128,10 +135,13 @@ if wants bench; then
 fi
 if wants kernels; then
   stage "attention kernels in evaluation"
-  for k in "" library generic; do
-    XL_KERNELS=$k REFERENCE= CONFIGS="enwik8 wt103" MODES=eval PRECISIONS=bf16 extra
-    XL_KERNELS=$k XL_BENCH_TGT_LEN=128 XL_BENCH_MEM_LEN=3800 REFERENCE= CONFIGS=enwik8 MODES=eval PRECISIONS=bf16 extra
+  for shape in ${KERNEL_SHAPES:-512/1024 128/512 128/1024 128/3800}; do
+    for k in own library ""; do
+      XL_KERNELS=$k XL_BENCH_TGT_LEN=${shape%/*} XL_BENCH_MEM_LEN=${shape#*/} REFERENCE= CONFIGS=enwik8 MODES=eval \
+        PRECISIONS=bf16 extra
+    done
   done
+  XL_KERNELS=generic XL_BENCH_TGT_LEN=128 XL_BENCH_MEM_LEN=3800 REFERENCE= CONFIGS=enwik8 MODES=eval PRECISIONS=bf16 extra
 fi
 if [ -s "$out/bench-rows.jsonl" ]; then
   python3 - "$out/bench-rows.jsonl" <<'PY'

@@ -23,6 +23,7 @@ namespace {
 bool flash_available() {
   if (!torch::cuda::is_available()) return false;
   torch::NoGradGuard no_grad;
+  KernelSetScope own(KernelSet::kOwn);
   return flash_rel_attention_applies(torch::zeros({1, 1, 1, 8}, torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16)),
                                      1, false);
 }
@@ -154,6 +155,7 @@ TEST(FlashRelAttention, MatchesAnExplicitLoop) {
     Tensor out;
     {
       AutocastScope autocast(c.dtype == bf16 ? Precision::kBf16 : Precision::kFp16, torch::kCUDA);
+      KernelSetScope own(KernelSet::kOwn);
       ASSERT_TRUE(flash_rel_attention_applies(in.q, in.blocks.size(), false));
       out = flash_rel_attention(in.q, in.u, in.v, in.kv, in.tables, in.blocks, c.heads, in.mask, in.scale);
     }
@@ -169,6 +171,27 @@ TEST(FlashRelAttention, MatchesAnExplicitLoop) {
     EXPECT_LT((got - ref).norm().item<double>() / ref.norm().item<double>(), 1e-2);
     EXPECT_LT((got - ref).abs().max().item<double>(), 5e-2);
   }
+}
+
+TEST(FlashRelAttention, RunsByDefaultOnShortSegmentsOnly) {
+  REQUIRE_FLASH();
+  torch::NoGradGuard no_grad;
+  const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const Tensor q = torch::zeros({2, kFlashMaxQueries, 4, 64}, bf16), longer = torch::zeros({2, kFlashMaxQueries + 1, 4, 64}, bf16);
+  EXPECT_TRUE(flash_rel_attention_applies(q, 2, false));
+  EXPECT_FALSE(flash_rel_attention_applies(longer, 2, false));
+  EXPECT_FALSE(flash_rel_attention_applies(q, 2, true)) << "attention dropout";
+  EXPECT_FALSE(flash_rel_attention_applies(q, 9, false)) << "more key blocks than the kernel takes";
+  {
+    KernelSetScope own(KernelSet::kOwn);
+    EXPECT_TRUE(flash_rel_attention_applies(longer, 2, false));
+  }
+  {
+    KernelSetScope library(KernelSet::kLibrary);
+    EXPECT_FALSE(flash_rel_attention_applies(q, 2, false));
+  }
+  torch::AutoGradMode grad(true);
+  EXPECT_FALSE(flash_rel_attention_applies(q, 2, false)) << "autograd on";
 }
 
 TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
@@ -207,7 +230,7 @@ TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
     }
     return torch::stack(losses);
   };
-  const Tensor flash = run(KernelSet::kAll), library = run(KernelSet::kLibrary), generic = run(KernelSet::kGeneric);
+  const Tensor flash = run(KernelSet::kOwn), library = run(KernelSet::kLibrary), generic = run(KernelSet::kGeneric);
   EXPECT_FALSE(torch::isnan(flash).any().item<bool>());
   for (const Tensor& other : {library, generic}) {
     EXPECT_LT((flash - other).abs().mean().item<double>(), 2e-2 * other.abs().mean().item<double>());

@@ -1,5 +1,9 @@
 #include "xl/model/kernels/flash_rel_attention.h"
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "xl/model/kernels/cuda_support.h"
 #include "xl/model/kernels/flash_rel_attention_kernel.h"
 #include "xl/model/kernels/kernel_choice.h"
@@ -21,22 +25,37 @@ torch::Tensor operand(const torch::Tensor& x, at::ScalarType dtype) {
   return y.stride(-1) == 1 ? y : y.contiguous();
 }
 
+// Asked of the kernel once per device and head width.
+bool fits_on(const torch::Device& device, int64_t head_width) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(static_cast<int>(device.index()), head_width);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  c10::DeviceGuard guard(device);
+  return known[key] = ck::flash_rel_attention_fits(static_cast<int>(head_width));
+}
+
 }  // namespace
 
 bool flash_rel_attention_applies(const torch::Tensor& q, size_t key_blocks, bool attention_dropout) {
+  const KernelSet set = kernel_set();
   if (!ck::flash_rel_attention_kernel_built() || !q.is_cuda() || attention_dropout ||
-      torch::GradMode::is_enabled() || kernel_set() != KernelSet::kAll)
+      torch::GradMode::is_enabled() || (set != KernelSet::kAll && set != KernelSet::kOwn) || q.dim() != 4)
     return false;
+  if (set == KernelSet::kAll && q.size(1) > kFlashMaxQueries) return false;
   const at::ScalarType dtype = product_dtype(q);
-  return (dtype == torch::kBFloat16 || dtype == torch::kHalf) && q.dim() == 4 &&
-         q.size(3) <= ck::kMaxHeadWidth && q.size(2) <= ck::kMaxHeads && key_blocks >= 1 &&
-         key_blocks <= static_cast<size_t>(ck::kMaxKeyBlocks) && cuda_bf16_native(q.device().index());
+  return (dtype == torch::kBFloat16 || dtype == torch::kHalf) && q.size(3) <= ck::kMaxHeadWidth &&
+         q.size(2) <= ck::kMaxHeads && key_blocks >= 1 && key_blocks <= static_cast<size_t>(ck::kMaxKeyBlocks) &&
+         cuda_bf16_native(q.device().index()) && fits_on(q.device(), q.size(3));
 }
 
 torch::Tensor flash_rel_attention(const torch::Tensor& q, const torch::Tensor& u, const torch::Tensor& v,
                                   const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
                                   const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads,
                                   const torch::Tensor& mask, double scale) {
+  const c10::DeviceGuard guard(q.device());  // the kernel launches on the current device
   const at::ScalarType dtype = product_dtype(q);
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), dh = q.size(3), k = kv.size(1);
   TORCH_CHECK(kv.dim() == 5 && kv.size(0) == b && kv.size(2) >= 2 && kv.size(3) == h && kv.size(4) == dh,

@@ -14,9 +14,14 @@
 namespace xl::model {
 
 // Whether flash_rel_attention runs for queries q [B, T, H, dh]: a build with the kernel, a GPU of
-// compute capability 8.0 or more, products in bfloat16 or float16 (autocast's or q's), autograd
-// off, no attention dropout, dh <= 128, H <= 64, at most 8 key blocks, and xl's own kernels not
-// turned off (XL_KERNELS=library or generic).
+// compute capability 8.0 or more with the shared memory it needs, products in bfloat16 or float16
+// (autocast's or q's), autograd off, no attention dropout, dh <= 128, H <= 64, at most 8 key
+// blocks; and, by default, segments of at most kFlashMaxQueries, where it was measured as fast as
+// LibTorch's kernel with the positional bias or faster, in less memory (an H200, the enwik8 model
+// in bf16, memory full: tgt 128 beside mem 512 1.17x, mem 1,024 0.98x; at tgt 256 to 512 LibTorch's
+// is 1.2-1.9x faster; scripts/gpu-run.sh kernels). XL_KERNELS=own: wherever it can run; library
+// or generic: never.
+constexpr int64_t kFlashMaxQueries = 128;
 bool flash_rel_attention_applies(const torch::Tensor& q, size_t key_blocks, bool attention_dropout);
 
 // chunked_relative_attention's operation on a GPU (chunked_attention.h says what each operand

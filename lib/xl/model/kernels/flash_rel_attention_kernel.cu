@@ -1,5 +1,5 @@
-// Relative attention with memory in one pass over the keys, flash-attention style: a block of 64
-// queries (4 warps of 16 rows) walks the keys in tiles of 64; per tile it stages the keys, values,
+// Relative attention with memory in one pass over the keys, flash-attention style: a block of
+// queries (warps of 16 rows) walks the keys in tiles of 64; per tile it stages the keys, values,
 // the tile's visibility (mask, ragged ends) and the positional keys the tile's distances need in
 // shared memory, computes content and positional scores on the tensor cores (bf16/fp16 operands,
 // float accumulators), applies the relative shift by indexing, and folds the tile into an online
@@ -20,18 +20,18 @@
 namespace xl::model::cuda_kernels {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kRows = 16 * kWarps;          // queries per block
-constexpr int kCols = 64;                   // keys per tile
-constexpr int kWindow = kRows + kCols;      // positional rows staged per tile (127 used)
-constexpr int kWarpWindow = 16 + kCols;     // positional rows one warp reads (79 used)
+constexpr int kCols = 64;                // keys per tile
+constexpr int kWarpWindow = 16 + kCols;  // positional rows one warp reads (79 used)
 
 constexpr size_t round_up(size_t n) { return (n + 127) / 128 * 128; }
 
-// Shared memory: pitches keep each 16 x 16 fragment 32-byte aligned and rows off one bank.
-template <int DH>
+// A block of WARPS warps, 16 queries each, with head width DH; its shared memory: pitches keep
+// each 16 x 16 fragment 32-byte aligned and rows off one bank.
+template <int DH, int WARPS>
 struct Smem {
+  static constexpr int threads = 32 * WARPS;
+  static constexpr int rows = 16 * WARPS;        // queries per block
+  static constexpr int window = rows + kCols;    // positional rows staged per tile (rows + 63 used)
   static constexpr int ld = DH + 8;               // staged bf16/fp16 rows
   static constexpr int ld_score = kCols + 4;      // float
   static constexpr int ld_pos = kWarpWindow + 4;  // float
@@ -40,15 +40,15 @@ struct Smem {
   static constexpr size_t key = 0;
   static constexpr size_t value = key + round_up(kCols * ld * 2);
   static constexpr size_t table = value + round_up(kCols * ld * 2);
-  static constexpr size_t visible = table + round_up(kWindow * ld * 2);
-  static constexpr size_t warps = visible + round_up(kRows * kCols);
+  static constexpr size_t visible = table + round_up(window * ld * 2);
+  static constexpr size_t warps = visible + round_up(rows * kCols);
   // per warp
   static constexpr size_t score = 0;
   static constexpr size_t pos = score + round_up(16 * ld_score * 4);
   static constexpr size_t prob = pos + round_up(16 * ld_pos * 4);
   static constexpr size_t out = prob + round_up(16 * ld_prob * 2);
   static constexpr size_t per_warp = out + round_up(16 * ld_out * 4);
-  static constexpr size_t bytes = warps + kWarps * per_warp;
+  static constexpr size_t bytes = warps + WARPS * per_warp;
 };
 
 template <typename T>
@@ -62,10 +62,10 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
 // Stages `rows` rows of dh elements into dst (pitch ld, zero past dh and for rows src(r) == null):
 // 16-byte copies when every row allows them, else element by element.
-template <typename T, int DH, typename RowPtr>
+template <typename T, int DH, int THREADS, typename RowPtr>
 __device__ __forceinline__ void stage_rows(T* dst, int ld, int rows, int dh, bool vector_ok, RowPtr src) {
   constexpr int chunks = DH / 8;
-  for (int idx = threadIdx.x; idx < rows * chunks; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < rows * chunks; idx += THREADS) {
     const int r = idx / chunks, c = (idx % chunks) * 8;
     const T* s = src(r);
     T* d = dst + r * ld + c;
@@ -78,11 +78,12 @@ __device__ __forceinline__ void stage_rows(T* dst, int ld, int rows, int dh, boo
   }
 }
 
-template <typename T, int DH>
-__global__ void __launch_bounds__(kThreads) flash_rel_attention_kernel(const FlashRelAttentionArgs a, bool vector_ok) {
+template <typename T, int DH, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const FlashRelAttentionArgs a, bool vector_ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace nvcuda;
-  using S = Smem<DH>;
+  using S = Smem<DH, WARPS>;
+  constexpr int kThreads = S::threads, kRows = S::rows, kWindow = S::window;
   constexpr int kSteps = DH / 16;
   extern __shared__ __align__(128) unsigned char smem[];
   T* s_key = reinterpret_cast<T*>(smem + S::key);
@@ -100,8 +101,10 @@ __global__ void __launch_bounds__(kThreads) flash_rel_attention_kernel(const Fla
   const int t_len = a.queries, dh = a.head_width, hk = a.key_head[h];
   const T* q = static_cast<const T*>(a.q) + b * a.q_stride[0] + h * a.q_stride[2];
 
-  // The block's queries plus each bias, staged where the keys and values go, then kept in
-  // registers as the warp's matrix fragments.
+  // The block's queries plus each bias, staged where the positional keys and where the keys and
+  // values (adjacent: 2 x kCols >= kRows rows) go, then kept in registers as matrix fragments.
+  T* s_q_content = s_table;
+  T* s_q_position = s_key;
   for (int idx = threadIdx.x; idx < kRows * DH; idx += kThreads) {
     const int r = idx / DH, c = idx % DH, i = i0 + r;
     float x = 0.f, u = 0.f, v = 0.f;
@@ -110,15 +113,15 @@ __global__ void __launch_bounds__(kThreads) flash_rel_attention_kernel(const Fla
       u = a.content_bias[h * dh + c];
       v = a.position_bias[h * dh + c];
     }
-    s_key[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + u : 0.f);
-    s_value[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + v : 0.f);
+    s_q_content[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + u : 0.f);
+    s_q_position[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + v : 0.f);
   }
   __syncthreads();
   wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_content[kSteps], q_position[kSteps];
 #pragma unroll
   for (int k = 0; k < kSteps; ++k) {
-    wmma::load_matrix_sync(q_content[k], s_key + warp * 16 * S::ld + k * 16, S::ld);
-    wmma::load_matrix_sync(q_position[k], s_value + warp * 16 * S::ld + k * 16, S::ld);
+    wmma::load_matrix_sync(q_content[k], s_q_content + warp * 16 * S::ld + k * 16, S::ld);
+    wmma::load_matrix_sync(q_position[k], s_q_position + warp * 16 * S::ld + k * 16, S::ld);
   }
   for (int idx = lane; idx < 16 * S::ld_out; idx += 32) s_out[idx] = 0.f;
 
@@ -145,16 +148,16 @@ __global__ void __launch_bounds__(kThreads) flash_rel_attention_kernel(const Fla
       if (!__syncthreads_or(any)) continue;  // every key of the tile hidden from every query
       const int64_t key_row0 = int64_t(b) * a.key_stride[0] + int64_t(hk) * a.key_stride[2];
       const int64_t value_row0 = int64_t(b) * a.value_stride[0] + int64_t(hk) * a.value_stride[2];
-      stage_rows<T, DH>(s_key, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
+      stage_rows<T, DH, kThreads>(s_key, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
         return r < cols ? static_cast<const T*>(a.key) + key_row0 + int64_t(col + j0 + r) * a.key_stride[1] : nullptr;
       });
-      stage_rows<T, DH>(s_value, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
+      stage_rows<T, DH, kThreads>(s_value, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
         return r < cols ? static_cast<const T*>(a.value) + value_row0 + int64_t(col + j0 + r) * a.value_stride[1]
                         : nullptr;
       });
       // Row s of the window: table row j0 + T - 1 - (i0 + kRows - 1) + s.
       const int64_t first = int64_t(j0) + t_len - 1 - (i0 + kRows - 1);
-      stage_rows<T, DH>(s_table, S::ld, kWindow, dh, vector_ok, [&](int s) -> const T* {
+      stage_rows<T, DH, kThreads>(s_table, S::ld, kWindow, dh, vector_ok, [&](int s) -> const T* {
         const int64_t e = first + s;
         return e >= 0 && e < rows ? table + e * a.table_stride[blk][0] : nullptr;
       });
@@ -249,26 +252,51 @@ __global__ void __launch_bounds__(kThreads) flash_rel_attention_kernel(const Fla
 #endif
 }
 
-template <typename T, int DH>
-const char* launch(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t stream) {
-  auto kernel = flash_rel_attention_kernel<T, DH>;
-  constexpr size_t bytes = Smem<DH>::bytes;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+// Eight warps (128 queries) per block where their shared memory fits the device (DH 64: 181 KB,
+// an H100's 227 KB), else four (DH 64: 104 KB): the tile's keys, values and positional rows then
+// serve more queries.
+template <typename T, int DH, int WARPS>
+const char* launch_warps(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t stream) {
+  using S = Smem<DH, WARPS>;
+  static_assert(2 * kCols >= S::rows && S::window >= S::rows, "the queries' staging rows");
+  auto kernel = flash_rel_attention_kernel<T, DH, WARPS>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::bytes));
   if (err != cudaSuccess) return cudaGetErrorString(err);
-  const dim3 grid((a.queries + kRows - 1) / kRows, a.heads, a.batch);
-  kernel<<<grid, kThreads, bytes, stream>>>(a, vector_ok);
+  const dim3 grid((a.queries + S::rows - 1) / S::rows, a.heads, a.batch);
+  kernel<<<grid, S::threads, S::bytes, stream>>>(a, vector_ok);
   err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// The most shared memory one block of the current device may have (0 if it cannot be read).
+size_t block_smem_limit() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return 0;
+  return static_cast<size_t>(bytes);
+}
+
+template <typename T, int DH>
+const char* launch(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t stream) {
+  const size_t limit = block_smem_limit();
+  if (Smem<DH, 8>::bytes <= limit) return launch_warps<T, DH, 8>(a, vector_ok, stream);
+  if (Smem<DH, 4>::bytes <= limit) return launch_warps<T, DH, 4>(a, vector_ok, stream);
+  return "flash relative attention: not enough shared memory on this GPU for this head width";
+}
+
 // Head widths rounded up to one of the instantiated ones (zero columns change nothing).
+int instantiated_width(int dh) { return dh <= 32 ? 32 : dh <= 48 ? 48 : dh <= 64 ? 64 : dh <= 128 ? 128 : 0; }
+
 template <typename T>
 const char* launch_width(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t stream) {
-  if (a.head_width <= 32) return launch<T, 32>(a, vector_ok, stream);
-  if (a.head_width <= 48) return launch<T, 48>(a, vector_ok, stream);
-  if (a.head_width <= 64) return launch<T, 64>(a, vector_ok, stream);
-  if (a.head_width <= 128) return launch<T, 128>(a, vector_ok, stream);
-  return "flash relative attention: head width over 128";
+  switch (instantiated_width(a.head_width)) {
+    case 32: return launch<T, 32>(a, vector_ok, stream);
+    case 48: return launch<T, 48>(a, vector_ok, stream);
+    case 64: return launch<T, 64>(a, vector_ok, stream);
+    case 128: return launch<T, 128>(a, vector_ok, stream);
+    default: return "flash relative attention: head width over 128";
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -276,6 +304,17 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 bool flash_rel_attention_kernel_built() { return true; }
+
+bool flash_rel_attention_fits(int head_width) {
+  const size_t limit = block_smem_limit();
+  switch (instantiated_width(head_width)) {
+    case 32: return Smem<32, 4>::bytes <= limit;
+    case 48: return Smem<48, 4>::bytes <= limit;
+    case 64: return Smem<64, 4>::bytes <= limit;
+    case 128: return Smem<128, 4>::bytes <= limit;
+    default: return false;
+  }
+}
 
 const char* launch_flash_rel_attention(const FlashRelAttentionArgs& a, Element element, void* stream) {
   if (a.blocks < 1 || a.blocks > kMaxKeyBlocks || a.heads > kMaxHeads) return "flash relative attention: bad shape";

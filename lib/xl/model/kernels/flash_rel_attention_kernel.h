@@ -36,6 +36,9 @@ struct FlashRelAttentionArgs {
 
 // Whether the kernel was compiled into this build.
 bool flash_rel_attention_kernel_built();
+// Whether the current GPU gives a block the shared memory the kernel needs at this head width
+// (dh 64: 104 KB; more than an RTX 30xx/40xx's 99 KB, less than an A100's 163 or an H100's 227).
+bool flash_rel_attention_fits(int head_width);
 
 // Launches on `stream` (a cudaStream_t); nullptr when launched, else CUDA's error message.
 const char* launch_flash_rel_attention(const FlashRelAttentionArgs& args, Element element, void* stream);

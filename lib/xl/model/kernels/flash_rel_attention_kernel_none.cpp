@@ -4,6 +4,7 @@
 namespace xl::model::cuda_kernels {
 
 bool flash_rel_attention_kernel_built() { return false; }
+bool flash_rel_attention_fits(int) { return false; }
 
 const char* launch_flash_rel_attention(const FlashRelAttentionArgs&, Element, void*) {
   return "this build of xl has no CUDA kernels (no CUDA compiler was found)";

@@ -12,6 +12,7 @@ std::atomic<KernelSet>& current() {
     const char* v = std::getenv("XL_KERNELS");
     if (v && std::strcmp(v, "generic") == 0) return KernelSet::kGeneric;
     if (v && std::strcmp(v, "library") == 0) return KernelSet::kLibrary;
+    if (v && std::strcmp(v, "own") == 0) return KernelSet::kOwn;
     return KernelSet::kAll;
   }()};
   return set;

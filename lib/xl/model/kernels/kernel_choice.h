@@ -2,16 +2,17 @@
 // LibTorch tensor ops (any device, any dtype; what a GPU runs where no fused kernel applies) and
 // some have fused kernels chosen at run time: xl's own (the CPU blocked attention, the CPU dropout,
 // the CPU Adam pass, the GPU's flash relative attention) and LibTorch's (the GPU's fused attention
-// in bf16/fp16). Narrowing the set lets the tests check on a CPU what a GPU would compute, and a
-// GPU benchmark time each kernel against the one it replaces. XL_KERNELS in the environment
-// narrows it for a whole process: "library" (no xl CUDA kernels: LibTorch's fused attention) or
-// "generic" (the explicit attention; no fused kernels at all).
+// in bf16/fp16). By default each operation takes the kernel measured fastest for its shape.
+// Narrowing the set lets the tests check on a CPU what a GPU would compute, and a GPU benchmark
+// time each kernel against the one it replaces. XL_KERNELS in the environment sets it for a whole
+// process: "own" (xl's own CUDA kernels wherever they apply), "library" (none of them: LibTorch's
+// fused attention) or "generic" (the explicit attention; no fused kernels at all).
 #pragma once
 #include <torch/torch.h>
 
 namespace xl::model {
 
-enum class KernelSet { kAll, kLibrary, kGeneric };
+enum class KernelSet { kAll, kOwn, kLibrary, kGeneric };
 
 KernelSet kernel_set();
 void set_kernel_set(KernelSet set);
