@@ -55,6 +55,11 @@ at::ScalarType active_autocast_dtype(const torch::Device& device) {
   return autocast_enabled(cuda) ? autocast_dtype(cuda) : at::ScalarType::Undefined;
 }
 
+at::ScalarType product_dtype(const torch::Tensor& x) {
+  const at::ScalarType autocast = active_autocast_dtype(x.device());
+  return autocast == at::ScalarType::Undefined ? x.scalar_type() : autocast;
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

@@ -24,6 +24,8 @@ Precision resolve_precision(const std::string& name, const torch::Device& device
 bool cpu_autocast_enabled();
 // The dtype autocast computes in on `device` in this thread; Undefined when it is off.
 at::ScalarType active_autocast_dtype(const torch::Device& device);
+// The dtype a matrix product of x runs in here: autocast's where it is on, else x's own.
+at::ScalarType product_dtype(const torch::Tensor& x);
 
 // Half and bfloat16 tensors as float; others as they are.
 torch::Tensor upcast(const torch::Tensor& x);

@@ -14,11 +14,6 @@ namespace {
 
 namespace ck = cuda_kernels;
 
-at::ScalarType product_dtype(const torch::Tensor& q) {
-  const at::ScalarType autocast = active_autocast_dtype(q.device());
-  return autocast == at::ScalarType::Undefined ? q.scalar_type() : autocast;
-}
-
 // x in `dtype` with a contiguous last dimension (its other strides kept where they can be).
 torch::Tensor operand(const torch::Tensor& x, at::ScalarType dtype) {
   torch::Tensor y = x.scalar_type() == dtype ? x : x.to(dtype);

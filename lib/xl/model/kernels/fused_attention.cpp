@@ -12,17 +12,6 @@
 
 namespace xl::model {
 
-#ifdef XL_HAS_FUSED_ATTENTION
-namespace {
-
-at::ScalarType product_dtype(const torch::Tensor& q) {
-  const at::ScalarType autocast = active_autocast_dtype(q.device());
-  return autocast == at::ScalarType::Undefined ? q.scalar_type() : autocast;
-}
-
-}  // namespace
-#endif
-
 bool fused_attention_applies(const torch::Tensor& q, bool attention_dropout) {
 #ifdef XL_HAS_FUSED_ATTENTION
   const at::ScalarType dtype = product_dtype(q);
