@@ -11,12 +11,13 @@
 #                                    training in fp16 (loss scaling); with
 #                                    REFERENCE=DIR (a transformer-xl checkout's pytorch/ folder,
 #                                    carried), the standard PyTorch Transformer-XL beside it
-#   bash scripts/gpu-run.sh kernels  the enwik8 model's evaluation (bf16) through each attention
-#                                    kernel (XL_KERNELS=own: xl's flash kernel; library: LibTorch's
-#                                    fused one; generic: the explicit path; and the default choice)
-#                                    at segments of 512 and 128 beside memories of 512 to 3,800
-#                                    (KERNEL_SHAPES="TGT/MEM ..."), memory full: tokens/s and peak
-#                                    memory
+#   bash scripts/gpu-run.sh kernels  the enwik8 model's evaluation (bf16; KERNEL_MODES="eval train")
+#                                    through each attention kernel (XL_KERNELS=own: xl's flash
+#                                    kernels; library: LibTorch's fused one; generic: the explicit
+#                                    path; and the default choice) at segments of 512 and 128 beside
+#                                    memories of 512 to 3,800 (KERNEL_SHAPES="TGT/MEM ..."), memory
+#                                    full: tokens/s and peak memory; training with deterministic
+#                                    algorithms off (XL_DETERMINISTIC=0), which xl's backward needs
 #   bash scripts/gpu-run.sh attention  bench/gpu_attention.py: which formulation of the attention
 #                                    core a GPU step should use (PyTorch alone; needs no build)
 #   bash scripts/gpu-run.sh profile  where a training step's time goes (PROFILES, default: the
@@ -134,11 +135,13 @@ if wants bench; then
   CONFIGS=enwik8 MODES=train PRECISIONS=fp16 extra
 fi
 if wants kernels; then
-  stage "attention kernels in evaluation"
-  for shape in ${KERNEL_SHAPES:-512/1024 128/512 128/1024 128/3800}; do
-    for k in own library ""; do
-      XL_KERNELS=$k XL_BENCH_TGT_LEN=${shape%/*} XL_BENCH_MEM_LEN=${shape#*/} REFERENCE= CONFIGS=enwik8 MODES=eval \
-        PRECISIONS=bf16 extra
+  stage "attention kernels"
+  for mode in ${KERNEL_MODES:-eval}; do
+    for shape in ${KERNEL_SHAPES:-512/1024 128/512 128/1024 128/3800}; do
+      for k in own library ""; do
+        XL_DETERMINISTIC=$([ "$mode" = train ] && echo 0 || echo 1) XL_KERNELS=$k XL_BENCH_TGT_LEN=${shape%/*} XL_BENCH_MEM_LEN=${shape#*/} REFERENCE= CONFIGS=enwik8 MODES=$mode \
+          PRECISIONS=bf16 extra
+      done
     done
   done
   XL_KERNELS=generic XL_BENCH_TGT_LEN=128 XL_BENCH_MEM_LEN=3800 REFERENCE= CONFIGS=enwik8 MODES=eval PRECISIONS=bf16 extra

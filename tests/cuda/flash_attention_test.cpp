@@ -28,6 +28,15 @@ bool flash_available() {
                                      1, false);
 }
 
+// LibTorch's deterministic algorithms on or off for a scope, restored after (the backward runs
+// with them off, as XL_DETERMINISTIC=0 leaves them: its sums are atomic).
+struct DeterministicScope {
+  const bool was = at::globalContext().deterministicAlgorithms();
+  const bool warn = at::globalContext().deterministicAlgorithmsWarnOnly();
+  explicit DeterministicScope(bool on) { at::globalContext().setDeterministicAlgorithms(on, false); }
+  ~DeterministicScope() { at::globalContext().setDeterministicAlgorithms(was, warn); }
+};
+
 #define REQUIRE_FLASH() \
   if (!flash_available()) GTEST_SKIP() << "no GPU, no flash kernel in this build, or a GPU older than sm_80"
 
@@ -94,6 +103,30 @@ Tensor naive(const Tensor& q, const Tensor& u, const Tensor& v, const Tensor& kv
   return out;
 }
 
+// The same function in float64 tensor operations that autograd differentiates: whole score
+// matrices, the relative shift as a gather by table row j + T - 1 - i.
+Tensor differentiable(const Tensor& q, const Tensor& u, const Tensor& v, const Tensor& kv,
+                      const std::vector<Tensor>& tables, const std::vector<KeyBlock>& blocks,
+                      const std::vector<int64_t>& heads, const Tensor& mask, double scale) {
+  const int64_t T = q.size(1), H = q.size(2);
+  const auto dbl = [](const Tensor& x) { return x.to(torch::kDouble); };
+  const Tensor idx = heads.empty() ? torch::arange(H, torch::kLong) : torch::tensor(heads, torch::kLong);
+  const Tensor perm = idx.to(q.device());
+  const Tensor Q = dbl(q), key = dbl(kv.select(2, 0)).index_select(2, perm), value = dbl(kv.select(2, 1)).index_select(2, perm);
+  const Tensor content = torch::einsum("bthd,bkhd->bhtk", {Q + dbl(u), key});
+  std::vector<Tensor> position;
+  for (size_t n = 0; n < blocks.size(); ++n) {
+    const Tensor all = torch::einsum("bthd,phd->bhtp", {Q + dbl(v), dbl(tables[n]).index_select(1, perm)});
+    const Tensor row = (torch::arange(blocks[n].len).unsqueeze(0) + (T - 1) - torch::arange(T).unsqueeze(1))
+                           .clamp(0, blocks[n].table - 1)
+                           .to(q.device());
+    position.push_back(all.gather(3, row.expand({all.size(0), H, T, blocks[n].len})));
+  }
+  const Tensor logits = (scale * (content + torch::cat(position, 3)))
+                            .masked_fill(mask.to(q.device()), -std::numeric_limits<double>::infinity());
+  return torch::einsum("bhtk,bkhd->bthd", {torch::softmax(logits, -1), value});
+}
+
 // One case's operands on `options`' device and dtype, in the projections' strided layouts.
 struct Inputs {
   std::vector<KeyBlock> blocks;
@@ -146,6 +179,33 @@ TEST(FlashRelAttention, TheExplicitLoopComputesTheCpuKernelsFunction) {
   }
 }
 
+TEST(FlashRelAttention, TheDifferentiableReferenceComputesTheLoopsFunctionAndTheCpuKernelsGradients) {
+  // The reference the backward is checked against: its values those of the loop, its gradients
+  // (autograd's, float64) those of xl's CPU kernel's own backward (float32).
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(name(c));
+    const Inputs in = inputs(c, torch::TensorOptions(torch::kCPU).dtype(torch::kFloat));
+    const Tensor loop = naive(in.q, in.u, in.v, in.kv, in.tables, in.blocks, c.heads, in.mask, in.scale);
+    std::vector<Tensor> leaves = {in.q.detach().requires_grad_(), in.u.detach().requires_grad_(),
+                                  in.v.detach().requires_grad_(), in.kv.detach().requires_grad_()};
+    for (const auto& t : in.tables) leaves.push_back(t.detach().requires_grad_());
+    const std::vector<Tensor> tables(leaves.begin() + 4, leaves.end());
+    const Tensor weight = torch::randn(loop.sizes(), torch::kDouble);
+    const Tensor ref = differentiable(leaves[0], leaves[1], leaves[2], leaves[3], tables, in.blocks, c.heads, in.mask,
+                                      in.scale);
+    EXPECT_LT((ref - loop).abs().max().item<double>(), 1e-9);
+    const auto ref_grads = torch::autograd::grad({(ref * weight).sum()}, leaves);
+    const Tensor cpu = chunked_relative_attention(leaves[0] + leaves[1], leaves[0] + leaves[2], leaves[3], tables,
+                                                  in.blocks, c.heads, in.mask, in.scale);
+    const auto cpu_grads = torch::autograd::grad({(cpu * weight.to(torch::kFloat)).sum()}, leaves);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      SCOPED_TRACE("operand " + std::to_string(i));
+      EXPECT_LT((cpu_grads[i].to(torch::kDouble) - ref_grads[i]).abs().max().item<double>(),
+                1e-4 * (1 + ref_grads[i].abs().max().item<double>()));
+    }
+  }
+}
+
 TEST(FlashRelAttention, MatchesAnExplicitLoop) {
   REQUIRE_FLASH();
   torch::NoGradGuard no_grad;
@@ -173,6 +233,51 @@ TEST(FlashRelAttention, MatchesAnExplicitLoop) {
   }
 }
 
+TEST(FlashRelAttention, BackwardMatchesAutogradOfTheReference) {
+  // Gradients in q, u, v, kv and the tables through the backward kernel against autograd of the
+  // float64 reference, on the operands rounded as the kernels read them.
+  REQUIRE_FLASH();
+  for (const Case& c : kCases) {
+    if (c.dh > 64) continue;  // the backward's widths
+    SCOPED_TRACE(name(c));
+    DeterministicScope nondeterministic(false);
+    const Inputs in = inputs(c, torch::TensorOptions(torch::kCUDA).dtype(c.given));
+    std::vector<Tensor> leaves = {in.q.detach().requires_grad_(), in.u.detach().requires_grad_(),
+                                  in.v.detach().requires_grad_(), in.kv.detach().requires_grad_()};
+    for (const auto& t : in.tables) leaves.push_back(t.detach().requires_grad_());
+    std::vector<Tensor> tables(leaves.begin() + 4, leaves.end());
+    Tensor out;
+    {
+      AutocastScope autocast(c.dtype == bf16 ? Precision::kBf16 : Precision::kFp16, torch::kCUDA);
+      KernelSetScope own(KernelSet::kOwn);
+      ASSERT_TRUE(flash_rel_attention_applies(in.q, in.blocks.size(), false));
+      out = flash_rel_attention(leaves[0], leaves[1], leaves[2], leaves[3], tables, in.blocks, c.heads, in.mask,
+                                in.scale);
+    }
+    const Tensor weight = torch::randn(out.sizes(), torch::TensorOptions(torch::kCUDA).dtype(torch::kDouble));
+    const auto grads = torch::autograd::grad({(out.to(torch::kDouble) * weight).sum()}, leaves);
+
+    std::vector<Tensor> rounded;
+    for (const Tensor& x : leaves) {
+      const bool bias = x.dim() == 2;  // u and v reach the kernel in float32
+      rounded.push_back((bias ? x.detach() : x.detach().to(c.dtype)).to(torch::kDouble).requires_grad_());
+    }
+    const Tensor ref = differentiable(rounded[0], rounded[1], rounded[2], rounded[3],
+                                      std::vector<Tensor>(rounded.begin() + 4, rounded.end()), in.blocks, c.heads,
+                                      in.mask, in.scale);
+    const auto ref_grads = torch::autograd::grad({(ref * weight).sum()}, rounded);
+    const char* names[] = {"q", "u", "v", "kv", "table 0", "table 1"};
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      SCOPED_TRACE(names[i]);
+      ASSERT_EQ(grads[i].scalar_type(), leaves[i].scalar_type());
+      const Tensor got = grads[i].to(torch::kDouble);
+      ASSERT_FALSE(torch::isnan(got).any().item<bool>());
+      // (A block hidden from every query, as same_length hides the aged one, has none.)
+      EXPECT_LE((got - ref_grads[i]).norm().item<double>(), 2e-2 * ref_grads[i].norm().item<double>());
+    }
+  }
+}
+
 TEST(FlashRelAttention, RunsByDefaultOnShortSegmentsOnly) {
   REQUIRE_FLASH();
   torch::NoGradGuard no_grad;
@@ -192,6 +297,14 @@ TEST(FlashRelAttention, RunsByDefaultOnShortSegmentsOnly) {
   }
   torch::AutoGradMode grad(true);
   EXPECT_FALSE(flash_rel_attention_applies(q, 2, false)) << "autograd on";
+  KernelSetScope own(KernelSet::kOwn);
+  {
+    DeterministicScope nondeterministic(false);
+    EXPECT_TRUE(flash_rel_attention_applies(q, 2, false)) << "autograd on, asked for";
+    EXPECT_FALSE(flash_rel_attention_applies(torch::zeros({2, 8, 4, 128}, bf16), 2, false)) << "autograd on, dh 128";
+  }
+  DeterministicScope deterministic(true);
+  EXPECT_FALSE(flash_rel_attention_applies(q, 2, false)) << "autograd on, deterministic algorithms";
 }
 
 TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
@@ -235,5 +348,65 @@ TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
   for (const Tensor& other : {library, generic}) {
     EXPECT_LT((flash - other).abs().mean().item<double>(), 2e-2 * other.abs().mean().item<double>());
     EXPECT_LT((flash.mean(-1) - other.mean(-1)).abs().max().item<double>(), 1e-2 * other.abs().mean().item<double>());
+  }
+}
+
+TEST(FlashRelAttention, TrainingMatchesLibTorchsKernel) {
+  REQUIRE_FLASH();
+  // A training step of the tiny model in bf16 (a skipped layer's aged memory, SCH): the loss and
+  // every parameter's gradient through xl's kernels as through LibTorch's fused attention.
+  ModelConfig c;
+  c.n_token = 30;
+  c.n_layer = 3;
+  c.d_model = 32;
+  c.n_head = 4;
+  c.d_head = 16;
+  c.d_inner = 64;
+  c.dropout = 0;
+  TransformerXL m(c);
+  m->reset_parameters(12);
+  m->to(torch::kCUDA, torch::kFloat32);
+  m->train();
+  auto run = [&](KernelSet set) {
+    KernelSetScope kernels(set);
+    DeterministicScope nondeterministic(false);
+    Memory mem = m->new_memory();
+    {
+      torch::NoGradGuard no_grad;  // a memory of two ages: layer 1 skips the second segment
+      for (int step = 0; step < 2; ++step) {
+        torch::manual_seed(step);
+        auto in = torch::randint(0, c.n_token, {3, 70}, torch::kLong).cuda();
+        ForwardOptions o;
+        o.mem_len = 90;
+        o.skip = {false, step == 1, false};
+        AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+        m->forward(in, in, mem, o);
+      }
+    }
+    m->zero_grad();
+    torch::manual_seed(5);
+    auto in = torch::randint(0, c.n_token, {3, 70}, torch::kLong).cuda();
+    auto tg = torch::randint(0, c.n_token, {3, 70}, torch::kLong).cuda();
+    ForwardOptions o;
+    o.mem_len = 90;
+    o.perms = {{}, {2, 3, 1, 0}, {}};
+    Tensor loss;
+    {
+      AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+      loss = m->forward(in, tg, mem, o).mean();
+    }
+    loss.backward();
+    std::vector<Tensor> grads = {loss.detach().to(torch::kDouble).cpu().view({1})};
+    for (const auto& p : m->parameters())
+      if (p.grad().defined()) grads.push_back(p.grad().to(torch::kDouble).cpu().flatten());
+    return grads;
+  };
+  const auto own = run(KernelSet::kOwn), library = run(KernelSet::kLibrary);
+  ASSERT_EQ(own.size(), library.size());
+  EXPECT_NEAR(own[0].item<double>(), library[0].item<double>(), 1e-2 * std::abs(library[0].item<double>()));
+  for (size_t i = 1; i < own.size(); ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    ASSERT_FALSE(torch::isnan(own[i]).any().item<bool>());
+    EXPECT_LT((own[i] - library[i]).norm().item<double>(), 5e-2 * library[i].norm().item<double>() + 1e-6);
   }
 }

@@ -2,6 +2,9 @@
 
 #include <torch/version.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "xl/model/kernels/cuda_support.h"
 #include "xl/util/error.h"
 
@@ -39,7 +42,8 @@ torch::Device parse_device(const std::string& name, int local_rank) {
 }
 
 void use_deterministic_kernels(const torch::Device& device) {
-  if (!device.is_cuda()) return;
+  const char* asked = std::getenv("XL_DETERMINISTIC");
+  if (!device.is_cuda() || (asked && std::string(asked) == "0")) return;
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
   // Deterministic mode in LibTorch 2.2+ also fills every new tensor with NaN, a guard against

@@ -16,7 +16,9 @@ torch::Device parse_device(const std::string& name, int local_rank = 0);
 // uninterrupted one did (with cuBLAS's fixed workspace, set at start-up). Strict: an operation
 // with no deterministic kernel stops the run instead of warning, and kernels that have a
 // deterministic mode use it (the fused attention's backward: one pass over the keys instead of
-// split sums). Nothing on a CPU, whose kernels are deterministic already.
+// split sums). Nothing on a CPU, whose kernels are deterministic already. XL_DETERMINISTIC=0 in the
+// environment leaves them off: a resumed run then matches the uninterrupted one only to rounding,
+// and kernels with atomic sums may run (xl's flash attention backward, with XL_KERNELS=own).
 void use_deterministic_kernels(const torch::Device& device);
 
 }  // namespace xl::model

@@ -8,22 +8,18 @@
 // The relative shift: query i and key col + j of a block read positional row j + T - 1 - i, so a
 // warp's 16 queries and a tile's 64 keys need 79 consecutive rows; their products with the
 // warp's positional queries are one 16 x 80 product, and score (r, c) reads its column 15 - r + c.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <mma.h>
 
 #include <cmath>
 
+#include "xl/model/kernels/flash_rel_attention_common.cuh"
 #include "xl/model/kernels/flash_rel_attention_kernel.h"
 
 namespace xl::model::cuda_kernels {
 namespace {
 
-constexpr int kCols = 64;                // keys per tile
+using namespace flash;
 constexpr int kWarpWindow = 16 + kCols;  // positional rows one warp reads (79 used)
-
-constexpr size_t round_up(size_t n) { return (n + 127) / 128 * 128; }
 
 // A block of WARPS warps, 16 queries each, with head width DH; its shared memory: pitches keep
 // each 16 x 16 fragment 32-byte aligned and rows off one bank.
@@ -50,33 +46,6 @@ struct Smem {
   static constexpr size_t per_warp = out + round_up(16 * ld_out * 4);
   static constexpr size_t bytes = warps + WARPS * per_warp;
 };
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half from_float(float x) { return __float2half(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-
-// Stages `rows` rows of dh elements into dst (pitch ld, zero past dh and for rows src(r) == null):
-// 16-byte copies when every row allows them, else element by element.
-template <typename T, int DH, int THREADS, typename RowPtr>
-__device__ __forceinline__ void stage_rows(T* dst, int ld, int rows, int dh, bool vector_ok, RowPtr src) {
-  constexpr int chunks = DH / 8;
-  for (int idx = threadIdx.x; idx < rows * chunks; idx += THREADS) {
-    const int r = idx / chunks, c = (idx % chunks) * 8;
-    const T* s = src(r);
-    T* d = dst + r * ld + c;
-    if (s && vector_ok && c + 8 <= dh) {
-      *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(s + c);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) d[e] = (s && c + e < dh) ? s[c + e] : from_float<T>(0.f);
-    }
-  }
-}
 
 template <typename T, int DH, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const FlashRelAttentionArgs a, bool vector_ok) {
@@ -246,6 +215,8 @@ __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const F
     T* o = static_cast<T*>(a.out) + ((int64_t(b) * t_len + i) * a.heads + h) * dh;
     const float* orow = s_out + row * S::ld_out;
     for (int c = half * (DH / 2); c < (half + 1) * (DH / 2) && c < dh; ++c) o[c] = from_float<T>(orow[c] * inv);
+    if (a.log_sum && half == 0)
+      a.log_sum[(int64_t(b) * t_len + i) * a.heads + h] = run_sum > 0.f ? run_max + log2f(run_sum) : INFINITY;
   }
 #else
   __trap();  // tensor-core bf16/fp16 fragments need compute capability 8.0 (the caller checks)
@@ -268,15 +239,6 @@ const char* launch_warps(const FlashRelAttentionArgs& a, bool vector_ok, cudaStr
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-// The most shared memory one block of the current device may have (0 if it cannot be read).
-size_t block_smem_limit() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return 0;
-  return static_cast<size_t>(bytes);
-}
-
 template <typename T, int DH>
 const char* launch(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t stream) {
   const size_t limit = block_smem_limit();
@@ -284,9 +246,6 @@ const char* launch(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t 
   if (Smem<DH, 4>::bytes <= limit) return launch_warps<T, DH, 4>(a, vector_ok, stream);
   return "flash relative attention: not enough shared memory on this GPU for this head width";
 }
-
-// Head widths rounded up to one of the instantiated ones (zero columns change nothing).
-int instantiated_width(int dh) { return dh <= 32 ? 32 : dh <= 48 ? 48 : dh <= 64 ? 64 : dh <= 128 ? 128 : 0; }
 
 template <typename T>
 const char* launch_width(const FlashRelAttentionArgs& a, bool vector_ok, cudaStream_t stream) {
@@ -298,8 +257,6 @@ const char* launch_width(const FlashRelAttentionArgs& a, bool vector_ok, cudaStr
     default: return "flash relative attention: head width over 128";
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -30,6 +30,7 @@ struct FlashRelAttentionArgs {
   int64_t table_rows[kMaxKeyBlocks] = {}, table_stride[kMaxKeyBlocks][2] = {};
   int key_head[kMaxHeads] = {};  // SCH: query head h reads keys, values and tables of head key_head[h]
   void* out = nullptr;           // [B, T, H, dh], contiguous
+  float* log_sum = nullptr;      // [B, T, H] or null: each row's log2 sum of exp2(scores in log2 units), for the backward
   int batch = 0, queries = 0, heads = 0, keys = 0, head_width = 0;
   float scale = 1;
 };
@@ -42,5 +43,25 @@ bool flash_rel_attention_fits(int head_width);
 
 // Launches on `stream` (a cudaStream_t); nullptr when launched, else CUDA's error message.
 const char* launch_flash_rel_attention(const FlashRelAttentionArgs& args, Element element, void* stream);
+
+// The backward's operands: the forward's (with log_sum as the forward wrote it) and the gradients,
+// float32 buffers [shape as their operand's, contiguous] that the kernel adds into (zeroed first).
+// The queries' gradient comes in two parts: through the content scores (q + u) and through the
+// positional scores (q + v); u's and v's gradients are their sums.
+struct FlashRelAttentionGradArgs {
+  FlashRelAttentionArgs forward;
+  const void* grad_out = nullptr;  // [B, T, H, dh], contiguous
+  const float* delta = nullptr;    // [B, T, H]: sum over dh of grad_out * out
+  float* grad_q_content = nullptr;   // [B, T, H, dh]
+  float* grad_q_position = nullptr;  // [B, T, H, dh]
+  float* grad_key = nullptr;         // [B, K, H, dh]
+  float* grad_value = nullptr;       // [B, K, H, dh]
+  float* grad_table[kMaxKeyBlocks] = {};  // [P, H, dh] each
+};
+
+// Whether the backward was compiled and the current GPU gives a block the shared memory it needs
+// at this head width (dh <= 64: 192 KB, an H100's or H200's 227 KB; not an A100's 163).
+bool flash_rel_attention_backward_fits(int head_width);
+const char* launch_flash_rel_attention_backward(const FlashRelAttentionGradArgs& args, Element element, void* stream);
 
 }  // namespace xl::model::cuda_kernels

@@ -10,4 +10,10 @@ const char* launch_flash_rel_attention(const FlashRelAttentionArgs&, Element, vo
   return "this build of xl has no CUDA kernels (no CUDA compiler was found)";
 }
 
+bool flash_rel_attention_backward_fits(int) { return false; }
+
+const char* launch_flash_rel_attention_backward(const FlashRelAttentionGradArgs&, Element, void*) {
+  return "this build of xl has no CUDA kernels (no CUDA compiler was found)";
+}
+
 }  // namespace xl::model::cuda_kernels
