@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -41,9 +42,12 @@ torch::Device parse_device(const std::string& name, int local_rank) {
   XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
 }
 
-void use_deterministic_kernels(const torch::Device& device) {
-  const char* asked = std::getenv("XL_DETERMINISTIC");
-  if (!device.is_cuda() || (asked && std::string(asked) == "0")) return;
+bool use_deterministic_kernels(const torch::Device& device) {
+  if (!device.is_cuda()) return true;
+  const std::string asked = std::getenv("XL_DETERMINISTIC") ? std::getenv("XL_DETERMINISTIC") : "";
+  if (asked == "0") return false;
+  if (!asked.empty() && asked != "1")
+    std::fprintf(stderr, "xl: XL_DETERMINISTIC=%s is not 0 or 1; deterministic GPU kernels stay on\n", asked.c_str());
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
   // Deterministic mode in LibTorch 2.2+ also fills every new tensor with NaN, a guard against
@@ -52,6 +56,7 @@ void use_deterministic_kernels(const torch::Device& device) {
   // training step profiled with synchronous kernels.
   at::globalContext().setDeterministicFillUninitializedMemory(false);
 #endif
+  return true;
 }
 
 }  // namespace xl::model

@@ -19,6 +19,7 @@ torch::Device parse_device(const std::string& name, int local_rank = 0);
 // split sums). Nothing on a CPU, whose kernels are deterministic already. XL_DETERMINISTIC=0 in the
 // environment leaves them off: a resumed run then matches the uninterrupted one only to rounding,
 // and kernels with atomic sums may run (xl's flash attention backward, with XL_KERNELS=own).
-void use_deterministic_kernels(const torch::Device& device);
+// Returns whether the device's kernels are deterministic now (a CPU's always are).
+bool use_deterministic_kernels(const torch::Device& device);
 
 }  // namespace xl::model

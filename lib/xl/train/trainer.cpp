@@ -423,7 +423,8 @@ int Trainer::run() {
   device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
   // differ in the last bits.
-  model::use_deterministic_kernels(device_);
+  if (!model::use_deterministic_kernels(device_))
+    log::warn("XL_DETERMINISTIC=0: deterministic GPU kernels off; a resumed run matches this one only to rounding");
   comm_ = Communicator::connect(dist_, device_);
   if (req_.resume) {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
