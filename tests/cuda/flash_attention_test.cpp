@@ -165,6 +165,26 @@ const std::vector<Case> kCases = {
     {3, 1, 4, 64, 30, 200, false, f16, f32, {3, 2, 1, 0}}, {1, 130, 2, 128, 0, 70, true, bf16, bf16, {}},
 };
 
+// The model the model-level tests run: 3 layers of 4 heads of 16, no dropout.
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.n_token = 30;
+  c.n_layer = 3;
+  c.d_model = 32;
+  c.n_head = 4;
+  c.d_head = 16;
+  c.d_inner = 64;
+  c.dropout = 0;
+  return c;
+}
+
+TransformerXL tiny_model_on_gpu(const ModelConfig& c, uint64_t seed) {
+  TransformerXL m(c);
+  m->reset_parameters(seed);
+  m->to(torch::kCUDA, torch::kFloat32);
+  return m;
+}
+
 }  // namespace
 
 TEST(FlashRelAttention, TheExplicitLoopComputesTheCpuKernelsFunction) {
@@ -312,17 +332,8 @@ TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
   // The tiny model evaluated in bf16 over segments with a skipped layer (memories of two ages),
   // SCH and a head mask: through xl's kernel, LibTorch's fused attention with the positional
   // bias, and the explicit path; each the same losses within bf16 rounding.
-  ModelConfig c;
-  c.n_token = 30;
-  c.n_layer = 3;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.d_head = 16;
-  c.d_inner = 64;
-  c.dropout = 0;
-  TransformerXL m(c);
-  m->reset_parameters(11);
-  m->to(torch::kCUDA, torch::kFloat32);
+  const ModelConfig c = tiny_config();
+  TransformerXL m = tiny_model_on_gpu(c, 11);
   m->eval();
   auto run = [&](KernelSet set) {
     KernelSetScope kernels(set);
@@ -355,17 +366,8 @@ TEST(FlashRelAttention, TrainingMatchesLibTorchsKernel) {
   REQUIRE_FLASH();
   // A training step of the tiny model in bf16 (a skipped layer's aged memory, SCH): the loss and
   // every parameter's gradient through xl's kernels as through LibTorch's fused attention.
-  ModelConfig c;
-  c.n_token = 30;
-  c.n_layer = 3;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.d_head = 16;
-  c.d_inner = 64;
-  c.dropout = 0;
-  TransformerXL m(c);
-  m->reset_parameters(12);
-  m->to(torch::kCUDA, torch::kFloat32);
+  const ModelConfig c = tiny_config();
+  TransformerXL m = tiny_model_on_gpu(c, 12);
   m->train();
   auto run = [&](KernelSet set) {
     KernelSetScope kernels(set);
