@@ -10,6 +10,7 @@
 #include "xl/h5/tokens_file.h"
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/model_io.h"
 #include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
@@ -425,6 +426,9 @@ int Trainer::run() {
   // differ in the last bits.
   if (!model::use_deterministic_kernels(device_))
     log::warn("XL_DETERMINISTIC=0: deterministic GPU kernels off; a resumed run matches this one only to rounding");
+  else if (device_.is_cuda() && model::kernel_set() == model::KernelSet::kOwn)
+    log::warn("XL_KERNELS=own: xl's attention backward needs XL_DETERMINISTIC=0 (its sums are atomic); "
+              "training keeps LibTorch's attention kernel");
   comm_ = Communicator::connect(dist_, device_);
   if (req_.resume) {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");

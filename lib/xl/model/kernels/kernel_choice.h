@@ -5,8 +5,10 @@
 // in bf16/fp16). By default each operation takes the kernel measured fastest for its shape.
 // Narrowing the set lets the tests check on a CPU what a GPU would compute, and a GPU benchmark
 // time each kernel against the one it replaces. XL_KERNELS in the environment sets it for a whole
-// process: "own" (xl's own CUDA kernels wherever they apply), "library" (none of them: LibTorch's
-// fused attention) or "generic" (the explicit attention; no fused kernels at all).
+// process: "own" (xl's own CUDA kernels wherever they apply; in training only with deterministic
+// algorithms off, XL_DETERMINISTIC=0, since the attention backward's sums are atomic), "library"
+// (none of them: LibTorch's fused attention) or "generic" (the explicit attention; no fused
+// kernels at all).
 #pragma once
 #include <torch/torch.h>
 
