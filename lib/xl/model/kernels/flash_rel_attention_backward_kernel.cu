@@ -130,15 +130,7 @@ __global__ void __launch_bounds__(32 * kWarps) flash_rel_attention_backward_kern
   const T* q = static_cast<const T*>(a.q) + b * a.q_stride[0] + h * a.q_stride[2];
   const T* dout = static_cast<const T*>(g.grad_out) + int64_t(b) * t_len * heads * dh + h * dh;
 
-  const int64_t key_row0 = int64_t(b) * a.key_stride[0] + int64_t(hk) * a.key_stride[2];
-  const int64_t value_row0 = int64_t(b) * a.value_stride[0] + int64_t(hk) * a.value_stride[2];
-  stage_rows<T, DH, kThreads>(s_key, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
-    return r < cols ? static_cast<const T*>(a.key) + key_row0 + int64_t(col + j0 + r) * a.key_stride[1] : nullptr;
-  });
-  stage_rows<T, DH, kThreads>(s_value, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
-    return r < cols ? static_cast<const T*>(a.value) + value_row0 + int64_t(col + j0 + r) * a.value_stride[1]
-                    : nullptr;
-  });
+  stage_key_tile<T, DH, kThreads>(a, b, hk, col + j0, cols, s_key, s_value, S::ld, vector_ok);
   for (int idx = threadIdx.x; idx < kWindow * S::ld_acc; idx += kThreads) s_table_grad[idx] = 0.f;
 
   Frag16 grad_key[kSteps], grad_value[kSteps];
@@ -164,13 +156,7 @@ __global__ void __launch_bounds__(32 * kWarps) flash_rel_attention_backward_kern
   for (int i0 = 0; i0 < t_len; i0 += kRows) {
     first = int64_t(j0) + t_len - 1 - (i0 + kRows - 1);
     __syncthreads();  // the last chunk's staged rows are consumed
-    bool any = false;
-    for (int idx = threadIdx.x; idx < kRows * kCols; idx += kThreads) {
-      const int r = idx / kCols, c = idx % kCols, i = i0 + r;
-      const bool seen = i < t_len && c < cols && !(a.mask && a.mask[int64_t(i) * a.keys + col + j0 + c]);
-      s_visible[idx] = seen;
-      any |= seen;
-    }
+    const bool any = stage_visibility<kRows, kThreads>(a, i0, col + j0, cols, s_visible);
     if (__syncthreads_or(any)) {
       for (int idx = threadIdx.x; idx < kRows * DH; idx += kThreads) {
         const int r = idx / DH, c = idx % DH, i = i0 + r;
@@ -197,43 +183,12 @@ __global__ void __launch_bounds__(32 * kWarps) flash_rel_attention_backward_kern
       const T* qc = s_qc + warp * 16 * S::ld;
       const T* qp = s_qp + warp * 16 * S::ld;
       const T* dow = s_dout + warp * 16 * S::ld;
-      Frag16 acc;
-#pragma unroll
-      for (int n = 0; n < kCols / 16; ++n) {
-        wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-        for (int k = 0; k < kSteps; ++k) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
-          wmma::load_matrix_sync(qf, qc + k * 16, S::ld);
-          wmma::load_matrix_sync(kf, s_key + n * 16 * S::ld + k * 16, S::ld);
-          wmma::mma_sync(acc, qf, kf, acc);
-        }
-        wmma::store_matrix_sync(s_score + n * 16, acc, S::ld_score, wmma::mem_row_major);
-        wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-        for (int k = 0; k < kSteps; ++k) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> df;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> vf;
-          wmma::load_matrix_sync(df, dow + k * 16, S::ld);
-          wmma::load_matrix_sync(vf, s_value + n * 16 * S::ld + k * 16, S::ld);
-          wmma::mma_sync(acc, df, vf, acc);
-        }
-        wmma::store_matrix_sync(s_dprob + n * 16, acc, S::ld_score, wmma::mem_row_major);
-      }
-#pragma unroll
-      for (int n = 0; n < kWarpWindow / 16; ++n) {
-        wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-        for (int k = 0; k < kSteps; ++k) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> rf;
-          wmma::load_matrix_sync(qf, qp + k * 16, S::ld);
-          wmma::load_matrix_sync(rf, window + n * 16 * S::ld + k * 16, S::ld);
-          wmma::mma_sync(acc, qf, rf, acc);
-        }
-        wmma::store_matrix_sync(s_pos + n * 16, acc, S::ld_pos, wmma::mem_row_major);
-      }
+      product_with_rows<T, DH, kCols / 16>([&](int k) { return rows_fragment(qc + k * 16, S::ld); }, s_key, S::ld,
+                                           s_score, S::ld_score);
+      product_with_rows<T, DH, kCols / 16>([&](int k) { return rows_fragment(dow + k * 16, S::ld); }, s_value, S::ld,
+                                           s_dprob, S::ld_score);
+      product_with_rows<T, DH, kWarpWindow / 16>([&](int k) { return rows_fragment(qp + k * 16, S::ld); }, window,
+                                                 S::ld, s_pos, S::ld_pos);
       __syncwarp();
 
       // P and G for the warp's rows, two lanes a row; G also by window row into the band (chunk
@@ -288,54 +243,22 @@ __global__ void __launch_bounds__(32 * kWarps) flash_rel_attention_backward_kern
         __syncwarp();
       };
       if (i_warp < t_len) {
-#pragma unroll
-        for (int n = 0; n < kSteps; ++n) {
-          wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-          for (int k = 0; k < kCols / 16; ++k) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> gf;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> kf;
-            wmma::load_matrix_sync(gf, s_grad + warp * 16 * S::ld_tile + k * 16, S::ld_tile);
-            wmma::load_matrix_sync(kf, s_key + k * 16 * S::ld + n * 16, S::ld);
-            wmma::mma_sync(acc, gf, kf, acc);
-          }
-          wmma::store_matrix_sync(s_score + n * 16, acc, S::ld_score, wmma::mem_row_major);
-        }
+        product_into<T, DH, false>(
+            [&](int k) { return rows_fragment(s_grad + warp * 16 * S::ld_tile + k * 16, S::ld_tile); }, 0, kCols / 16,
+            s_key, S::ld, s_score, S::ld_score);
         add_queries(g.grad_q_content);
-#pragma unroll
-        for (int n = 0; n < kSteps; ++n) {
-          wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-          for (int k = 3 - warp; k < 8 - warp; ++k) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> bf;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> rf;
-            wmma::load_matrix_sync(bf, s_band + warp * 16 * S::ld_band + k * 16, S::ld_band);
-            wmma::load_matrix_sync(rf, s_table + k * 16 * S::ld + n * 16, S::ld);
-            wmma::mma_sync(acc, bf, rf, acc);
-          }
-          wmma::store_matrix_sync(s_score + n * 16, acc, S::ld_score, wmma::mem_row_major);
-        }
+        product_into<T, DH, false>(
+            [&](int k) { return rows_fragment(s_band + warp * 16 * S::ld_band + k * 16, S::ld_band); }, 3 - warp,
+            8 - warp, s_table, S::ld, s_score, S::ld_score);
         add_queries(g.grad_q_position);
       }
 
       // The window's gradient, band^T (q + v): this warp's window rows 32 warp .. + 31.
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        float* dst = s_table_grad + (32 * warp + 16 * m) * S::ld_acc;
-#pragma unroll
-        for (int n = 0; n < kSteps; ++n) {
-          wmma::load_matrix_sync(acc, dst + n * 16, S::ld_acc, wmma::mem_row_major);
-#pragma unroll
-          for (int k = 0; k < kRows / 16; ++k) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> bt;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> qf;
-            wmma::load_matrix_sync(bt, s_band + k * 16 * S::ld_band + 32 * warp + 16 * m, S::ld_band);
-            wmma::load_matrix_sync(qf, s_qp + k * 16 * S::ld + n * 16, S::ld);
-            wmma::mma_sync(acc, bt, qf, acc);
-          }
-          wmma::store_matrix_sync(dst + n * 16, acc, S::ld_acc, wmma::mem_row_major);
-        }
-      }
+      for (int m = 0; m < 2; ++m)
+        product_into<T, DH, true>(
+            [&](int k) { return transposed_fragment(s_band + k * 16 * S::ld_band + 32 * warp + 16 * m, S::ld_band); },
+            0, kRows / 16, s_qp, S::ld, s_table_grad + (32 * warp + 16 * m) * S::ld_acc, S::ld_acc);
     }
     // The next chunk's window starts kRows rows lower: this window's upper half is done.
     __syncthreads();
@@ -407,10 +330,7 @@ const char* launch_flash_rel_attention_backward(const FlashRelAttentionGradArgs&
   const FlashRelAttentionArgs& a = g.forward;
   if (a.blocks < 1 || a.blocks > kMaxKeyBlocks || a.heads > kMaxHeads || !a.log_sum)
     return "flash relative attention backward: bad shape";
-  bool vector_ok = a.head_width % 8 == 0 && aligned16(a.key) && aligned16(a.value);
-  for (int d = 0; d < 3; ++d) vector_ok = vector_ok && a.key_stride[d] % 8 == 0 && a.value_stride[d] % 8 == 0;
-  for (int blk = 0; blk < a.blocks; ++blk)
-    vector_ok = vector_ok && aligned16(a.table[blk]) && a.table_stride[blk][0] % 8 == 0 && a.table_stride[blk][1] % 8 == 0;
+  const bool vector_ok = flash::rows_copy_by_16_bytes(a);
   auto s = static_cast<cudaStream_t>(stream);
   return element == Element::kBf16 ? launch_width<__nv_bfloat16>(g, vector_ok, s) : launch_width<__half>(g, vector_ok, s);
 }

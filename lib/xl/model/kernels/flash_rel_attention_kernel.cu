@@ -107,23 +107,9 @@ __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const F
     for (int j0 = 0; j0 < len; j0 += kCols) {
       const int cols = min(kCols, len - j0);
       __syncthreads();  // the last tile's staged rows are consumed
-      bool any = false;
-      for (int idx = threadIdx.x; idx < kRows * kCols; idx += kThreads) {
-        const int r = idx / kCols, c = idx % kCols, i = i0 + r;
-        const bool seen = i < t_len && c < cols && !(a.mask && a.mask[int64_t(i) * a.keys + col + j0 + c]);
-        s_visible[idx] = seen;
-        any |= seen;
-      }
+      const bool any = stage_visibility<kRows, kThreads>(a, i0, col + j0, cols, s_visible);
       if (!__syncthreads_or(any)) continue;  // every key of the tile hidden from every query
-      const int64_t key_row0 = int64_t(b) * a.key_stride[0] + int64_t(hk) * a.key_stride[2];
-      const int64_t value_row0 = int64_t(b) * a.value_stride[0] + int64_t(hk) * a.value_stride[2];
-      stage_rows<T, DH, kThreads>(s_key, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
-        return r < cols ? static_cast<const T*>(a.key) + key_row0 + int64_t(col + j0 + r) * a.key_stride[1] : nullptr;
-      });
-      stage_rows<T, DH, kThreads>(s_value, S::ld, kCols, dh, vector_ok, [&](int r) -> const T* {
-        return r < cols ? static_cast<const T*>(a.value) + value_row0 + int64_t(col + j0 + r) * a.value_stride[1]
-                        : nullptr;
-      });
+      stage_key_tile<T, DH, kThreads>(a, b, hk, col + j0, cols, s_key, s_value, S::ld, vector_ok);
       // Row s of the window: table row j0 + T - 1 - (i0 + kRows - 1) + s.
       const int64_t first = int64_t(j0) + t_len - 1 - (i0 + kRows - 1);
       stage_rows<T, DH, kThreads>(s_table, S::ld, kWindow, dh, vector_ok, [&](int s) -> const T* {
@@ -133,31 +119,12 @@ __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const F
       __syncthreads();
       if (!warp_has_rows) continue;
 
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-#pragma unroll
-      for (int n = 0; n < kCols / 16; ++n) {
-        wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-        for (int k = 0; k < kSteps; ++k) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
-          wmma::load_matrix_sync(kf, s_key + n * 16 * S::ld + k * 16, S::ld);
-          wmma::mma_sync(acc, q_content[k], kf, acc);
-        }
-        wmma::store_matrix_sync(s_score + n * 16, acc, S::ld_score, wmma::mem_row_major);
-      }
+      product_with_rows<T, DH, kCols / 16>([&](int k) -> const auto& { return q_content[k]; }, s_key, S::ld, s_score,
+                                           S::ld_score);
       // This warp's rows i0 + 16 warp + r read window rows from (kRows - 16 - 16 warp).
       const T* window = s_table + (kRows - 16 - 16 * warp) * S::ld;
-#pragma unroll
-      for (int n = 0; n < kWarpWindow / 16; ++n) {
-        wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-        for (int k = 0; k < kSteps; ++k) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> rf;
-          wmma::load_matrix_sync(rf, window + n * 16 * S::ld + k * 16, S::ld);
-          wmma::mma_sync(acc, q_position[k], rf, acc);
-        }
-        wmma::store_matrix_sync(s_pos + n * 16, acc, S::ld_pos, wmma::mem_row_major);
-      }
+      product_with_rows<T, DH, kWarpWindow / 16>([&](int k) -> const auto& { return q_position[k]; }, window, S::ld,
+                                                 s_pos, S::ld_pos);
       __syncwarp();
 
       // Online softmax over the tile: two lanes per row.
@@ -192,19 +159,8 @@ __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const F
       __syncwarp();
 
       // out += probs . values
-#pragma unroll
-      for (int n = 0; n < kSteps; ++n) {
-        wmma::load_matrix_sync(acc, s_out + n * 16, S::ld_out, wmma::mem_row_major);
-#pragma unroll
-        for (int k = 0; k < kCols / 16; ++k) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
-          wmma::load_matrix_sync(pf, s_prob + k * 16, S::ld_prob);
-          wmma::load_matrix_sync(vf, s_value + k * 16 * S::ld + n * 16, S::ld);
-          wmma::mma_sync(acc, pf, vf, acc);
-        }
-        wmma::store_matrix_sync(s_out + n * 16, acc, S::ld_out, wmma::mem_row_major);
-      }
+      product_into<T, DH, true>([&](int k) { return rows_fragment(s_prob + k * 16, S::ld_prob); }, 0, kCols / 16,
+                                s_value, S::ld, s_out, S::ld_out);
       __syncwarp();
     }
   }
@@ -275,11 +231,7 @@ bool flash_rel_attention_fits(int head_width) {
 
 const char* launch_flash_rel_attention(const FlashRelAttentionArgs& a, Element element, void* stream) {
   if (a.blocks < 1 || a.blocks > kMaxKeyBlocks || a.heads > kMaxHeads) return "flash relative attention: bad shape";
-  // 16-byte row copies when every row starts on a 16-byte boundary (8 elements).
-  bool vector_ok = a.head_width % 8 == 0 && aligned16(a.key) && aligned16(a.value);
-  for (int d = 0; d < 3; ++d) vector_ok = vector_ok && a.key_stride[d] % 8 == 0 && a.value_stride[d] % 8 == 0;
-  for (int blk = 0; blk < a.blocks; ++blk)
-    vector_ok = vector_ok && aligned16(a.table[blk]) && a.table_stride[blk][0] % 8 == 0 && a.table_stride[blk][1] % 8 == 0;
+  const bool vector_ok = flash::rows_copy_by_16_bytes(a);
   auto s = static_cast<cudaStream_t>(stream);
   return element == Element::kBf16 ? launch_width<__nv_bfloat16>(a, vector_ok, s) : launch_width<__half>(a, vector_ok, s);
 }
