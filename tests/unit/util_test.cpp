@@ -1,15 +1,25 @@
-// The small parsers every tool uses, the statistics of repeated runs, and how the stop signals arrive.
+// The small parsers every tool uses, reading whole inputs, the statistics of repeated runs, and how
+// the stop signals arrive.
 #include <gtest/gtest.h>
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <sstream>
 #include <thread>
 
+#include <boost/iostreams/copy.hpp>
+#include <boost/iostreams/filter/gzip.hpp>
+#include <boost/iostreams/filtering_stream.hpp>
+
+#include "test_support.h"
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 #include "xl/util/parse.h"
 #include "xl/util/signals.h"
 #include "xl/util/spelling.h"
@@ -77,6 +87,42 @@ TEST(Spelling, EditDistanceAndTheNearestName) {
   EXPECT_EQ(nearest("n-l", flags), "n-layer");
   EXPECT_EQ(nearest("n-", flags), "");                              // too short
   EXPECT_EQ(nearest("mem", {"mem-len", "mem-budget"}), "");         // the start of two
+}
+
+// Inputs of unknown length (a FIFO, as `<(zcat ...)` gives; a decompressor's output) are read in
+// blocks of 64 MB and joined: more than two blocks, in writes that straddle their edges, must come
+// back byte for byte. Numbered lines make any block out of place or cut short show.
+TEST(Io, InputsOfUnknownLengthArriveWholeAndInOrder) {
+  std::string text;
+  for (size_t line = 0; text.size() < (size_t{64} << 20) * 2 + 12345; ++line) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%09zu\n", line);
+    text += buf;
+  }
+  test::TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::FILE* f = std::fopen(fifo.c_str(), "wb");
+    for (size_t at = 0; f && at < text.size(); at += 1000003)
+      std::fwrite(text.data() + at, 1, std::min<size_t>(1000003, text.size() - at), f);
+    if (f) std::fclose(f);
+  });
+  const std::string got = io::read_raw(fifo);
+  writer.join();
+  ASSERT_EQ(got.size(), text.size());
+  EXPECT_TRUE(got == text);
+
+  std::ostringstream gz;
+  {
+    boost::iostreams::filtering_ostream out;
+    out.push(boost::iostreams::gzip_compressor(boost::iostreams::gzip_params(1)));
+    out.push(gz);
+    out << text;
+  }
+  const std::string unpacked = io::read_text(dir.write("text.gz", gz.str()));
+  ASSERT_EQ(unpacked.size(), text.size());
+  EXPECT_TRUE(unpacked == text);
 }
 
 TEST(Stats, StudentQuantilesAndIntervals) {

@@ -14,9 +14,11 @@
 #include <iterator>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
+#include <boost/core/ref.hpp>
 #include <boost/iostreams/copy.hpp>
-#include <boost/iostreams/device/back_inserter.hpp>
+#include <boost/iostreams/device/array.hpp>
 #include <boost/iostreams/filter/bzip2.hpp>
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
@@ -42,34 +44,82 @@ bool is_dir(const std::string& path) {
 
 std::string display_name(const std::string& path) { return is_stdio(path) ? "<stdin>" : path; }
 
-std::string read_raw(const std::string& path) {
-  if (is_stdio(path)) {
-    std::ios::sync_with_stdio(false);
+namespace {
+
+// Bytes of unknown length (a pipe, a FIFO, a decompressor's output) gathered in blocks and joined
+// once: a string growing by doubling held up to twice (three times, with a compressed input) what
+// was read. Blocks of 64 MB are above glibc's largest mmap threshold (32 MB), so each is mapped on
+// its own and returned to the system as it is copied out: the peak is the bytes and one block.
+class Blocks {
+ public:
+  using char_type = char;
+  using category = boost::iostreams::sink_tag;
+  static constexpr size_t kBlock = size_t{64} << 20;
+
+  std::streamsize write(const char* data, std::streamsize n) {
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      if (blocks_.empty() || blocks_.back().size() == kBlock) {
+        blocks_.emplace_back();
+        blocks_.back().reserve(kBlock);  // address space only: pages are touched as written
+      }
+      std::string& b = blocks_.back();
+      const size_t take = std::min(left, kBlock - b.size());
+      b.append(data, take);
+      data += take;
+      left -= take;
+    }
+    return n;
+  }
+
+  std::string take() {
+    size_t total = 0;
+    for (const auto& b : blocks_) total += b.size();
+    std::string all;
+    all.reserve(total);
+    for (auto& b : blocks_) {
+      all += b;
+      std::string().swap(b);
+    }
+    blocks_.clear();
+    return all;
+  }
+
+ private:
+  std::vector<std::string> blocks_;
+};
+
+// Everything left in f; `size` bytes are expected when known (a regular file), 0 otherwise.
+std::string read_stream(std::FILE* f, off_t size, const std::string& name) {
+  std::array<char, 1 << 16> buf;
+  size_t n;
+  if (size > 0) {  // read straight into a string of the right size
     std::string data;
-    // A file redirected to stdin has a size: reserved at once, as growing by doubling held up to
-    // three times what was read at each reallocation.
-    struct stat st;
-    if (::fstat(0, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) data.reserve(static_cast<size_t>(st.st_size));
-    std::array<char, 1 << 16> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), stdin)) > 0) data.append(buf.data(), n);
-    XL_CHECK(!std::ferror(stdin), kExitIoErr, "<stdin>: read error: " << std::strerror(errno));
+    data.reserve(static_cast<size_t>(size));
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) data.append(buf.data(), n);
+    XL_CHECK(!std::ferror(f), kExitIoErr, name << ": read error: " << std::strerror(errno));
     return data;
   }
+  Blocks blocks;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) blocks.write(buf.data(), static_cast<std::streamsize>(n));
+  XL_CHECK(!std::ferror(f), kExitIoErr, name << ": read error: " << std::strerror(errno));
+  return blocks.take();
+}
+
+}  // namespace
+
+std::string read_raw(const std::string& path) {
   struct stat st;
+  if (is_stdio(path)) {
+    std::ios::sync_with_stdio(false);
+    const bool regular = ::fstat(0, &st) == 0 && S_ISREG(st.st_mode);  // a file redirected to stdin
+    return read_stream(stdin, regular ? st.st_size : 0, "<stdin>");
+  }
   if (::stat(path.c_str(), &st) != 0) XL_FAIL(kExitNoInput, path << ": " << std::strerror(errno));
   XL_CHECK(!S_ISDIR(st.st_mode), kExitNoInput, path << ": is a directory");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   XL_CHECK(f, kExitNoInput, path << ": " << std::strerror(errno));
-  std::string data;
-  if (S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
-  std::array<char, 1 << 16> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) data.append(buf.data(), n);
-  bool failed = std::ferror(f);
-  std::fclose(f);
-  XL_CHECK(!failed, kExitIoErr, path << ": read error");
-  return data;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
+  return read_stream(f, S_ISREG(st.st_mode) ? st.st_size : 0, path);
 }
 
 std::string read_head(const std::string& path, size_t n) {
@@ -87,18 +137,19 @@ std::string read_text(const std::string& path) {
             static_cast<unsigned char>(raw[1]) == 0x8b;
   bool bz = raw.size() >= 3 && raw.compare(0, 3, "BZh") == 0;
   if (!gz && !bz) return raw;
-  std::string out;
+  Blocks out;
   try {
     bio::filtering_istream in;
     if (gz) in.push(bio::gzip_decompressor());
     else in.push(bio::bzip2_decompressor());
     in.push(bio::array_source(raw.data(), raw.size()));
-    bio::copy(in, bio::back_inserter(out));
+    bio::copy(in, boost::ref(out));
   } catch (const std::exception& e) {
     XL_FAIL(kExitDataErr, display_name(path) << ": corrupt " << (gz ? "gzip" : "bzip2")
                                              << " data (" << e.what() << ")");
   }
-  return out;
+  std::string().swap(raw);
+  return out.take();
 }
 
 AtomicOutput::AtomicOutput(std::string path, bool force, bool binary) : path_(std::move(path)) {
