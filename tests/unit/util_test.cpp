@@ -18,6 +18,7 @@
 #include <boost/iostreams/filtering_stream.hpp>
 
 #include "test_support.h"
+#include "xl/util/byte_blocks.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/parse.h"
@@ -89,9 +90,25 @@ TEST(Spelling, EditDistanceAndTheNearestName) {
   EXPECT_EQ(nearest("mem", {"mem-len", "mem-budget"}), "");         // the start of two
 }
 
-// Inputs of unknown length (a FIFO, as `<(zcat ...)` gives; a decompressor's output) are read in
-// blocks of 64 MB and joined: more than two blocks, in writes that straddle their edges, must come
-// back byte for byte. Numbered lines make any block out of place or cut short show.
+// Writes of every size, across and onto the blocks' edges, come back as one string in order.
+TEST(Io, ByteBlocksJoinWritesOfAnySizeInOrder) {
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text += static_cast<char>('a' + (i * 7 + i / 26) % 26);
+  for (size_t block : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{10000}}) {
+    io::ByteBlocks blocks(block);
+    size_t at = 0;
+    for (size_t n = 0; at < text.size(); n = (n * 5 + 3) % 211) {  // 0, 3, 18, 93, ... bytes
+      const size_t take = std::min(n, text.size() - at);
+      EXPECT_EQ(blocks.write(text.data() + at, static_cast<std::streamsize>(take)), static_cast<std::streamsize>(take));
+      at += take;
+    }
+    EXPECT_EQ(blocks.take(), text) << "blocks of " << block;
+    EXPECT_EQ(blocks.take(), "");
+  }
+}
+
+// The readers of pipes, FIFOs (`<(zcat ...)`) and compressed files put more than two of the
+// default blocks back together. Numbered lines make any block out of place or cut short show.
 TEST(Io, InputsOfUnknownLengthArriveWholeAndInOrder) {
   std::string text;
   for (size_t line = 0; text.size() < (size_t{64} << 20) * 2 + 12345; ++line) {

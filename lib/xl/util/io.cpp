@@ -14,7 +14,6 @@
 #include <iterator>
 #include <mutex>
 #include <sstream>
-#include <vector>
 
 #include <boost/core/ref.hpp>
 #include <boost/iostreams/copy.hpp>
@@ -23,6 +22,7 @@
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
 
+#include "xl/util/byte_blocks.h"
 #include "xl/util/error.h"
 
 namespace xl::io {
@@ -46,48 +46,6 @@ std::string display_name(const std::string& path) { return is_stdio(path) ? "<st
 
 namespace {
 
-// Bytes of unknown length (a pipe, a FIFO, a decompressor's output) gathered in blocks and joined
-// once: a string growing by doubling held up to twice (three times, with a compressed input) what
-// was read. Blocks of 64 MB are above glibc's largest mmap threshold (32 MB), so each is mapped on
-// its own and returned to the system as it is copied out: the peak is the bytes and one block.
-class Blocks {
- public:
-  using char_type = char;
-  using category = boost::iostreams::sink_tag;
-  static constexpr size_t kBlock = size_t{64} << 20;
-
-  std::streamsize write(const char* data, std::streamsize n) {
-    for (size_t left = static_cast<size_t>(n); left > 0;) {
-      if (blocks_.empty() || blocks_.back().size() == kBlock) {
-        blocks_.emplace_back();
-        blocks_.back().reserve(kBlock);  // address space only: pages are touched as written
-      }
-      std::string& b = blocks_.back();
-      const size_t take = std::min(left, kBlock - b.size());
-      b.append(data, take);
-      data += take;
-      left -= take;
-    }
-    return n;
-  }
-
-  std::string take() {
-    size_t total = 0;
-    for (const auto& b : blocks_) total += b.size();
-    std::string all;
-    all.reserve(total);
-    for (auto& b : blocks_) {
-      all += b;
-      std::string().swap(b);
-    }
-    blocks_.clear();
-    return all;
-  }
-
- private:
-  std::vector<std::string> blocks_;
-};
-
 // Everything left in f; `size` bytes are expected when known (a regular file), 0 otherwise.
 std::string read_stream(std::FILE* f, off_t size, const std::string& name) {
   std::array<char, 1 << 16> buf;
@@ -99,7 +57,7 @@ std::string read_stream(std::FILE* f, off_t size, const std::string& name) {
     XL_CHECK(!std::ferror(f), kExitIoErr, name << ": read error: " << std::strerror(errno));
     return data;
   }
-  Blocks blocks;
+  ByteBlocks blocks;
   while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) blocks.write(buf.data(), static_cast<std::streamsize>(n));
   XL_CHECK(!std::ferror(f), kExitIoErr, name << ": read error: " << std::strerror(errno));
   return blocks.take();
@@ -137,7 +95,7 @@ std::string read_text(const std::string& path) {
             static_cast<unsigned char>(raw[1]) == 0x8b;
   bool bz = raw.size() >= 3 && raw.compare(0, 3, "BZh") == 0;
   if (!gz && !bz) return raw;
-  Blocks out;
+  ByteBlocks out;
   try {
     bio::filtering_istream in;
     if (gz) in.push(bio::gzip_decompressor());
