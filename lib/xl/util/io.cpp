@@ -63,6 +63,15 @@ std::string read_stream(std::FILE* f, off_t size, const std::string& name) {
   return blocks.take();
 }
 
+enum class Packing { kNone, kGzip, kBzip2 };
+
+Packing packing_of(const std::string& h) {  // h: the input's first bytes
+  if (h.size() >= 2 && static_cast<unsigned char>(h[0]) == 0x1f && static_cast<unsigned char>(h[1]) == 0x8b)
+    return Packing::kGzip;
+  if (h.size() >= 3 && h.compare(0, 3, "BZh") == 0) return Packing::kBzip2;
+  return Packing::kNone;
+}
+
 }  // namespace
 
 std::string read_raw(const std::string& path) {
@@ -89,21 +98,31 @@ std::string read_head(const std::string& path, size_t n) {
 }
 
 std::string read_text(const std::string& path) {
-  std::string raw = read_raw(path);
   namespace bio = boost::iostreams;
-  bool gz = raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f &&
-            static_cast<unsigned char>(raw[1]) == 0x8b;
-  bool bz = raw.size() >= 3 && raw.compare(0, 3, "BZh") == 0;
-  if (!gz && !bz) return raw;
+  // A compressed file on disk is decompressed as it is read; a pipe is read whole first (its first
+  // bytes say whether it is compressed), and its compressed bytes are held until the text is whole.
+  const bool on_disk = !is_stdio(path) && is_file(path);
+  std::string raw;
+  const Packing packing = on_disk ? packing_of(read_head(path, 3)) : packing_of(raw = read_raw(path));
+  if (packing == Packing::kNone) {
+    if (on_disk) return read_raw(path);
+    return raw;  // moved, not copied
+  }
+  std::ifstream file;
+  if (on_disk) {
+    file.open(path, std::ios::binary);
+    XL_CHECK(file, kExitNoInput, path << ": " << std::strerror(errno));
+  }
   ByteBlocks out;
   try {
     bio::filtering_istream in;
-    if (gz) in.push(bio::gzip_decompressor());
+    if (packing == Packing::kGzip) in.push(bio::gzip_decompressor());
     else in.push(bio::bzip2_decompressor());
-    in.push(bio::array_source(raw.data(), raw.size()));
+    if (on_disk) in.push(file);
+    else in.push(bio::array_source(raw.data(), raw.size()));
     bio::copy(in, boost::ref(out));
   } catch (const std::exception& e) {
-    XL_FAIL(kExitDataErr, display_name(path) << ": corrupt " << (gz ? "gzip" : "bzip2")
+    XL_FAIL(kExitDataErr, display_name(path) << ": corrupt " << (packing == Packing::kGzip ? "gzip" : "bzip2")
                                              << " data (" << e.what() << ")");
   }
   std::string().swap(raw);
