@@ -108,7 +108,8 @@ TEST(Io, ByteBlocksJoinWritesOfAnySizeInOrder) {
 }
 
 // The readers of pipes, FIFOs (`<(zcat ...)`) and compressed files put more than two of the
-// default blocks back together. Numbered lines make any block out of place or cut short show.
+// default blocks back together, and decompress from a file and from a pipe alike. Numbered lines
+// make any block out of place or cut short show.
 TEST(Io, InputsOfUnknownLengthArriveWholeAndInOrder) {
   std::string text;
   for (size_t line = 0; text.size() < (size_t{64} << 20) * 2 + 12345; ++line) {
@@ -116,20 +117,6 @@ TEST(Io, InputsOfUnknownLengthArriveWholeAndInOrder) {
     std::snprintf(buf, sizeof buf, "%09zu\n", line);
     text += buf;
   }
-  test::TempDir dir;
-  const std::string fifo = dir.file("fifo");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  std::thread writer([&] {
-    std::FILE* f = std::fopen(fifo.c_str(), "wb");
-    for (size_t at = 0; f && at < text.size(); at += 1000003)
-      std::fwrite(text.data() + at, 1, std::min<size_t>(1000003, text.size() - at), f);
-    if (f) std::fclose(f);
-  });
-  const std::string got = io::read_raw(fifo);
-  writer.join();
-  ASSERT_EQ(got.size(), text.size());
-  EXPECT_TRUE(got == text);
-
   std::ostringstream gz;
   {
     boost::iostreams::filtering_ostream out;
@@ -137,9 +124,29 @@ TEST(Io, InputsOfUnknownLengthArriveWholeAndInOrder) {
     out.push(gz);
     out << text;
   }
-  const std::string unpacked = io::read_text(dir.write("text.gz", gz.str()));
-  ASSERT_EQ(unpacked.size(), text.size());
-  EXPECT_TRUE(unpacked == text);
+  test::TempDir dir;
+  int fifos = 0;
+  auto through_fifo = [&](const std::string& bytes, std::string (*read)(const std::string&)) {
+    const std::string fifo = dir.file("fifo" + std::to_string(fifos++));
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::thread writer([&] {
+      std::FILE* f = std::fopen(fifo.c_str(), "wb");
+      for (size_t at = 0; f && at < bytes.size(); at += 1000003)
+        std::fwrite(bytes.data() + at, 1, std::min<size_t>(1000003, bytes.size() - at), f);
+      if (f) std::fclose(f);
+    });
+    std::string got = read(fifo);
+    writer.join();
+    return got;
+  };
+  auto expect_text = [&](const std::string& got, const char* how) {
+    EXPECT_EQ(got.size(), text.size()) << how;
+    EXPECT_TRUE(got == text) << how;
+  };
+  expect_text(through_fifo(text, io::read_raw), "read_raw, a FIFO");
+  expect_text(through_fifo(text, io::read_text), "read_text, a FIFO");
+  expect_text(through_fifo(gz.str(), io::read_text), "read_text, gzip through a FIFO");
+  expect_text(io::read_text(dir.write("text.gz", gz.str())), "read_text, a gzip file");
 }
 
 TEST(Stats, StudentQuantilesAndIntervals) {

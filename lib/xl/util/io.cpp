@@ -17,7 +17,6 @@
 
 #include <boost/core/ref.hpp>
 #include <boost/iostreams/copy.hpp>
-#include <boost/iostreams/device/array.hpp>
 #include <boost/iostreams/filter/bzip2.hpp>
 #include <boost/iostreams/filter/gzip.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
@@ -46,22 +45,74 @@ std::string display_name(const std::string& path) { return is_stdio(path) ? "<st
 
 namespace {
 
-// Everything left in f; `size` bytes are expected when known (a regular file), 0 otherwise.
-std::string read_stream(std::FILE* f, off_t size, const std::string& name) {
+// An input opened for reading: stdin for "-"; its size when it is a regular file (0 otherwise).
+struct Input {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file{nullptr, std::fclose};
+  off_t size = 0;
+  std::string name;
+};
+
+Input open_input(const std::string& path) {
+  Input in;
+  struct stat st;
+  if (is_stdio(path)) {
+    std::ios::sync_with_stdio(false);
+    in.file = {stdin, [](std::FILE*) { return 0; }};
+    in.name = "<stdin>";
+    if (::fstat(0, &st) == 0 && S_ISREG(st.st_mode)) in.size = st.st_size;  // a file redirected to stdin
+    return in;
+  }
+  if (::stat(path.c_str(), &st) != 0) XL_FAIL(kExitNoInput, path << ": " << std::strerror(errno));
+  XL_CHECK(!S_ISDIR(st.st_mode), kExitNoInput, path << ": is a directory");
+  in.file = {std::fopen(path.c_str(), "rb"), std::fclose};
+  XL_CHECK(in.file, kExitNoInput, path << ": " << std::strerror(errno));
+  in.name = path;
+  if (S_ISREG(st.st_mode)) in.size = st.st_size;
+  return in;
+}
+
+void check_no_read_error(const Input& in) {
+  XL_CHECK(!std::ferror(in.file.get()), kExitIoErr, in.name << ": read error: " << std::strerror(errno));
+}
+
+// `head` (bytes already read from in) and the rest of in: into a string of the input's size when it
+// is known, else in blocks joined once.
+std::string read_rest(const Input& in, std::string head) {
   std::array<char, 1 << 16> buf;
   size_t n;
-  if (size > 0) {  // read straight into a string of the right size
-    std::string data;
-    data.reserve(static_cast<size_t>(size));
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) data.append(buf.data(), n);
-    XL_CHECK(!std::ferror(f), kExitIoErr, name << ": read error: " << std::strerror(errno));
-    return data;
+  std::FILE* f = in.file.get();
+  if (in.size > 0) {
+    head.reserve(static_cast<size_t>(in.size));
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) head.append(buf.data(), n);
+    check_no_read_error(in);
+    return head;
   }
   ByteBlocks blocks;
+  blocks.write(head.data(), static_cast<std::streamsize>(head.size()));
   while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) blocks.write(buf.data(), static_cast<std::streamsize>(n));
-  XL_CHECK(!std::ferror(f), kExitIoErr, name << ": read error: " << std::strerror(errno));
+  check_no_read_error(in);
   return blocks.take();
 }
+
+// A Boost.Iostreams source: `head`, then the rest of the file.
+class HeadThenFile {
+ public:
+  using char_type = char;
+  using category = boost::iostreams::source_tag;
+  HeadThenFile(const std::string& head, std::FILE* f) : head_(head), file_(f) {}
+  std::streamsize read(char* s, std::streamsize n) {
+    size_t got = std::min(static_cast<size_t>(n), head_.size() - at_);
+    std::copy_n(head_.data() + at_, got, s);
+    at_ += got;
+    got += std::fread(s + got, 1, static_cast<size_t>(n) - got, file_);
+    return got > 0 ? static_cast<std::streamsize>(got) : -1;
+  }
+
+ private:
+  const std::string& head_;
+  size_t at_ = 0;
+  std::FILE* file_;
+};
 
 enum class Packing { kNone, kGzip, kBzip2 };
 
@@ -74,20 +125,7 @@ Packing packing_of(const std::string& h) {  // h: the input's first bytes
 
 }  // namespace
 
-std::string read_raw(const std::string& path) {
-  struct stat st;
-  if (is_stdio(path)) {
-    std::ios::sync_with_stdio(false);
-    const bool regular = ::fstat(0, &st) == 0 && S_ISREG(st.st_mode);  // a file redirected to stdin
-    return read_stream(stdin, regular ? st.st_size : 0, "<stdin>");
-  }
-  if (::stat(path.c_str(), &st) != 0) XL_FAIL(kExitNoInput, path << ": " << std::strerror(errno));
-  XL_CHECK(!S_ISDIR(st.st_mode), kExitNoInput, path << ": is a directory");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  XL_CHECK(f, kExitNoInput, path << ": " << std::strerror(errno));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
-  return read_stream(f, S_ISREG(st.st_mode) ? st.st_size : 0, path);
-}
+std::string read_raw(const std::string& path) { return read_rest(open_input(path), ""); }
 
 std::string read_head(const std::string& path, size_t n) {
   std::string head(n, '\0');
@@ -99,33 +137,26 @@ std::string read_head(const std::string& path, size_t n) {
 
 std::string read_text(const std::string& path) {
   namespace bio = boost::iostreams;
-  // A compressed file on disk is decompressed as it is read; a pipe is read whole first (its first
-  // bytes say whether it is compressed), and its compressed bytes are held until the text is whole.
-  const bool on_disk = !is_stdio(path) && is_file(path);
-  std::string raw;
-  const Packing packing = on_disk ? packing_of(read_head(path, 3)) : packing_of(raw = read_raw(path));
-  if (packing == Packing::kNone) {
-    if (on_disk) return read_raw(path);
-    return raw;  // moved, not copied
-  }
-  std::ifstream file;
-  if (on_disk) {
-    file.open(path, std::ios::binary);
-    XL_CHECK(file, kExitNoInput, path << ": " << std::strerror(errno));
-  }
+  // The first bytes say whether the input is compressed; it is then decompressed as it is read,
+  // from a file or a pipe alike.
+  const Input input = open_input(path);
+  std::string head(3, '\0');
+  head.resize(std::fread(head.data(), 1, head.size(), input.file.get()));
+  check_no_read_error(input);
+  const Packing packing = packing_of(head);
+  if (packing == Packing::kNone) return read_rest(input, std::move(head));
   ByteBlocks out;
   try {
     bio::filtering_istream in;
     if (packing == Packing::kGzip) in.push(bio::gzip_decompressor());
     else in.push(bio::bzip2_decompressor());
-    if (on_disk) in.push(file);
-    else in.push(bio::array_source(raw.data(), raw.size()));
+    in.push(HeadThenFile(head, input.file.get()));
     bio::copy(in, boost::ref(out));
   } catch (const std::exception& e) {
-    XL_FAIL(kExitDataErr, display_name(path) << ": corrupt " << (packing == Packing::kGzip ? "gzip" : "bzip2")
-                                             << " data (" << e.what() << ")");
+    check_no_read_error(input);
+    XL_FAIL(kExitDataErr, input.name << ": corrupt " << (packing == Packing::kGzip ? "gzip" : "bzip2") << " data ("
+                                     << e.what() << ")");
   }
-  std::string().swap(raw);
   return out.take();
 }
 
