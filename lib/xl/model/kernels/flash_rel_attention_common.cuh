@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <type_traits>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -77,25 +79,35 @@ __device__ __forceinline__ void stage_key_tile(const FlashRelAttentionArgs& a, i
   });
 }
 
-// One warp's dst [16 x 16 N] (float, row-major, pitch ld_dst) = A B^T on the tensor cores: A is
-// 16 x DH, its k-th 16 x 16 fragment a(k) (registers, or loaded when asked); B's 16 N rows of DH
-// are staged at b (pitch ld_b). The scores of queries against staged keys, values or positional
-// rows.
-template <typename T, int DH, int N, typename AFragment>
-__device__ __forceinline__ void product_with_rows(AFragment a, const T* b, int ld_b, float* dst, int ld_dst) {
+// One warp's dst [16 x 16 N] (float, row-major, pitch ld_dst) = (or, Accumulate, +=) the sum over
+// k in [k0, k1) of A_k B_kn on the tensor cores: A_k the 16 x 16 fragment a(k) (registers, or
+// loaded when asked), B_kn the 16 x 16 block (k, n) of a matrix staged at b (pitch ld_b), read as
+// BLayout says: col_major, B is the transpose of staged rows; row_major, B is the staged rows.
+template <typename T, typename BLayout, int N, bool Accumulate, typename AFragment>
+__device__ __forceinline__ void tile_product(AFragment a, int k0, int k1, const T* b, int ld_b, float* dst, int ld_dst) {
   using namespace nvcuda;
+  constexpr bool transposed = std::is_same<BLayout, wmma::col_major>::value;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
-    wmma::fill_fragment(acc, 0.f);
+    if (Accumulate) wmma::load_matrix_sync(acc, dst + n * 16, ld_dst, wmma::mem_row_major);
+    else wmma::fill_fragment(acc, 0.f);
 #pragma unroll
-    for (int k = 0; k < DH / 16; ++k) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bf;
-      wmma::load_matrix_sync(bf, b + n * 16 * ld_b + k * 16, ld_b);
-      wmma::mma_sync(acc, a(k), bf, acc);
+    for (int k = k0; k < k1; ++k) {
+      auto&& af = a(k);
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BLayout> bf;
+      wmma::load_matrix_sync(bf, transposed ? b + n * 16 * ld_b + k * 16 : b + k * 16 * ld_b + n * 16, ld_b);
+      wmma::mma_sync(acc, af, bf, acc);
     }
     wmma::store_matrix_sync(dst + n * 16, acc, ld_dst, wmma::mem_row_major);
   }
+}
+
+// dst [16 x 16 N] = A B^T, A 16 x DH and B's 16 N rows of DH staged at b: the scores of queries
+// against staged keys, values or positional rows.
+template <typename T, int DH, int N, typename AFragment>
+__device__ __forceinline__ void product_with_rows(AFragment a, const T* b, int ld_b, float* dst, int ld_dst) {
+  tile_product<T, nvcuda::wmma::col_major, N, false>(a, 0, DH / 16, b, ld_b, dst, ld_dst);
 }
 
 // A row-major 16 x 16 fragment of rows staged at p (pitch ld).
@@ -107,27 +119,12 @@ rows_fragment(const T* p, int ld) {
   return f;
 }
 
-// One warp's dst [16 x 16 DH/16] (float, row-major, pitch ld_dst) = (or, Accumulate, +=) the sum
-// over k in [k0, k1) of A_k B_k on the tensor cores: A_k the 16 x 16 fragment a(k), B_k rows
-// 16 k .. 16 k + 15 of a row-major matrix of DH columns staged at b (pitch ld_b). Probabilities or
-// score gradients times staged values, keys, positional rows or queries.
+// dst [16 x DH] = (or, Accumulate, +=) the sum over k in [k0, k1) of A_k times rows 16 k .. 16 k + 15
+// of a row-major matrix of DH columns staged at b: probabilities or score gradients times staged
+// values, keys, positional rows or queries.
 template <typename T, int DH, bool Accumulate, typename AFragment>
 __device__ __forceinline__ void product_into(AFragment a, int k0, int k1, const T* b, int ld_b, float* dst, int ld_dst) {
-  using namespace nvcuda;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-#pragma unroll
-  for (int n = 0; n < DH / 16; ++n) {
-    if (Accumulate) wmma::load_matrix_sync(acc, dst + n * 16, ld_dst, wmma::mem_row_major);
-    else wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-    for (int k = k0; k < k1; ++k) {
-      auto&& af = a(k);
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bf;
-      wmma::load_matrix_sync(bf, b + k * 16 * ld_b + n * 16, ld_b);
-      wmma::mma_sync(acc, af, bf, acc);
-    }
-    wmma::store_matrix_sync(dst + n * 16, acc, ld_dst, wmma::mem_row_major);
-  }
+  tile_product<T, nvcuda::wmma::row_major, DH / 16, Accumulate>(a, k0, k1, b, ld_b, dst, ld_dst);
 }
 
 // The transpose of the 16 x 16 block staged row-major at p (pitch ld), as a left operand.
