@@ -11,7 +11,9 @@
 // fp16, auto; default auto), XL_BENCH_BATCH, XL_BENCH_TGT_LEN (override the config's batch and
 // segment), XL_BENCH_MEM_LEN (eval's memory; default 2 x tgt_len), XL_BENCH_KV_CACHE (eval:
 // on keeps each memory's key/value projections as xl-eval-longctx does within its default budget;
-// off projects the memory again every segment; default on). On a GPU the peak is
+// off projects the memory again every segment; default on), XL_BENCH_PEAK (off: no GEMM peak, so
+// no MFU, for A/B runs and profiles of the steps alone: the peak's products take about 5 s on a
+// CPU, after the steps, and a whole-process profile counts them). On a GPU the peak is
 // the median of 5 products at 8192^3 in the step's precision (and in fp32), and the peak device
 // memory is the caching allocator's.
 #include <sys/resource.h>
@@ -275,10 +277,11 @@ int main(int argc, char** argv) {
     // The peak in the precision the products ran in (bf16 and fp16 run on other units than fp32).
     const torch::ScalarType dtype =
         precision == Precision::kBf16 ? torch::kBFloat16 : precision == Precision::kFp16 ? torch::kHalf : torch::kFloat;
-    const double blas_peak = gemm_peak_gflops(device, dtype);
-    const double onednn_peak = device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
+    const bool measure_peak = env_or("XL_BENCH_PEAK", "on") != "off";
+    const double blas_peak = measure_peak ? gemm_peak_gflops(device, dtype) : 0.0;
+    const double onednn_peak = measure_peak && device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
     const double peak = std::max(blas_peak, onednn_peak);
-    const double peak_fp32 = dtype == torch::kFloat ? peak : gemm_peak_gflops(device, torch::kFloat);
+    const double peak_fp32 = !measure_peak ? 0.0 : dtype == torch::kFloat ? peak : gemm_peak_gflops(device, torch::kFloat);
     double tok_s = timed * b * tgt / elapsed;
     double nonemb = static_cast<double>(model->parameter_count(true));
     double per_tok = 6 * nonemb + 6.0 * bc.n_layer * (tgt + mem_len) * bc.d_model;
@@ -295,6 +298,7 @@ int main(int argc, char** argv) {
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();
     j["gemm_choice"] = gemm_choice_description();
+    if (!measure_peak) j["gemm_peak_gflops"] = j["mfu"] = j["gemm_peak_fp32_gflops"] = nullptr;
     if (onednn_peak > 0) {  // the peak's two candidates
       j["gemm_peak_blas_gflops"] = blas_peak;
       j["gemm_peak_onednn_gflops"] = onednn_peak;
