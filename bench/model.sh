@@ -19,6 +19,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build}}" && pwd)
 BIN="$BUILD/bench/xl_bench_model"
 if [ ! -x "$BIN" ]; then echo "{\"skipped\": \"$BIN is not built\"}"; exit 0; fi
+export XL_BENCH_PEAK=on  # its summary reports MFU, whatever the caller set
 if [ -n "${REFERENCE:-}" ]; then  # fail now, not after the first of xl's runs
   [ -f "$REFERENCE/mem_transformer.py" ] || { echo "model.sh: REFERENCE=$REFERENCE holds no mem_transformer.py (give a transformer-xl checkout's pytorch/ folder)" >&2; exit 66; }
   "${PYTHON:-python3}" -c 'import torch' 2>/dev/null || { echo "model.sh: ${PYTHON:-python3} cannot import torch, which the reference needs (set PYTHON, e.g. PYTHON=/usr/bin/python3 with Debian's python3-torch)" >&2; exit 69; }

@@ -13,6 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build}}" && pwd)
 BIN="$BUILD/bench/xl_bench_model"
 if [ ! -x "$BIN" ]; then echo "{\"skipped\": \"$BIN is not built\"}"; exit 0; fi
+export XL_BENCH_PEAK=on  # its summary reports MFU, whatever the caller set
 RUNS=${RUNS:-3}
 CONFIGS=${CONFIGS:-tiny small base}
 steps() { case "$1" in tiny) echo 8 ;; small) echo 3 ;; base) echo 2 ;; esac; }
