@@ -298,8 +298,11 @@ void plot_validation(const AblationReport& rep, const std::string& png) {
   XL_CHECK(block > 0, kExitDataErr, "--plot: no run in " << rep.dir << " has validation points yet");
   plot_png(png, data.str(),
            "set title '" + rep.grid_name + ": validation during training'\nset xlabel 'step'\nset ylabel 'valid " +
-               (rep.metric() == "ppl" ? "perplexity" : "bpc") + "'\nset grid\nset key outside right\n" + plot.str(),
-           1000, 600);
+               (rep.metric() == "ppl" ? "perplexity" : "bpc") +
+               // The legend under the plot, one run a line: beside it, five long labels took half the
+               // width and the step labels ran into each other.
+               "'\nset grid\nset key outside below left Left reverse maxcols 1\n" + plot.str(),
+           1000, 600 + 24 * block);
 }
 
 }  // namespace xl::ablate
