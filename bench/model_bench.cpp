@@ -281,24 +281,24 @@ int main(int argc, char** argv) {
     const double blas_peak = measure_peak ? gemm_peak_gflops(device, dtype) : 0.0;
     const double onednn_peak = measure_peak && device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
     const double peak = std::max(blas_peak, onednn_peak);
-    const double peak_fp32 = !measure_peak ? 0.0 : dtype == torch::kFloat ? peak : gemm_peak_gflops(device, torch::kFloat);
+    const double peak_fp32 = dtype == torch::kFloat || !measure_peak ? peak : gemm_peak_gflops(device, torch::kFloat);
     double tok_s = timed * b * tgt / elapsed;
     double nonemb = static_cast<double>(model->parameter_count(true));
     double per_tok = 6 * nonemb + 6.0 * bc.n_layer * (tgt + mem_len) * bc.d_model;
     if (!train) per_tok /= 3;
     double mfu = tok_s * per_tok / (peak * 1e9);
+    auto measured = [&](double v) { return measure_peak ? nlohmann::json(v) : nlohmann::json(); };  // null when skipped
     nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", elapsed / timed},
-                        {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", peak}, {"mfu", mfu},
+                        {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", measured(peak)}, {"mfu", measured(mfu)},
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
                         {"beta", beta}, {"batch", b}, {"tgt_len", tgt}, {"mem_len", mem_len}, {"device", device.str()}, {"precision", to_string(precision)},
-                        {"gemm_peak_fp32_gflops", peak_fp32}, {"attention", cfg.attention},
+                        {"gemm_peak_fp32_gflops", measured(peak_fp32)}, {"attention", cfg.attention},
                         {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span},
                         {"kv_cache", kv_cache}};
     j["cpu"] = cpu_model_name();
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();
     j["gemm_choice"] = gemm_choice_description();
-    if (!measure_peak) j["gemm_peak_gflops"] = j["mfu"] = j["gemm_peak_fp32_gflops"] = nullptr;
     if (onednn_peak > 0) {  // the peak's two candidates
       j["gemm_peak_blas_gflops"] = blas_peak;
       j["gemm_peak_onednn_gflops"] = onednn_peak;
