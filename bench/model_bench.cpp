@@ -13,7 +13,8 @@
 // on keeps each memory's key/value projections as xl-eval-longctx does within its default budget;
 // off projects the memory again every segment; default on), XL_BENCH_PEAK (off: no GEMM peak, so
 // no MFU, for A/B runs and profiles of the steps alone: the peak's products take about 5 s on a
-// CPU, after the steps, and a whole-process profile counts them). On a GPU the peak is
+// CPU, after the steps, and a whole-process profile counts them), XL_BENCH_ATTENTION_PROBS (train:
+// keep or recompute, as --attention-probs; default keep). On a GPU the peak is
 // the median of 5 products at 8192^3 in the step's precision (and in fp32), and the peak device
 // memory is the caching allocator's.
 #include <sys/resource.h>
@@ -32,6 +33,7 @@
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
 #include "xl/model/kernels/blas.h"
+#include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/cuda_support.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/parallel.h"
@@ -218,6 +220,11 @@ int main(int argc, char** argv) {
     }
     const bool train = mode == "train";
     if (train) use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
+    const std::string attention_probs = train ? env_or("XL_BENCH_ATTENTION_PROBS", "keep") : "keep";
+    if (attention_probs != "keep" && attention_probs != "recompute")
+      throw std::runtime_error("XL_BENCH_ATTENTION_PROBS must be keep or recompute");
+    xl::model::set_attention_probs(attention_probs == "recompute" ? xl::model::AttentionProbs::kRecompute
+                                                                  : xl::model::AttentionProbs::kKeep);
     const int64_t tgt = bc.tgt_len, b = bc.batch;
     const int64_t mem_len = train ? bc.mem_len : eval_mem && *eval_mem ? std::atoll(eval_mem) : 2 * bc.tgt_len;
     // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
@@ -294,7 +301,7 @@ int main(int argc, char** argv) {
                         {"beta", beta}, {"batch", b}, {"tgt_len", tgt}, {"mem_len", mem_len}, {"device", device.str()}, {"precision", to_string(precision)},
                         {"gemm_peak_fp32_gflops", measured(peak_fp32)}, {"attention", cfg.attention},
                         {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span},
-                        {"kv_cache", kv_cache}};
+                        {"kv_cache", kv_cache}, {"attention_probs", attention_probs}};
     j["cpu"] = cpu_model_name();
     j["blas_core"] = blas_core();
     j["blas"] = blas_description();

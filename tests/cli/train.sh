@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # xl-train-phase1 / xl-train-phase2 as a user runs them: loss falls, phase 1 -> phase 2 through
-# files and pipes, bit-exact resume (after a stop and after SIGTERM), seeds, skip rates, bad input.
+# files and pipes, bit-exact resume (after a stop and after SIGTERM), seeds, the attention's
+# probabilities kept or computed again, skip rates, bad input.
 source "$(dirname "$0")/common.bash"
 
 corpus=$(training_corpus)
@@ -141,6 +142,12 @@ expect 0 $T --max-steps 8 --seed 7 tokens.h5 -o s7b.h5
 same_checkpoint s7a.h5 s7b.h5 "same seed"
 expect 0 $T --max-steps 8 --seed 8 tokens.h5 -o s8.h5
 h5diff -q s7a.h5 s8.h5 /model /model >/dev/null && fail "another seed gave the same model"
+
+step "--attention-probs recompute (less memory) trains the same run, bit for bit"
+expect 0 $T --max-steps 8 --seed 7 --attention-probs recompute tokens.h5 -o s7r.h5
+same_checkpoint s7a.h5 s7r.h5 "probabilities computed again in backward"
+expect 64 $T --max-steps 1 --attention-probs drop tokens.h5 -o bad.h5
+stderr_is_one_line "--attention-probs must be keep or recompute, not 'drop'"
 
 step "empirical skip rates follow the schedule"
 expect 0 xl-train-phase1 -c small.ini --threads 1 --n-layer 4 --d-model 16 --d-head 8 --d-inner 16 --tgt-len 2 --mem-len 2 \

@@ -291,7 +291,8 @@ TEST(AttentionVariants, AdaptiveSpanKeepsOnlyTheMemoryItsHeadsReach) {
 
 // The CPU's blocked kernel (float32) against the full-matrix path (float64, generic kernels) on the
 // same parameters: outputs and every gradient, segments longer than a block of query rows, fresh,
-// aged and multi-run memories, with and without SCH.
+// aged and multi-run memories, with and without SCH; the same bits when backward computes the
+// probabilities again.
 TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
   if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
   const int64_t position = 1000;
@@ -319,6 +320,14 @@ TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
         wrt.push_back(f.u);
         Tensor got = f.run(w, mem, runs, position, perm);
         auto got_grads = torch::autograd::grad({(got * weights.to(torch::kFloat32)).sum()}, wrt);
+        {  // the probabilities computed again in backward: the same bits
+          AttentionProbsScope recompute(AttentionProbs::kRecompute);
+          Tensor again = f.run(w, mem, runs, position, perm);
+          auto again_grads = torch::autograd::grad({(again * weights.to(torch::kFloat32)).sum()}, wrt);
+          EXPECT_TRUE(torch::equal(again, got));
+          for (size_t i = 0; i < wrt.size(); ++i)
+            EXPECT_TRUE(torch::equal(again_grads[i], got_grads[i])) << "gradient " << i << " when recomputed";
+        }
 
         f.attn->to(torch::kFloat64);
         Tensor w64 = w.detach().to(torch::kFloat64).requires_grad_(true);

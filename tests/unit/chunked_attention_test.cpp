@@ -3,7 +3,9 @@
 // for segments shorter and longer than a block of query rows, memories of every length and age
 // (Skip-Retain runs), causal and same_length masks, keys no query sees, heads read in place and
 // (wide rows) copied.
-// Also: no gradient => the same output without keeping probabilities, and with the keys and
+// Training that computes the probabilities again in backward (--attention-probs recompute) gives
+// the same bits as keeping them. Also: no gradient => the same output without keeping
+// probabilities, and with the keys and
 // values in a larger buffer (evaluation's kept projections); the positional bias a GPU's fused
 // kernel takes, against its definition and against the probabilities.
 #include <gtest/gtest.h>
@@ -150,6 +152,17 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       expect_near(got, want, "output");
       const char* names[] = {"d q_u", "d q_v", "d kv"};
       for (size_t i = 0; i < inputs.size(); ++i) expect_near(got_grads[i], want_grads[i], i < 3 ? names[i] : "d table");
+
+      {
+        AttentionProbsScope recompute(AttentionProbs::kRecompute);
+        Tensor again = chunked_relative_attention(q_u, q_v, kv, tables, blocks,
+                                                  heads == own ? std::vector<int64_t>{} : heads, mask, scale);
+        auto again_grads = torch::autograd::grad({again}, inputs, {grad_out});
+        EXPECT_TRUE(torch::equal(again, got)) << "recomputing the probabilities changes the output";
+        for (size_t i = 0; i < inputs.size(); ++i)
+          EXPECT_TRUE(torch::equal(again_grads[i], got_grads[i]))
+              << (i < 3 ? names[i] : "d table") << " differs when the probabilities are computed again";
+      }
 
       torch::NoGradGuard no_grad;
       Tensor inference = chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads, mask, scale);

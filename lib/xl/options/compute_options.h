@@ -1,5 +1,5 @@
-// --threads, --seed, --device and --precision: how and where a tool computes, defined once for
-// every tool.
+// --threads, --seed, --device, --precision and --attention-probs: how and where a tool computes,
+// defined once for every tool.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,6 +11,7 @@ namespace xl::options {
 struct ComputeFlags {
   bool seed = true;    // the tool draws random numbers
   bool device = true;  // the tool can compute on a GPU, in mixed precision (--device, --precision)
+  bool training = false;  // the tool trains (--attention-probs)
 };
 
 void add_compute_options(cli::Options& cli, ComputeFlags flags = {});
@@ -20,6 +21,7 @@ struct Compute {
   uint64_t seed = 1;
   std::string device = "cpu";     // as given: auto, cpu, cuda, cuda:N
   std::string precision = "fp32";  // as given: auto, fp32, bf16, fp16
+  bool recompute_attention = false;  // --attention-probs recompute
 };
 Compute compute_settings(const cli::Options& cli);
 

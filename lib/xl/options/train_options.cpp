@@ -77,7 +77,9 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("dist-timeout", po::value<std::string>()->default_value("5m"), "how long a rank waits for the others before giving up");
   cli.positional("tokens", 1);
   cli.add_output("the checkpoint (the best one goes to NAME.best.h5)");
-  add_compute_options(cli);
+  ComputeFlags compute_flags;
+  compute_flags.training = true;
+  add_compute_options(cli, compute_flags);
 }
 
 train::TrainRequest training_request(const cli::Options& cli, Phase phase, int argc, char** argv) {
@@ -127,6 +129,7 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.seed = compute.seed;
   t.precision = compute.precision;
   r.device = compute.device;
+  r.recompute_attention = compute.recompute_attention;
   r.nproc_per_node = cli.get<int>("nproc-per-node");
   XL_CHECK(r.nproc_per_node >= 1, kExitUsage, "--nproc-per-node must be at least 1");
   r.dist_backend = cli.get<std::string>("dist-backend");

@@ -26,6 +26,7 @@ struct TrainRequest {
   std::string metrics;              // JSON Lines file ("" for none)
   std::string progress = "auto";
   std::string device = "auto";      // --device
+  bool recompute_attention = false;  // --attention-probs recompute
   int nproc_per_node = 1;           // data parallel: ranks this process starts (without torchrun)
   std::string dist_backend = "auto";
   double dist_timeout = 300;        // seconds a collective may wait for the other ranks

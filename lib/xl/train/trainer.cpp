@@ -10,6 +10,7 @@
 #include "xl/h5/tokens_file.h"
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
+#include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/model_io.h"
 #include "xl/model/precision.h"
@@ -547,6 +548,8 @@ int run_training(const TrainRequest& request, char** argv) {
     log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
     if (dist.rank > 0 && log::level() == log::Level::kInfo) log::set_level(log::Level::kQuiet);  // rank 0 speaks
   }
+  model::set_attention_probs(request.recompute_attention ? model::AttentionProbs::kRecompute
+                                                        : model::AttentionProbs::kKeep);
   Trainer t(request, dist);
   return t.run();
 }

@@ -6,6 +6,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -274,83 +275,96 @@ void combine_mixture(const Geometry& g, const Operands& x, int64_t n, const RowB
   }
 }
 
+// Where a row block's unkept probabilities start in the scratch buffer: after block_probs' scratch.
+int64_t probs_at(const Geometry& g, const RowBlock& rb) {
+  return std::max<int64_t>(g.components, 1) * rb.rows * rb.width + rb.table_scores;
+}
+
+// The probabilities of task n's row block rb into p (rows x ldp: persistent keys, then the
+// context, zero from each row's visible keys to the block's width), from its rows `in`; the first
+// M - 1 mixture responsibilities into resp when given. scratch: g.buffer floats.
+void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, const HeadRows<const float>& in,
+                 float* scratch, float* p, int64_t ldp, float* resp) {
+  const int64_t dh = g.dh, np = g.persistent, h = n % g.heads;
+  const float inv_scale = 1.0f / x.scale;
+  const float* q_u = x.q_u + g.q_at(n, rb.i0);
+  const float* q_v = x.q_v + g.q_at(n, rb.i0);
+  float* ac = scratch;
+  float* bd = ac + std::max<int64_t>(g.components, 1) * rb.rows * rb.width;
+  std::vector<const float*> scores_of(g.keys.size());
+  // A single query (generation's) reads each row once: the row kernels read them, where a
+  // product per head paid its call and packing for little work (wt103 generation, Zen 4,
+  // 2026-11-27: 444-460 -> 254-260 us a layer, medians of 3 alternating processes each).
+  const bool one_query = rb.rows == 1;
+  if (g.components == 0) {
+    if (one_query) rows::dots(q_u, in.key, in.ld, rb.width, ac, dh);
+    else sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), in.key, in.ld, 0, ac, rb.width);
+  } else {
+    for (int64_t m = 0; m < g.components; ++m) {
+      const Component& c = x.mixture[m];
+      sgemm_row_major(false, true, rb.rows, rb.width, dh, c.query + g.q_at(n, rb.i0), g.ld_q(),
+                      c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, ac + m * rb.rows * rb.width,
+                      rb.width);
+    }
+    combine_mixture(g, x, n, rb, ac, resp);
+  }
+  for (size_t b = 0; b < g.keys.size(); ++b) {
+    const TableSlice& s = rb.slices[b];
+    if (s.table_width == 0) continue;
+    if (one_query)
+      rows::dots(q_v, in.tables[b] + s.lo * in.ld_table, in.ld_table, s.table_width, bd, dh);
+    else
+      sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), in.tables[b] + s.lo * in.ld_table,
+                      in.ld_table, 0, bd, s.table_width);
+    if (!x.table_bias.empty()) {
+      const float* bias = x.table_bias[b] + h * g.keys[b].table + s.lo;
+      for (int64_t row = 0; row < rb.rows; ++row)
+        for (int64_t c = 0; c < s.table_width; ++c) bd[row * s.table_width + c] += bias[c] * inv_scale;
+    }
+    scores_of[b] = bd;
+    bd += rb.rows * s.table_width;
+  }
+  if (np > 0)
+    sgemm_row_major(false, true, rb.rows, np, dh, q_u, g.ld_q(), x.persistent_key + g.persistent_at(n), dh, 0, p, ldp);
+  for (int64_t row = 0; row < rb.rows; ++row) {
+    const int64_t i = rb.i0 + row, seen = g.visible[i];
+    const int64_t shift = rb.rows - 1 - row;  // key col + j of this query reads table column j + shift
+    float* pr = p + row * ldp;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < np; ++j) max = std::max(max, pr[j] *= x.scale);
+    float* context = pr + np;
+    for (size_t b = 0; b < g.keys.size(); ++b) {
+      const TableSlice& s = rb.slices[b];
+      const int64_t len = std::min(s.width, seen - s.col);
+      if (len <= 0) continue;
+      max = std::max(max, rows::masked_scores(ac + row * rb.width + s.col, scores_of[b] + row * s.table_width + shift,
+                                              x.mask + i * g.k + s.col, context + s.col, len, x.scale));
+    }
+    rows::softmax(pr, np + seen, max);
+    std::fill(context + seen, context + rb.width, 0.0f);
+  }
+}
+
 // out [B, T, H, dh]. probs [N, T, ld_probs] keeps the probabilities for backward (entries past a
 // row block's width are left unset), resp the mixture's responsibilities; without them they live
 // in the thread's scratch.
 void forward_blocks(const Geometry& g, const Operands& x, float* out, float* probs, float* resp) {
   const int64_t nb = static_cast<int64_t>(g.blocks.size()), dh = g.dh, np = g.persistent;
-  const float inv_scale = 1.0f / x.scale;
   SingleThreadedBlas single;
   parallel_for(0, g.n() * nb, 1, [&](int64_t task0, int64_t task1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy;
-    std::vector<const float*> scores_of(g.keys.size());
     HeadRows<const float> in;
     int64_t read = -1;  // whose rows `in` are: a thread's tasks run through n in order
     for (int64_t task = task0; task < task1; ++task) {
-      const int64_t n = task / nb, h = n % g.heads;
+      const int64_t n = task / nb;
       const RowBlock& rb = g.blocks[task % nb];
       if (n != read) in = rows_to_read(g, x, n, copy);
       read = n;
-      const float* q_u = x.q_u + g.q_at(n, rb.i0);
-      const float* q_v = x.q_v + g.q_at(n, rb.i0);
-      float* ac = buffer.data();
-      float* bd = ac + std::max<int64_t>(g.components, 1) * rb.rows * rb.width;
-      float* p = probs ? probs + (n * g.t + rb.i0) * g.ld_probs() : bd + rb.table_scores;
+      // Unkept, the probabilities follow block_probs' scratch in the buffer.
+      float* p = probs ? probs + (n * g.t + rb.i0) * g.ld_probs() : buffer.data() + probs_at(g, rb);
       const int64_t ldp = probs ? g.ld_probs() : rb.ld;
-      // A single query (generation's) reads each row once: the row kernels read them, where a
-      // product per head paid its call and packing for little work (wt103 generation, Zen 4,
-      // 2026-11-27: 444-460 -> 254-260 us a layer, medians of 3 alternating processes each).
-      const bool one_query = rb.rows == 1;
-      if (g.components == 0) {
-        if (one_query) rows::dots(q_u, in.key, in.ld, rb.width, ac, dh);
-        else sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), in.key, in.ld, 0, ac, rb.width);
-      } else {
-        for (int64_t m = 0; m < g.components; ++m) {
-          const Component& c = x.mixture[m];
-          sgemm_row_major(false, true, rb.rows, rb.width, dh, c.query + g.q_at(n, rb.i0), g.ld_q(),
-                          c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, ac + m * rb.rows * rb.width,
-                          rb.width);
-        }
-        combine_mixture(g, x, n, rb, ac, resp);
-      }
-      for (size_t b = 0; b < g.keys.size(); ++b) {
-        const TableSlice& s = rb.slices[b];
-        if (s.table_width == 0) continue;
-        if (one_query)
-          rows::dots(q_v, in.tables[b] + s.lo * in.ld_table, in.ld_table, s.table_width, bd, dh);
-        else
-          sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), in.tables[b] + s.lo * in.ld_table,
-                          in.ld_table, 0, bd, s.table_width);
-        if (!x.table_bias.empty()) {
-          const float* bias = x.table_bias[b] + h * g.keys[b].table + s.lo;
-          for (int64_t row = 0; row < rb.rows; ++row)
-            for (int64_t c = 0; c < s.table_width; ++c) bd[row * s.table_width + c] += bias[c] * inv_scale;
-        }
-        scores_of[b] = bd;
-        bd += rb.rows * s.table_width;
-      }
-      if (np > 0)
-        sgemm_row_major(false, true, rb.rows, np, dh, q_u, g.ld_q(), x.persistent_key + g.persistent_at(n), dh, 0,
-                        p, ldp);
-      for (int64_t row = 0; row < rb.rows; ++row) {
-        const int64_t i = rb.i0 + row, seen = g.visible[i];
-        const int64_t shift = rb.rows - 1 - row;  // key col + j of this query reads table column j + shift
-        float* pr = p + row * ldp;
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < np; ++j) max = std::max(max, pr[j] *= x.scale);
-        float* context = pr + np;
-        for (size_t b = 0; b < g.keys.size(); ++b) {
-          const TableSlice& s = rb.slices[b];
-          const int64_t len = std::min(s.width, seen - s.col);
-          if (len <= 0) continue;
-          max = std::max(max, rows::masked_scores(ac + row * rb.width + s.col,
-                                                  scores_of[b] + row * s.table_width + shift,
-                                                  x.mask + i * g.k + s.col, context + s.col, len, x.scale));
-        }
-        rows::softmax(pr, np + seen, max);
-        std::fill(context + seen, context + rb.width, 0.0f);
-      }
-      if (one_query)
+      block_probs(g, x, n, rb, in, buffer.data(), p, ldp, resp);
+      if (rb.rows == 1)
         rows::weighted_rows(p + np, in.value, in.ld, rb.width, out + g.q_at(n, rb.i0), dh);
       else
         sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, in.value, in.ld, 0, out + g.q_at(n, rb.i0),
@@ -441,6 +455,8 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
                   g.ld_q());
 }
 
+// probs: forward_blocks' kept probabilities, or null to compute each block's again (block_probs:
+// the same bits).
 void backward_blocks(const Geometry& g, const Operands& x, const float* probs, const float* resp,
                      const float* grad_out, const Gradients& d) {
   const int64_t dh = g.dh, np = g.persistent;
@@ -457,7 +473,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
   parallel_for(0, g.n(), 1, [&](int64_t n0, int64_t n1) {
     // With copies_heads, the key, value and table gradients are summed in a copy's layout too and
     // written out when the task is done.
-    std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy, d_copy;
+    std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy, d_copy, recomputed;
     if (g.copies_heads()) d_copy.resize(static_cast<size_t>(g.head_floats));
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t batch = n / g.heads, h = n % g.heads;
@@ -475,8 +491,13 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           clear_rows(d_rows.value + rb.width * d_rows.ld, d_rows.ld, g.k - rb.width, dh);
           if (g.components == 0) clear_rows(d_rows.key + rb.width * d_rows.ld, d_rows.ld, g.k - rb.width, dh);
         }
-        const int64_t at = g.q_at(n, rb.i0), ldg = rb.ld, ldp = g.ld_probs();
-        const float* p = probs + (n * g.t + rb.i0) * ldp;
+        const int64_t at = g.q_at(n, rb.i0), ldg = rb.ld, ldp = probs ? g.ld_probs() : rb.ld;
+        const float* p = probs ? probs + (n * g.t + rb.i0) * ldp : nullptr;
+        if (!probs) {
+          recomputed.resize(static_cast<size_t>(rb.rows * rb.ld));
+          block_probs(g, x, n, rb, in, buffer.data(), recomputed.data(), ldp, nullptr);
+          p = recomputed.data();
+        }
         const float* go = grad_out + at;
         float* gs = buffer.data();  // d(probs), then scale x d(logits): persistent keys, then context
         float* g_context = gs + np;
@@ -639,6 +660,8 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
   return x;
 }
 
+std::atomic<AttentionProbs> g_attention_probs{AttentionProbs::kKeep};
+
 class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativeAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_u,
@@ -651,10 +674,11 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const AttentionExtras extras = unpack(extra_list, spec, coefs);
     const Geometry g = geometry(q_u, kv, table_list, unpack_key_blocks(keys), heads, mask, extras);
     torch::Tensor out = torch::empty_like(q_u);
-    torch::Tensor probs = torch::empty({g.n(), g.t, g.ld_probs()}, q_u.options());
+    const bool keep = attention_probs() == AttentionProbs::kKeep;
+    torch::Tensor probs = torch::empty({keep ? g.n() : 0, g.t, g.ld_probs()}, q_u.options());
     torch::Tensor resp = torch::empty({std::max<int64_t>(g.components - 1, 0), g.n(), g.t, g.k}, q_u.options());
     forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale, extras), out.data_ptr<float>(),
-                   probs.data_ptr<float>(), g.components > 1 ? resp.data_ptr<float>() : nullptr);
+                   keep ? probs.data_ptr<float>() : nullptr, g.components > 1 ? resp.data_ptr<float>() : nullptr);
     std::vector<torch::Tensor> saved = {q_u, q_v, kv, probs, resp};
     saved.insert(saved.end(), table_list.begin(), table_list.end());
     saved.insert(saved.end(), extra_list.begin(), extra_list.end());
@@ -713,8 +737,8 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     }
     torch::Tensor go = grad_out[0].contiguous();
     backward_blocks(g, operands(q_u, q_v, kv, tables, mask, ctx->saved_data["scale"].toDouble(), extras),
-                    probs.data_ptr<float>(), g.components > 1 ? resp.data_ptr<float>() : nullptr, go.data_ptr<float>(),
-                    d);
+                    probs.numel() > 0 ? probs.data_ptr<float>() : nullptr,
+                    g.components > 1 ? resp.data_ptr<float>() : nullptr, go.data_ptr<float>(), d);
     torch::autograd::variable_list grads = {d_q_u, d_q_v, d_kv};
     for (const torch::Tensor& t : d_tables_per_batch) grads.push_back(sum_over_batch(t));
     grads.insert(grads.end(), d_extras.begin(), d_extras.end());
@@ -726,6 +750,9 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
 };
 
 }  // namespace
+
+void set_attention_probs(AttentionProbs probs) { g_attention_probs = probs; }
+AttentionProbs attention_probs() { return g_attention_probs; }
 
 bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras) {
   if (!blas().sgemm || q.scalar_type() != torch::kFloat || !cpu_kernel_allowed(q) || extras.mixture.size() > 16)
