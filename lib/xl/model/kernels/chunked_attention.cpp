@@ -282,16 +282,17 @@ int64_t probs_at(const Geometry& g, const RowBlock& rb) {
 
 // The probabilities of task n's row block rb into p (rows x ldp: persistent keys, then the
 // context, zero from each row's visible keys to the block's width), from its rows `in`; the first
-// M - 1 mixture responsibilities into resp when given. scratch: g.buffer floats.
+// M - 1 mixture responsibilities into resp when given. scratch: g.buffer floats; scores_of: one
+// pointer per key block (the caller's, so that no task allocates).
 void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, const HeadRows<const float>& in,
-                 float* scratch, float* p, int64_t ldp, float* resp) {
+                 float* scratch, std::vector<const float*>& scores_of, float* p, int64_t ldp, float* resp) {
   const int64_t dh = g.dh, np = g.persistent, h = n % g.heads;
   const float inv_scale = 1.0f / x.scale;
   const float* q_u = x.q_u + g.q_at(n, rb.i0);
   const float* q_v = x.q_v + g.q_at(n, rb.i0);
   float* ac = scratch;
   float* bd = ac + std::max<int64_t>(g.components, 1) * rb.rows * rb.width;
-  std::vector<const float*> scores_of(g.keys.size());
+  scores_of.resize(g.keys.size());
   // A single query (generation's) reads each row once: the row kernels read them, where a
   // product per head paid its call and packing for little work (wt103 generation, Zen 4,
   // 2026-11-27: 444-460 -> 254-260 us a layer, medians of 3 alternating processes each).
@@ -353,6 +354,7 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
   SingleThreadedBlas single;
   parallel_for(0, g.n() * nb, 1, [&](int64_t task0, int64_t task1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy;
+    std::vector<const float*> scores_of;
     HeadRows<const float> in;
     int64_t read = -1;  // whose rows `in` are: a thread's tasks run through n in order
     for (int64_t task = task0; task < task1; ++task) {
@@ -363,7 +365,7 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       // Unkept, the probabilities follow block_probs' scratch in the buffer.
       float* p = probs ? probs + (n * g.t + rb.i0) * g.ld_probs() : buffer.data() + probs_at(g, rb);
       const int64_t ldp = probs ? g.ld_probs() : rb.ld;
-      block_probs(g, x, n, rb, in, buffer.data(), p, ldp, resp);
+      block_probs(g, x, n, rb, in, buffer.data(), scores_of, p, ldp, resp);
       if (rb.rows == 1)
         rows::weighted_rows(p + np, in.value, in.ld, rb.width, out + g.q_at(n, rb.i0), dh);
       else
@@ -474,6 +476,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
     // With copies_heads, the key, value and table gradients are summed in a copy's layout too and
     // written out when the task is done.
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy, d_copy, recomputed;
+    std::vector<const float*> scores_of;
     if (g.copies_heads()) d_copy.resize(static_cast<size_t>(g.head_floats));
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t batch = n / g.heads, h = n % g.heads;
@@ -495,7 +498,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         const float* p = probs ? probs + (n * g.t + rb.i0) * ldp : nullptr;
         if (!probs) {
           recomputed.resize(static_cast<size_t>(rb.rows * rb.ld));
-          block_probs(g, x, n, rb, in, buffer.data(), recomputed.data(), ldp, nullptr);
+          block_probs(g, x, n, rb, in, buffer.data(), scores_of, recomputed.data(), ldp, nullptr);
           p = recomputed.data();
         }
         const float* go = grad_out + at;
