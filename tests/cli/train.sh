@@ -146,8 +146,19 @@ h5diff -q s7a.h5 s8.h5 /model /model >/dev/null && fail "another seed gave the s
 step "--attention-probs recompute (less memory) trains the same run, bit for bit"
 expect 0 $T --max-steps 8 --seed 7 --attention-probs recompute tokens.h5 -o s7r.h5
 same_checkpoint s7a.h5 s7r.h5 "probabilities computed again in backward"
+step "--attention-probs auto (the default) keeps them within --attention-probs-budget, recomputes beyond"
+expect 0 $T --max-steps 8 --seed 7 -v --metrics s7k.jsonl tokens.h5 -o s7k.h5
+grep -q "attention probabilities: kept (--attention-probs auto" "$TMP/err" || fail "auto did not keep the probabilities"
+grep -q '"attention_probs":"keep"' s7k.jsonl || fail "the start event does not say keep"
+expect 0 $T --max-steps 8 --seed 7 -v --attention-probs-budget 1K --metrics s7b.jsonl tokens.h5 -o s7rb.h5
+grep -q "attention probabilities: computed again in backward (--attention-probs auto" "$TMP/err" ||
+  fail "auto kept the probabilities past its budget"
+grep -q '"attention_probs":"recompute"' s7b.jsonl || fail "the start event does not say recompute"
+same_checkpoint s7a.h5 s7rb.h5 "auto past its budget"
 expect 64 $T --max-steps 1 --attention-probs drop tokens.h5 -o bad.h5
-stderr_is_one_line "--attention-probs must be keep or recompute, not 'drop'"
+stderr_is_one_line "--attention-probs must be auto, keep or recompute, not 'drop'"
+expect 64 $T --max-steps 1 --attention-probs-budget lots tokens.h5 -o bad.h5
+stderr_is_one_line "--attention-probs-budget: not a number: 'lots'"
 
 step "empirical skip rates follow the schedule"
 expect 0 xl-train-phase1 -c small.ini --threads 1 --n-layer 4 --d-model 16 --d-head 8 --d-inner 16 --tgt-len 2 --mem-len 2 \

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "xl/util/error.h"
+#include "xl/util/parse.h"
 
 namespace xl::options {
 namespace po = cli::po;
@@ -29,11 +30,14 @@ void add_compute_options(cli::Options& cli, ComputeFlags flags) {
     group("precision", po::value<std::string>()->default_value("auto"),
           "matrix products in fp32, bf16 or fp16 (auto: fp32 on a CPU, bf16 on a GPU that has it)");
   }
-  if (flags.training)
-    group("attention-probs", po::value<std::string>()->default_value("keep"),
-          "keep (the fastest) or recompute: the CPU attention's probabilities computed again in "
-          "backward instead of kept, the same results in less memory (base training: a quarter less, "
-          "6% slower)");
+  if (flags.training) {
+    group("attention-probs", po::value<std::string>()->default_value("auto"),
+          "keep (the fastest), recompute (the CPU attention's probabilities computed again in backward "
+          "instead of kept: the same results in less memory; base training a quarter less, 6% slower) "
+          "or auto (keep while they fit --attention-probs-budget)");
+    group("attention-probs-budget", po::value<std::string>()->default_value("4G"),
+          "bytes a step's kept attention probabilities may take under --attention-probs auto (K, M, G)");
+  }
 }
 
 Compute compute_settings(const cli::Options& cli) {
@@ -51,9 +55,11 @@ Compute compute_settings(const cli::Options& cli) {
   if (cli.has("precision")) c.precision = cli.get<std::string>("precision");
   if (cli.has("attention-probs")) {
     const std::string probs = cli.get<std::string>("attention-probs");
-    XL_CHECK(probs == "keep" || probs == "recompute", kExitUsage,
-             "--attention-probs must be keep or recompute, not '" << probs << "'");
-    c.recompute_attention = probs == "recompute";
+    XL_CHECK(probs == "auto" || probs == "keep" || probs == "recompute", kExitUsage,
+             "--attention-probs must be auto, keep or recompute, not '" << probs << "'");
+    c.attention_probs = probs;
+    c.attention_probs_budget =
+        static_cast<int64_t>(parse::count(cli.get<std::string>("attention-probs-budget"), "--attention-probs-budget"));
   }
   return c;
 }

@@ -1,4 +1,4 @@
-// --threads, --seed, --device, --precision and --attention-probs: how and where a tool computes,
+// --threads, --seed, --device, --precision and --attention-probs(-budget): how and where a tool computes,
 // defined once for every tool.
 #pragma once
 #include <cstdint>
@@ -21,7 +21,8 @@ struct Compute {
   uint64_t seed = 1;
   std::string device = "cpu";     // as given: auto, cpu, cuda, cuda:N
   std::string precision = "fp32";  // as given: auto, fp32, bf16, fp16
-  bool recompute_attention = false;  // --attention-probs recompute
+  std::string attention_probs = "auto";      // --attention-probs: auto, keep or recompute
+  int64_t attention_probs_budget = 4000000000;  // --attention-probs-budget, bytes
 };
 Compute compute_settings(const cli::Options& cli);
 

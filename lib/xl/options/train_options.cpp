@@ -129,7 +129,8 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.seed = compute.seed;
   t.precision = compute.precision;
   r.device = compute.device;
-  r.recompute_attention = compute.recompute_attention;
+  r.attention_probs = compute.attention_probs;
+  r.attention_probs_budget = compute.attention_probs_budget;
   r.nproc_per_node = cli.get<int>("nproc-per-node");
   XL_CHECK(r.nproc_per_node >= 1, kExitUsage, "--nproc-per-node must be at least 1");
   r.dist_backend = cli.get<std::string>("dist-backend");

@@ -26,7 +26,8 @@ struct TrainRequest {
   std::string metrics;              // JSON Lines file ("" for none)
   std::string progress = "auto";
   std::string device = "auto";      // --device
-  bool recompute_attention = false;  // --attention-probs recompute
+  std::string attention_probs = "auto";      // --attention-probs: auto, keep or recompute
+  int64_t attention_probs_budget = 4000000000;  // --attention-probs-budget: auto's bound, bytes a step
   int nproc_per_node = 1;           // data parallel: ranks this process starts (without torchrun)
   std::string dist_backend = "auto";
   double dist_timeout = 300;        // seconds a collective may wait for the other ranks

@@ -67,6 +67,9 @@ class Trainer {
   // After the run's last save: 74 when it failed (with --on-save-error continue it only warned).
   void check_last_save() const;
   checkpoint::Checkpoint snapshot();  // collective: every rank takes part
+  // --attention-probs resolved for this run (auto: keep while a step's fit the budget); returns
+  // keep or recompute, and sets it for the attention kernels.
+  std::string choose_attention_probs() const;
   void log_window();
   void update_live_line();
   double phase_elapsed() const {
@@ -252,6 +255,24 @@ void Trainer::save(bool best) {
   nlohmann::json ev = {{"step", state_.step}, {"path", req_.output}};
   if (best) ev["best"] = best_path(req_.output);
   metrics_.write("checkpoint", ev);
+}
+
+std::string Trainer::choose_attention_probs() const {
+  // One forward of a batch chunk keeps, per layer, streams x heads x tgt_len x (persistent + mem_len
+  // + tgt_len) floats until its backward (the CPU's blocked attention).
+  const auto& c = model_->config;
+  int64_t heads = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) heads += c.heads_in_layer(l);
+  const int64_t kept = rank_rows() / cfg_.batch_chunk * heads * cfg_.tgt_len *
+                       (c.persistent_mem + cfg_.mem_len + cfg_.tgt_len) * static_cast<int64_t>(sizeof(float));
+  const bool keep = req_.attention_probs == "keep" ||
+                    (req_.attention_probs == "auto" && kept <= req_.attention_probs_budget);
+  model::set_attention_probs(keep ? model::AttentionProbs::kKeep : model::AttentionProbs::kRecompute);
+  XL_DEBUG("attention probabilities: " << (keep ? "kept" : "computed again in backward") << " (--attention-probs "
+                                       << req_.attention_probs << "; keeping them takes " << kept / 1000000
+                                       << " MB a step, the budget is " << req_.attention_probs_budget / 1000000
+                                       << " MB)");
+  return keep ? "keep" : "recompute";
 }
 
 void Trainer::check_last_save() const {
@@ -472,6 +493,7 @@ int Trainer::run() {
     start["p_skip"] = p_skip_;
     start["expected_context"] = model::expected_context(p_skip_, cfg_.mem_len);
   }
+  start["attention_probs"] = choose_attention_probs();
   metrics_.write("start", start);
   progress_.print(std::string(req_.resume ? "resuming " : "starting ") + cfg_.phase + " at step " + std::to_string(state_.step) +
                   ": " + std::to_string(model_->parameter_count()) + " parameters" +
@@ -548,8 +570,6 @@ int run_training(const TrainRequest& request, char** argv) {
     log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
     if (dist.rank > 0 && log::level() == log::Level::kInfo) log::set_level(log::Level::kQuiet);  // rank 0 speaks
   }
-  model::set_attention_probs(request.recompute_attention ? model::AttentionProbs::kRecompute
-                                                        : model::AttentionProbs::kKeep);
   Trainer t(request, dist);
   return t.run();
 }
