@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "xl/model/kernels/rel_softmax.h"
+#include "xl/model/kernels/setting_scope.h"
 
 namespace xl::model {
 
@@ -48,22 +49,13 @@ struct AttentionExtras {
 // or nothing, their row blocks computed again in backward (the same bits, one more pair of score
 // products per block). Base training at batch 2 (Intel Xeon, 2026-11-28): peak RSS 1,638 -> 1,251
 // MB, 658 -> 620 tok/s. The probabilities take batch x heads x tgt_len x (mem_len + tgt_len) floats
-// a layer. Process-wide, as the thread count.
+// a layer; training's --attention-probs auto chooses by that size. Process-wide, as the thread count.
 enum class AttentionProbs { kKeep, kRecompute };
 void set_attention_probs(AttentionProbs probs);
 AttentionProbs attention_probs();
 
 // Sets the choice while alive (tests).
-class AttentionProbsScope {
- public:
-  explicit AttentionProbsScope(AttentionProbs probs) : saved_(attention_probs()) { set_attention_probs(probs); }
-  ~AttentionProbsScope() { set_attention_probs(saved_); }
-  AttentionProbsScope(const AttentionProbsScope&) = delete;
-  AttentionProbsScope& operator=(const AttentionProbsScope&) = delete;
-
- private:
-  AttentionProbs saved_;
-};
+using AttentionProbsScope = SettingScope<AttentionProbs, attention_probs, set_attention_probs>;
 
 // Whether chunked_relative_attention can run on tensors like q (and these terms: float32 too).
 bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& extras = {});

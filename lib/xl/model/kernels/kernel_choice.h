@@ -12,6 +12,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "xl/model/kernels/setting_scope.h"
+
 namespace xl::model {
 
 enum class KernelSet { kAll, kOwn, kLibrary, kGeneric };
@@ -24,16 +26,7 @@ inline bool generic_kernels_forced() { return kernel_set() == KernelSet::kGeneri
 inline bool cpu_kernel_allowed(const torch::Tensor& t) { return t.device().is_cpu() && !generic_kernels_forced(); }
 
 // Narrows the kernel set while alive (tests).
-class KernelSetScope {
- public:
-  explicit KernelSetScope(KernelSet set) : saved_(kernel_set()) { set_kernel_set(set); }
-  ~KernelSetScope() { set_kernel_set(saved_); }
-  KernelSetScope(const KernelSetScope&) = delete;
-  KernelSetScope& operator=(const KernelSetScope&) = delete;
-
- private:
-  KernelSet saved_;
-};
+using KernelSetScope = SettingScope<KernelSet, kernel_set, set_kernel_set>;
 
 // The generic path while alive.
 class GenericKernels : public KernelSetScope {
