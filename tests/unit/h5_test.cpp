@@ -112,6 +112,25 @@ TEST(H5, EveryElementTypeRoundTrips) {
   EXPECT_EQ(dataset_type(f, "narrow", "t.h5"), Type::kU16);
   EXPECT_EQ(read_dataset<int32_t>(f, "narrow", "t.h5"), (std::vector<int32_t>{0, 7, 65535}));
   EXPECT_EQ(read_dataset<int64_t>(f, "narrow", "t.h5"), (std::vector<int64_t>{0, 7, 65535}));
+  // Stored types that Type lacks report the narrowest type that holds their values, and read so.
+  auto raw = [&](const char* path, hid_t type, const void* values) {
+    const hsize_t n = 3;
+    Handle space(H5Screate_simple(1, &n, nullptr));
+    Handle ds(H5Dcreate2(f, path, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    ASSERT_GE(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), 0);
+  };
+  const int8_t i8[] = {-128, -1, 127};
+  const int16_t i16[] = {-32768, -1, 32767};
+  const uint32_t u32[] = {0, 1, 4294967295u};
+  raw("i8", H5T_NATIVE_INT8, i8);
+  raw("i16", H5T_NATIVE_INT16, i16);
+  raw("u32", H5T_NATIVE_UINT32, u32);
+  EXPECT_EQ(dataset_type(f, "i8", "t.h5"), Type::kI32);
+  EXPECT_EQ(dataset_type(f, "i16", "t.h5"), Type::kI32);
+  EXPECT_EQ(dataset_type(f, "u32", "t.h5"), Type::kI64);
+  EXPECT_EQ(read_dataset<int32_t>(f, "i8", "t.h5"), (std::vector<int32_t>{-128, -1, 127}));
+  EXPECT_EQ(read_dataset<int32_t>(f, "i16", "t.h5"), (std::vector<int32_t>{-32768, -1, 32767}));
+  EXPECT_EQ(read_dataset<int64_t>(f, "u32", "t.h5"), (std::vector<int64_t>{0, 1, 4294967295}));
   // Empty and rewritten datasets.
   write_dataset<int32_t>(f, "empty", {}, {0}, Type::kI32);
   EXPECT_TRUE(read_dataset<int32_t>(f, "empty", "t.h5").empty());

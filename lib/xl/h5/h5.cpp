@@ -358,11 +358,11 @@ Type dataset_type(hid_t loc, const std::string& path, const std::string& file) {
   H5T_class_t cls = H5Tget_class(t);
   size_t size = H5Tget_size(t);
   if (cls == H5T_FLOAT) return size == 4 ? Type::kF32 : Type::kF64;
-  bool is_signed = H5Tget_sign(t) == H5T_SGN_2;
-  if (size == 1) return Type::kU8;
+  const bool is_signed = H5Tget_sign(t) == H5T_SGN_2;
+  if (size == 1 && !is_signed) return Type::kU8;
   if (size == 2 && !is_signed) return Type::kU16;
-  if (size == 4) return Type::kI32;
-  return Type::kI64;
+  if (size <= 2 || (size == 4 && is_signed)) return Type::kI32;  // int8, int16 widened
+  return Type::kI64;  // uint32 widened; 8 bytes (uint64 past 2^63 does not fit)
 }
 
 void read_dataset_raw(hid_t loc, const std::string& path, void* out, Type mem_type, const std::string& file) {

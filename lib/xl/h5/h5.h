@@ -107,6 +107,8 @@ void write_dataset(hid_t loc, const std::string& path, const std::vector<T>& dat
 
 // Shape of a dataset; throws (65) if absent.
 std::vector<hsize_t> dataset_dims(hid_t loc, const std::string& path, const std::string& file);
+// The memory type that holds every value of a dataset's stored type: itself where Type has it,
+// else the narrowest wider one (int8 and int16 as int32, uint32 as int64).
 Type dataset_type(hid_t loc, const std::string& path, const std::string& file);
 // Reads the whole dataset converted to native T (HDF5 converts, e.g. uint16 -> int32).
 void read_dataset_raw(hid_t loc, const std::string& path, void* out, Type mem_type,
