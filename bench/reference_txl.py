@@ -62,7 +62,13 @@ def main():
     # torch.amp.GradScaler from PyTorch 2.3 (torch.cuda.amp's is deprecated there), else the old one.
     grad_scaler = getattr(torch.amp, "GradScaler", None)
     scaler = None if precision != "fp16" else grad_scaler("cuda") if grad_scaler else torch.cuda.amp.GradScaler()
-    data = torch.randint(0, vocab, ((steps + 3) * tgt + 1, batch), device=device)  # time-major, as theirs
+    # Time-major, as theirs; a word vocab's tokens drawn by Zipf's law, as xl_bench_model draws them.
+    shape = ((steps + 3) * tgt + 1, batch)
+    if cutoffs:
+        ranks = torch.arange(1, vocab + 1, dtype=torch.float64)
+        data = torch.multinomial(1.0 / ranks, shape[0] * shape[1], replacement=True).view(shape).to(device)
+    else:
+        data = torch.randint(0, vocab, shape, device=device)
     mems = tuple()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
