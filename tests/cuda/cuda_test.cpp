@@ -15,6 +15,7 @@
 #include "xl/train/adam.h"
 #include "xl/train/generators.h"
 #include "xl/train/loss_scale.h"
+#include "../unit/model_sizes.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -25,15 +26,7 @@ namespace {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU"
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.n_token = 30;
-  c.n_layer = 3;
-  c.d_model = 16;
-  c.n_head = 4;
-  c.d_head = 8;
-  c.d_inner = 32;
-  c.dropout = 0;
-  return c;
+  return xl::test::model_of_sizes(30, 3, 16, 4, 8, 32);  // tokens, layers, d_model, heads, d_head, d_inner
 }
 
 TransformerXL model_on(const ModelConfig& c, const torch::Device& d, torch::Dtype dtype) {

@@ -13,6 +13,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/precision.h"
 #include "xl/model/transformer_xl.h"
+#include "../unit/model_sizes.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -167,15 +168,7 @@ const std::vector<Case> kCases = {
 
 // The model the model-level tests run: 3 layers of 4 heads of 16, no dropout.
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.n_token = 30;
-  c.n_layer = 3;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.d_head = 16;
-  c.d_inner = 64;
-  c.dropout = 0;
-  return c;
+  return xl::test::model_of_sizes(30, 3, 32, 4, 16, 64);  // tokens, layers, d_model, heads, d_head, d_inner
 }
 
 TransformerXL tiny_model_on_gpu(const ModelConfig& c, uint64_t seed) {

@@ -14,6 +14,7 @@
 #include "xl/train/adam.h"
 #include "xl/util/error.h"
 #include "xl/util/rng.h"
+#include "model_sizes.h"
 
 using namespace xl;
 using xl::eval::EvalResult;
@@ -24,13 +25,7 @@ using xl::model::TransformerXL;
 namespace {
 
 ModelConfig eval_config() {
-  ModelConfig c;
-  c.n_token = 13;
-  c.n_layer = 2;
-  c.d_model = 16;
-  c.n_head = 2;
-  c.d_head = 8;
-  c.d_inner = 24;
+  ModelConfig c = xl::test::model_of_sizes(13, 2, 16, 2, 8, 24);  // tokens, layers, d_model, heads, d_head, d_inner
   c.dropout = 0.1;  // evaluation must switch it off
   return c;
 }

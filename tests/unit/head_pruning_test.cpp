@@ -10,6 +10,7 @@
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
+#include "model_sizes.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -18,15 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 ModelConfig char_config() {
-  ModelConfig c;
-  c.n_token = 13;
-  c.n_layer = 3;
-  c.d_model = 16;
-  c.n_head = 4;
-  c.d_head = 5;
-  c.d_inner = 24;
-  c.dropout = 0;
-  return c;
+  return xl::test::model_of_sizes(13, 3, 16, 4, 5, 24);  // tokens, layers, d_model, heads, d_head, d_inner
 }
 
 ModelConfig adaptive_config(bool untie_r) {

@@ -8,6 +8,7 @@
 #include "xl/model/head_pruning.h"
 #include "xl/util/error.h"
 #include "xl/util/stats.h"
+#include "model_sizes.h"
 
 using namespace xl;
 
@@ -15,14 +16,7 @@ namespace {
 
 model::TransformerXL tiny_model(int seed = 1) {
   torch::manual_seed(seed);
-  model::ModelConfig c;
-  c.n_token = 13;
-  c.n_layer = 2;
-  c.d_model = 16;
-  c.n_head = 3;
-  c.d_head = 4;
-  c.d_inner = 16;
-  c.dropout = 0;
+  model::ModelConfig c = xl::test::model_of_sizes(13, 2, 16, 3, 4, 16);  // tokens, layers, d_model, heads, d_head, d_inner
   model::TransformerXL m(c);
   m->reset_parameters(3);
   for (auto& p : m->parameters()) p.data().add_(torch::randn_like(p) * 0.3);  // heads that matter

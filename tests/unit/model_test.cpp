@@ -12,6 +12,7 @@
 #include "xl/model/transformer_xl.h"
 #include "xl/util/error.h"
 #include "reference_txl.h"
+#include "model_sizes.h"
 
 using namespace xl::model;
 using torch::Tensor;
@@ -19,15 +20,7 @@ using torch::Tensor;
 namespace {
 
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.n_token = 11;
-  c.n_layer = 3;
-  c.d_model = 8;
-  c.n_head = 2;
-  c.d_head = 3;
-  c.d_inner = 10;
-  c.dropout = 0;
-  return c;
+  return xl::test::model_of_sizes(11, 3, 8, 2, 3, 10);  // tokens, layers, d_model, heads, d_head, d_inner
 }
 
 // 40 words in a shortlist of 10 and tails of 15 (projected to 4) and 15 (to 2), d_model 8.

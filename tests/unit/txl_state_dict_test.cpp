@@ -19,6 +19,7 @@
 #include "xl/interop/txl_state_dict.h"
 #include "xl/util/error.h"
 #include "test_support.h"
+#include "model_sizes.h"
 
 using namespace xl::model;
 using namespace xl::interop;
@@ -38,15 +39,7 @@ std::string state_dict_bytes(const xl::checkpoint::TensorList& sd) {
 using xl::test::error_code;
 
 ModelConfig char_config() {
-  ModelConfig c;
-  c.n_token = 17;
-  c.n_layer = 3;
-  c.d_model = 16;
-  c.n_head = 3;
-  c.d_head = 4;
-  c.d_inner = 20;
-  c.dropout = 0;
-  return c;
+  return xl::test::model_of_sizes(17, 3, 16, 3, 4, 20);  // tokens, layers, d_model, heads, d_head, d_inner
 }
 
 // Word level as wt103: cutoffs, div_val > 1, tied weights and projections but the first.
