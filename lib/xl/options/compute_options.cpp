@@ -36,7 +36,7 @@ void add_compute_options(cli::Options& cli, ComputeFlags flags) {
           "instead of kept: the same results in less memory; base training a quarter less, 6% slower) "
           "or auto (keep while they fit --attention-probs-budget)");
     group("attention-probs-budget", po::value<std::string>()->default_value("4G"),
-          "bytes a step's kept attention probabilities may take under --attention-probs auto (K, M, G)");
+          "bytes the attention probabilities one process keeps in a step may take under --attention-probs auto (K, M, G)");
   }
 }
 

@@ -69,7 +69,7 @@ class Trainer {
   checkpoint::Checkpoint snapshot();  // collective: every rank takes part
   // --attention-probs resolved for this run (auto: keep while a step's fit the budget); returns
   // keep or recompute, and sets it for the attention kernels.
-  std::string choose_attention_probs() const;
+  std::string choose_attention_probs();
   void log_window();
   void update_live_line();
   double phase_elapsed() const {
@@ -257,7 +257,7 @@ void Trainer::save(bool best) {
   metrics_.write("checkpoint", ev);
 }
 
-std::string Trainer::choose_attention_probs() const {
+std::string Trainer::choose_attention_probs() {
   // One forward of a batch chunk keeps, per layer, streams x heads x tgt_len x (persistent + mem_len
   // + tgt_len) floats until its backward (the CPU's blocked attention).
   const auto& c = model_->config;
