@@ -68,7 +68,8 @@ class Trainer {
   void check_last_save() const;
   checkpoint::Checkpoint snapshot();  // collective: every rank takes part
   // --attention-probs resolved for this run (auto: keep while a step's fit the budget); returns
-  // keep or recompute, and sets it for the attention kernels.
+  // keep or recompute, and sets it for the CPU's attention kernel ("" on a GPU, whose kernels
+  // keep what they keep).
   std::string choose_attention_probs();
   void log_window();
   void update_live_line();
@@ -258,6 +259,7 @@ void Trainer::save(bool best) {
 }
 
 std::string Trainer::choose_attention_probs() {
+  if (!device_.is_cpu()) return "";
   // One forward of a batch chunk keeps, per layer, streams x heads x tgt_len x (persistent + mem_len
   // + tgt_len) floats until its backward (the CPU's blocked attention).
   const auto& c = model_->config;
@@ -493,7 +495,7 @@ int Trainer::run() {
     start["p_skip"] = p_skip_;
     start["expected_context"] = model::expected_context(p_skip_, cfg_.mem_len);
   }
-  start["attention_probs"] = choose_attention_probs();
+  if (const std::string probs = choose_attention_probs(); !probs.empty()) start["attention_probs"] = probs;
   metrics_.write("start", start);
   progress_.print(std::string(req_.resume ? "resuming " : "starting ") + cfg_.phase + " at step " + std::to_string(state_.step) +
                   ": " + std::to_string(model_->parameter_count()) + " parameters" +
