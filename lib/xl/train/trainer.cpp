@@ -1,6 +1,7 @@
 #include "xl/train/trainer.h"
 
 #include <chrono>
+#include <numeric>
 #include <cmath>
 #include <csignal>
 
@@ -262,11 +263,10 @@ std::string Trainer::choose_attention_probs() {
   if (!device_.is_cpu()) return "";
   // One forward of a batch chunk keeps, per layer, streams x heads x tgt_len x (persistent + mem_len
   // + tgt_len) floats until its backward (the CPU's blocked attention).
-  const auto& c = model_->config;
-  int64_t heads = 0;
-  for (int64_t l = 0; l < c.n_layer; ++l) heads += c.heads_in_layer(l);
+  const auto heads_per_layer = model_->heads_per_layer();
+  const int64_t heads = std::accumulate(heads_per_layer.begin(), heads_per_layer.end(), int64_t{0});
   const int64_t kept = rank_rows() / cfg_.batch_chunk * heads * cfg_.tgt_len *
-                       (c.persistent_mem + cfg_.mem_len + cfg_.tgt_len) * static_cast<int64_t>(sizeof(float));
+                       (model_->config.persistent_mem + cfg_.mem_len + cfg_.tgt_len) * static_cast<int64_t>(sizeof(float));
   const bool keep = req_.attention_probs == "keep" ||
                     (req_.attention_probs == "auto" && kept <= req_.attention_probs_budget);
   model::set_attention_probs(keep ? model::AttentionProbs::kKeep : model::AttentionProbs::kRecompute);
