@@ -160,7 +160,7 @@ TEST(Moses, DetokenizesAsHuggingFacesDecode) {
 // xl-generate uses, whose pieces must add up to the whole line's text.
 TEST(Moses, RandomWordsDetokenizeAsHuggingFacesDecodeAndWordByWord) {
   const auto [input, expected] = recorded("random-words");
-  int differ = 0, streamed_differ = 0;
+  int differ = 0, streamed_differ = 0, continued_differ = 0, joined_after_prompt = 0;
   for (size_t i = 0; i < input.size(); ++i) {
     std::vector<std::string> words;
     for (size_t at = 0; at < input[i].size();) {
@@ -175,7 +175,19 @@ TEST(Moses, RandomWordsDetokenizeAsHuggingFacesDecodeAndWordByWord) {
     for (const auto& w : words) streamed += writer.add(w);
     streamed += writer.end_line();
     if (streamed != text + "\n" && ++streamed_differ <= 5) ADD_FAILURE() << "line " << i + 1 << " word by word: " << streamed;
+    // Its first half as an unechoed prompt: what follows is the line's text after the prompt's own.
+    const std::vector<std::string> prompt(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(words.size() / 2));
+    const std::string prompt_text = moses_detokenize(prompt);
+    if (text.compare(0, prompt_text.size(), prompt_text) != 0) continue;  // the prompt ends in a joiner
+    std::string continued = writer.begin_line(prompt, false);
+    for (size_t w = prompt.size(); w < words.size(); ++w) continued += writer.add(words[w]);
+    continued += writer.end_line();
+    if (prompt_text + continued != text + "\n" && ++continued_differ <= 5)
+      ADD_FAILURE() << "line " << i + 1 << " after its first half: " << continued;
+    joined_after_prompt += !prompt.empty() && words.size() > prompt.size() && words[prompt.size()].front() == '@';
   }
+  EXPECT_GT(joined_after_prompt, 0);  // the case a joiner decides is among them
+  EXPECT_EQ(continued_differ, 0);
   EXPECT_EQ(differ, 0);
   EXPECT_EQ(streamed_differ, 0);
 }
@@ -191,11 +203,17 @@ TEST(Moses, LineWriterHoldsWordsAJoinerMayStillChange) {
   EXPECT_EQ(writer.add("art"), " the");
   EXPECT_EQ(writer.add("."), " art");
   EXPECT_EQ(writer.end_line(), ".\n");
-  // Words written elsewhere (an echoed prompt) are continued, not repeated.
+  // Words not to be written (an unechoed prompt) are continued, not repeated ...
   EXPECT_EQ(writer.begin_line({"He", "said"}, false), "");
   EXPECT_EQ(writer.add(","), "");
   EXPECT_EQ(writer.add("\""), ",");
   EXPECT_EQ(writer.rest(), " \"");
+  // ... and a joiner after them joins their last word as the whole line's text does.
+  EXPECT_EQ(writer.begin_line({"A", "state"}, false), "");
+  EXPECT_EQ(writer.add("@-@"), "");
+  EXPECT_EQ(writer.add("of"), "");
+  EXPECT_EQ(writer.add("the"), "-of");
+  EXPECT_EQ(writer.end_line(), " the\n");
 }
 
 // The segmenter runs it per line: <eos> after every line (an empty one too; the last without its

@@ -583,17 +583,32 @@ std::string MosesLineWriter::settle() {
   const auto end = pending_.begin() + static_cast<std::ptrdiff_t>(m);
   std::vector<std::string> part(std::make_move_iterator(pending_.begin()), std::make_move_iterator(end));
   pending_.erase(pending_.begin(), end);
-  return line_.add(part);
+  return write(part);
 }
 
-std::string MosesLineWriter::begin_line(std::vector<std::string> words, bool write) {
+std::string MosesLineWriter::write(const std::vector<std::string>& part) {
+  if (hidden_ == 0) return line_.add(part);
+  if (part.size() <= hidden_) {
+    hidden_ -= part.size();
+    line_.add(part);
+    return {};
+  }
+  // The part joins hidden words to new ones ("state @-@ of"): its text less what the hidden words
+  // give alone, which is where a reader of the prompt's own text left off.
+  MosesLineDetokenizer alone = line_;
+  const std::string hidden = alone.add({part.begin(), part.begin() + static_cast<std::ptrdiff_t>(hidden_)});
+  hidden_ = 0;
+  const std::string text = line_.add(part);
+  size_t common = 0;
+  while (common < hidden.size() && common < text.size() && hidden[common] == text[common]) ++common;
+  return text.substr(common);
+}
+
+std::string MosesLineWriter::begin_line(std::vector<std::string> words, bool write_them) {
   line_ = MosesLineDetokenizer();
   pending_ = std::move(words);
-  if (write) return settle();
-  // Written elsewhere: a joiner that follows starts afresh rather than respace what is written.
-  line_.add(pending_);
-  pending_.clear();
-  return {};
+  hidden_ = write_them ? 0 : pending_.size();
+  return settle();
 }
 
 std::string MosesLineWriter::add(std::string word) {
@@ -602,7 +617,8 @@ std::string MosesLineWriter::add(std::string word) {
 }
 
 std::string MosesLineWriter::rest() {
-  std::string out = line_.add(pending_);
+  std::string out = write(pending_);
+  hidden_ = 0;
   pending_.clear();
   line_ = MosesLineDetokenizer();
   return out;

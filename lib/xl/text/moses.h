@@ -45,9 +45,10 @@ class MosesLineDetokenizer {
 // The text of words that come one at a time (xl-generate): each call gives what has become final.
 class MosesLineWriter {
  public:
-  // Words already on the line: with `write`, their final text is returned to be written; without,
-  // they were written elsewhere, or are context only, and the text that follows continues them.
-  std::string begin_line(std::vector<std::string> words, bool write);
+  // Words already on the line: with `write_them`, their final text is returned to be written;
+  // without, they were written elsewhere or are context only, and what follows continues the
+  // line's text after theirs (a joiner that follows respaces them as the whole line would).
+  std::string begin_line(std::vector<std::string> words, bool write_them);
   std::string add(std::string word);
   std::string end_line();  // the rest of the line and a newline
   std::string rest();      // the rest of the line, at the end of the text
@@ -55,7 +56,10 @@ class MosesLineWriter {
  private:
   MosesLineDetokenizer line_;
   std::vector<std::string> pending_;  // words whose text may still change
+  size_t hidden_ = 0;                  // how many of them begin_line was given not to write
   std::string settle();
+  std::string write(const std::vector<std::string>& part);  // part's text, less the hidden words'
+
 };
 
 }  // namespace xl::text
