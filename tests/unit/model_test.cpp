@@ -449,6 +449,73 @@ TEST(Model, AdaptiveSoftmaxGradientsMatchTheFullLogProbabilities) {
   }
 }
 
+// The gradients of the adaptive softmax's parameters, tied to the input embedding or not, with one
+// output layer sliced per cluster (div_val 1) or one per cluster, and with a cluster that no target
+// reaches: as LibTorch's own slices, concatenations and log_softmax give them, written here from
+// the module's tensors as Transformer-XL's ProjectedAdaptiveLogSoftmax computes its loss.
+TEST(Model, AdaptiveSoftmaxParameterGradientsMatchAnExplicitLibTorchLoss) {
+  for (int64_t div_val : {1, 2}) {
+    for (bool tied : {true, false}) {
+      for (bool every_cluster : {true, false}) {
+        SCOPED_TRACE("div_val " + std::to_string(div_val) + (tied ? ", tied" : ", untied") +
+                     (every_cluster ? "" : ", the last cluster without targets"));
+        ModelConfig c = small_adaptive_config();
+        c.div_val = div_val;
+        c.tie_weight = tied;
+        auto m = make_model(c);
+        m->train();
+        const auto& crit = m->crit;
+        Tensor h = torch::randn({9, c.d_model}, torch::kFloat64).requires_grad_();
+        Tensor target = every_cluster ? torch::tensor({3, 12, 24, 25, 39, 0, 10, 30, 9}, torch::kLong)
+                                      : torch::tensor({3, 12, 24, 2, 19, 0, 10, 20, 9}, torch::kLong);
+        Tensor input = torch::tensor({{1, 30, 12}, {39, 5, 22}}, torch::kLong);  // the embedding's own use
+        Tensor weights = torch::rand({9}, torch::kFloat64), emb_weights = torch::randn({2, 3, c.d_model}, torch::kFloat64);
+        auto explicit_nll = [&] {
+          const auto& ends = crit->cutoff_ends;
+          auto rows = [&](int64_t i) {  // weight and bias of cluster i's rows
+            const auto& layer = crit->layers[div_val == 1 ? 0 : static_cast<size_t>(i)];
+            if (div_val != 1) return std::make_pair(layer->weight, layer->bias);
+            return std::make_pair(layer->weight.slice(0, ends[i], ends[i + 1]), layer->bias.slice(0, ends[i], ends[i + 1]));
+          };
+          auto log_softmax_of = [&](int64_t i, const Tensor& w, const Tensor& b) {
+            const Tensor& proj = crit->projections[static_cast<size_t>(i)];
+            return torch::log_softmax(torch::matmul(proj.defined() ? torch::matmul(h, proj) : h, w.t()) + b, 1);
+          };
+          auto [w0, b0] = rows(0);
+          Tensor head = log_softmax_of(0, torch::cat({w0, crit->cluster_weight}), torch::cat({b0, crit->cluster_bias}));
+          std::vector<Tensor> nll;
+          for (int64_t n = 0; n < 9; ++n) {
+            const int64_t y = target[n].item<int64_t>();
+            int64_t i = 0;
+            while (y >= ends[i + 1]) ++i;
+            if (i == 0) {
+              nll.push_back(-head[n][y]);
+            } else {
+              auto [w, b] = rows(i);
+              nll.push_back(-head[n][head.size(1) - i] - log_softmax_of(i, w, b)[n][y - ends[i]]);
+            }
+          }
+          return torch::stack(nll);
+        };
+        auto grads = [&](const Tensor& nll) {
+          m->zero_grad();
+          h.mutable_grad() = Tensor();
+          ((nll * weights).sum() + (m->word_emb(input) * emb_weights).sum()).backward();
+          std::vector<Tensor> g{h.grad().clone()};
+          for (auto& p : m->parameters())
+            if (p.grad().defined()) g.push_back(p.grad().clone());
+          return g;
+        };
+        auto got = grads(m->crit(h, target));
+        auto want = grads(explicit_nll());
+        ASSERT_EQ(got.size(), want.size());
+        ASSERT_GT(got.size(), 4u);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-12) << i;
+      }
+    }
+  }
+}
+
 TEST(Model, GradientsMatchFiniteDifferencesInDoublePrecision) {
   for (bool adaptive : {false, true}) {
     ModelConfig c = tiny_config();

@@ -61,8 +61,8 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   torch::Tensor cluster_weight, cluster_bias;
 
  private:
-  // Weight and bias of cluster i's output rows (head includes the cluster rows at its end).
-  std::pair<torch::Tensor, torch::Tensor> cluster_params(int64_t i);
+  // Weight and bias of each cluster's output rows (the head's with the cluster rows at its end).
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> output_params();
   // The head's rows with the cluster rows appended are a copy (20,003 x 624 floats at wt103): without
   // autograd it is kept while what it was made of is unchanged, or evaluation and generation would
   // make it again for every segment or token.
