@@ -9,7 +9,8 @@
 #
 #   bench/model.sh [BUILD_DIR]     BUILD_DIR: where bench/xl_bench_model is (default: build)
 #
-# Environment: RUNS (default 3), CONFIGS (default "tiny small base wt103"), MODES (default "train eval"),
+# Environment: RUNS (default 3), CONFIGS (default "tiny small base wt103"; txl-wt103, Transformer-XL's
+# own WikiText-103 recipe, on request), MODES (default "train eval"),
 # REFERENCE (a kimiyoung/transformer-xl checkout's pytorch/ folder, not part of xl: its model runs
 # beside ours at the same shapes, alternating run by run, with the same 2 threads, waiting policy
 # (passive after a short spin, as the tools set it) and BLAS kernels; "speedup" is xl's median over
@@ -26,17 +27,22 @@ if [ -n "${REFERENCE:-}" ]; then  # fail now, not after the first of xl's runs
 fi
 RUNS=${RUNS:-3}
 CONFIGS=${CONFIGS:-tiny small base wt103}
-# The word-level shape (WikiText-103's adaptive softmax over 267,735 words) at batch 1: its
-# per-GPU batch of 16 would take minutes per step on a small machine.
+# The word-level shapes (WikiText-103's adaptive softmax over 267,735 words) at 512 and 600 tokens
+# a step: their per-GPU batches of 16 and 60 would take minutes per step on a small machine.
 export XL_BENCH_BATCH=${XL_BENCH_BATCH:-}
-batch_for() { if [ "$1" = wt103 ] && [ -z "$XL_BENCH_BATCH" ]; then echo 1; else echo "$XL_BENCH_BATCH"; fi; }
+batch_for() {
+  if [ -n "$XL_BENCH_BATCH" ]; then echo "$XL_BENCH_BATCH"
+  elif [ "$1" = wt103 ]; then echo 1
+  elif [ "$1" = txl-wt103 ]; then echo 4
+  fi
+}
 MODES=${MODES:-train eval}
 steps() {  # timed steps per process (after 2 warm-up steps): about 3 s of xl's (the reference's take
   # 3-8x as long), so that a few noisy moments on a shared machine do not decide a process's figure
   case "$1/$2" in
     tiny/train) echo 24 ;; small/train) echo 4 ;; base/train) echo 2 ;;
     tiny/eval) echo 60 ;; small/eval) echo 10 ;; base/eval) echo 4 ;;
-    wt103/train) echo 2 ;; wt103/eval) echo 4 ;;
+    wt103/train|txl-wt103/train) echo 2 ;; wt103/eval|txl-wt103/eval) echo 4 ;;
   esac
 }
 out=$(mktemp); trap 'rm -f "$out"' EXIT

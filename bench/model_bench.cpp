@@ -4,7 +4,8 @@
 // measured in the same process. Prints one JSON object.
 //   xl_bench_model CONFIG [MODE [STEPS [SKIP_SCHEDULE [BETA]]]]
 //   CONFIG: tiny | small | base (../shared/docs/bench-configs.md), or the paper's per-GPU shapes
-//   enwik8 (Table 1: 12 x 512, batch 30) and wt103 (Table 2: 15 x 624, adaptive softmax, batch 16);
+//   enwik8 (Table 1: 12 x 512, batch 30) and wt103 (Table 2: 15 x 624, adaptive softmax, batch 16),
+//   or Transformer-XL's own txl-wt103 (16 x 410, one tied output layer sliced per cluster, batch 60);
 //   MODE: train | eval | generate (xl-generate's loop: bench_generate); SKIP_SCHEDULE: none
 //   (default) | linear | uniform | ... (Skip-Retain, phase 1); BETA: SCH rate.
 // Environment: XL_BENCH_DEVICE (cpu, cuda, cuda:N; default cpu), XL_BENCH_PRECISION (fp32, bf16,
@@ -62,6 +63,9 @@ BenchConfig lookup(const std::string& name) {
   // The paper's models at its per-GPU batch (two GPUs: 60 and 32 streams in all).
   if (name == "enwik8") return {12, 512, 8, 64, 2048, 512, 512, 30};
   if (name == "wt103") return {15, 624, 16, 39, 2496, 512, 512, 16, 267735, {20000, 40000, 200000}, 4};
+  // Transformer-XL's own WikiText-103 recipe (run_wt103_base.sh): one output layer over the whole
+  // vocabulary, sliced per cluster (div_val 1), tied to the input embedding.
+  if (name == "txl-wt103") return {16, 410, 10, 41, 2100, 150, 150, 60, 267735, {20000, 40000, 200000}, 1};
   throw std::runtime_error("unknown config " + name);
 }
 

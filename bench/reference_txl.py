@@ -6,7 +6,7 @@ xl_bench_model's. Its code is not part of xl: give the path of a checkout's pyto
 
     python3 bench/reference_txl.py REFERENCE_PYTORCH_DIR CONFIG MODE STEPS [DEVICE [PRECISION]]
 
-CONFIG: tiny | small | base | enwik8 | wt103; MODE: train | eval; PRECISION: fp32 | bf16 | fp16.
+CONFIG: tiny | small | base | enwik8 | wt103 | txl-wt103; MODE: train | eval; PRECISION: fp32 | bf16 | fp16.
 Environment: XL_BENCH_BATCH overrides the config's batch.
 """
 import json
@@ -24,6 +24,7 @@ CONFIGS = {
     "base": (12, 512, 8, 64, 2048, 512, 512, 2, 256, [], 1),
     "enwik8": (12, 512, 8, 64, 2048, 512, 512, 30, 256, [], 1),
     "wt103": (15, 624, 16, 39, 2496, 512, 512, 16, 267735, [20000, 40000, 200000], 4),
+    "txl-wt103": (16, 410, 10, 41, 2100, 150, 150, 60, 267735, [20000, 40000, 200000], 1),
 }
 
 
