@@ -1,4 +1,5 @@
 // The whole model: memory semantics, Skip-Retain and SCH invariants, adaptive softmax, gradients.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,6 +103,33 @@ TEST(Model, BuildingAModelDrawsOnlyFromItsSeed) {
       EXPECT_TRUE(torch::isfinite(want[i].second).all().item<bool>()) << want[i].first;
     }
   }
+}
+
+// Weights are drawn piece by piece (no double-precision copy of a large embedding), yet as one
+// draw per tensor from the seed's generator would give them: here an embedding of 2^20 + 24 values
+// (two pieces) and the tensors before and after it, drawn whole in order as written out here.
+TEST(Model, InitialWeightsAreOneDoublePrecisionDrawPerTensor) {
+  ModelConfig c = tiny_config();
+  c.n_token = (int64_t{1} << 20) / c.d_model + 3;
+  TransformerXL m(c, 11);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  int drawn = 0;
+  for (const auto& item : m->named_parameters(true)) {
+    const std::string& name = item.key();
+    const Tensor& p = item.value();
+    SCOPED_TRACE(name);
+    const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0 && name.find("r_w_bias") == std::string::npos &&
+                      name.find("r_r_bias") == std::string::npos;
+    if (bias) {
+      EXPECT_EQ(p.abs().max().item<float>(), 0.0f);
+      continue;
+    }
+    const double mean = name.find("layer_norm.weight") != std::string::npos ? 1.0 : 0.0;
+    const Tensor want = torch::empty(p.sizes(), torch::kFloat64).normal_(mean, c.init_std, gen).to(torch::kFloat);
+    EXPECT_TRUE(torch::equal(p, want));
+    drawn += p.numel() > (int64_t{1} << 20);
+  }
+  EXPECT_EQ(drawn, 1);  // the embedding
 }
 
 TEST(Model, MemoryHoldsDetachedLayerInputsOfTheRightLength) {
