@@ -480,7 +480,8 @@ TEST(Model, AdaptiveSoftmaxGradientsMatchTheFullLogProbabilities) {
 // The gradients of the adaptive softmax's parameters, tied to the input embedding or not, with one
 // output layer sliced per cluster (div_val 1) or one per cluster, and with a cluster that no target
 // reaches: as LibTorch's own slices, concatenations and log_softmax give them, written here from
-// the module's tensors as Transformer-XL's ProjectedAdaptiveLogSoftmax computes its loss.
+// the module's tensors as Transformer-XL's ProjectedAdaptiveLogSoftmax computes its loss (and, at
+// div_val 1, the input embedding's rows, whose gradient the model makes sparse when tied).
 TEST(Model, AdaptiveSoftmaxParameterGradientsMatchAnExplicitLibTorchLoss) {
   for (int64_t div_val : {1, 2}) {
     for (bool tied : {true, false}) {
@@ -525,17 +526,25 @@ TEST(Model, AdaptiveSoftmaxParameterGradientsMatchAnExplicitLibTorchLoss) {
           }
           return torch::stack(nll);
         };
-        auto grads = [&](const Tensor& nll) {
+        // The input embedding's rows, scaled (div_val 1 here has no projection).
+        auto explicit_embedding = [&] {
+          const Tensor& w = m->word_emb->embeddings[0]->weight;
+          return w.index_select(0, input.reshape(-1)).view({2, 3, c.d_model}) * std::sqrt(static_cast<double>(c.d_model));
+        };
+        auto grads = [&](const Tensor& nll, const Tensor& embedded) {
           m->zero_grad();
           h.mutable_grad() = Tensor();
-          ((nll * weights).sum() + (m->word_emb(input) * emb_weights).sum()).backward();
+          ((nll * weights).sum() + (embedded * emb_weights).sum()).backward();
           std::vector<Tensor> g{h.grad().clone()};
-          for (auto& p : m->parameters())
-            if (p.grad().defined()) g.push_back(p.grad().clone());
+          for (auto& p : m->parameters()) {
+            if (!p.grad().defined()) continue;
+            EXPECT_FALSE(p.grad().is_sparse());
+            g.push_back(p.grad().clone());
+          }
           return g;
         };
-        auto got = grads(m->crit(h, target));
-        auto want = grads(explicit_nll());
+        auto got = grads(m->crit(h, target), m->word_emb(input));
+        auto want = grads(explicit_nll(), div_val == 1 ? explicit_embedding() : m->word_emb(input));
         ASSERT_EQ(got.size(), want.size());
         ASSERT_GT(got.size(), 4u);
         for (size_t i = 0; i < got.size(); ++i) EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-12) << i;

@@ -85,7 +85,11 @@ class OutputRows : public torch::autograd::Function<OutputRows> {
 }  // namespace
 
 AdaptiveEmbeddingImpl::AdaptiveEmbeddingImpl(const ModelConfig& cfg)
-    : cutoff_ends(ends_of(cfg)), div_val(cfg.div_val), d_embed(cfg.embed_dim()), d_proj(cfg.d_model) {
+    : cutoff_ends(ends_of(cfg)),
+      div_val(cfg.div_val),
+      d_embed(cfg.embed_dim()),
+      d_proj(cfg.d_model),
+      sparse_gradient(cfg.tie_weight && cfg.div_val == 1 && !cfg.cutoffs.empty()) {
   emb_layers = register_module("emb_layers", torch::nn::ModuleList());
   emb_projs = register_module("emb_projs", IndexedParams());
   const size_t clusters = div_val == 1 ? 1 : cutoff_ends.size() - 1;
@@ -108,7 +112,12 @@ AdaptiveEmbeddingImpl::AdaptiveEmbeddingImpl(const ModelConfig& cfg)
 torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
   const double scale = std::sqrt(static_cast<double>(d_proj));
   if (div_val == 1) {
-    torch::Tensor e = embeddings[0](input);
+    // A dense gradient would be a whole vocabulary of zeros, then added to the output layer's into
+    // a new tensor (Transformer-XL's wt103 recipe: 439 MB twice a step).
+    const torch::Tensor& w = embeddings[0]->weight;
+    torch::Tensor e = sparse_gradient && w.is_cpu() && torch::GradMode::is_enabled()
+                          ? torch::embedding(w, input, -1, false, /*sparse=*/true)
+                          : embeddings[0](input);
     if (projections[0].defined()) e = xl::model::linear(e, projections[0]);
     return e * scale;
   }

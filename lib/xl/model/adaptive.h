@@ -26,6 +26,9 @@ class AdaptiveEmbeddingImpl : public torch::nn::Module {
 
   std::vector<int64_t> cutoff_ends;  // 0, cutoffs..., n_token
   int64_t div_val, d_embed, d_proj;
+  // One word embedding tied to the adaptive softmax's one output layer (div_val 1): on the CPU its
+  // gradient is the rows the input used, which autograd adds into the output layer's in place.
+  bool sparse_gradient;
   torch::nn::ModuleList emb_layers{nullptr};  // Embedding per cluster
   IndexedParams emb_projs{nullptr};           // [d_proj, d_i] per cluster, when needed
   std::vector<torch::Tensor> projections;     // per cluster (undefined: none)
