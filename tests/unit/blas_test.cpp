@@ -119,12 +119,32 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
   if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
   at::set_num_threads(2);
   const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
-  // On all threads: oneDNN for small products (either A), the BLAS for large ones.
-  EXPECT_EQ(xl::model::runs_on_onednn(false, 2048, 512, 128), onednn);
-  EXPECT_EQ(xl::model::runs_on_onednn(true, 384, 128, 2048), onednn);
-  EXPECT_FALSE(xl::model::runs_on_onednn(false, 1024, 2048, 512));
-  EXPECT_FALSE(xl::model::runs_on_onednn(true, 2048, 512, 1024));
+  // On all threads: oneDNN for small products (either A), the BLAS for large ones unless a side is
+  // thin.
+  EXPECT_EQ(xl::model::runs_on_onednn(false, true, 2048, 512, 128), onednn);
+  EXPECT_EQ(xl::model::runs_on_onednn(true, false, 384, 128, 2048), onednn);
+  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 1024, 2048, 512));
+  EXPECT_FALSE(xl::model::runs_on_onednn(true, false, 2048, 512, 1024));
+  EXPECT_EQ(xl::model::runs_on_onednn(false, false, 74, 410, 160000), onednn);  // a cluster's input gradient
+  EXPECT_EQ(xl::model::runs_on_onednn(true, false, 160000, 410, 74), onednn);   // its weight gradient
+  EXPECT_EQ(xl::model::runs_on_onednn(false, false, 306, 39, 160000), onednn);  // a narrow cluster's
+  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 64, 4096, 1024));         // few rows times B^T
   expect_products_match_loops("all threads");
+  // Large thin products against LibTorch's double-precision product.
+  struct Thin { bool ta, tb; int64_t m, n, k; };
+  for (const Thin& t : {Thin{false, false, 40, 300, 20000}, Thin{true, false, 20000, 300, 40}, Thin{false, false, 300, 40, 20000},
+                        Thin{false, true, 300, 40, 20000}}) {
+    ASSERT_GT(t.m * t.n * t.k, int64_t{1} << 27);
+    const torch::Tensor a = t.ta ? torch::randn({t.k, t.m}) : torch::randn({t.m, t.k});
+    const torch::Tensor b = t.tb ? torch::randn({t.n, t.k}) : torch::randn({t.k, t.n});
+    torch::Tensor c = torch::empty({t.m, t.n});
+    xl::model::sgemm_row_major(t.ta, t.tb, t.m, t.n, t.k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), 0,
+                               c.data_ptr<float>(), t.n);
+    const torch::Tensor ad = t.ta ? a.t().to(torch::kDouble) : a.to(torch::kDouble);
+    const torch::Tensor bd = t.tb ? b.t().to(torch::kDouble) : b.to(torch::kDouble);
+    EXPECT_LT((c.to(torch::kDouble) - ad.mm(bd)).abs().max().item<double>(), 1e-2)  // sums of 40 to 20,000 products of N(0, 1)
+        << t.m << " x " << t.n << " x " << t.k << " trans_a " << t.ta << " trans_b " << t.tb;
+  }
 }
 
 TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
@@ -133,8 +153,8 @@ TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
   const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
   xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
     if (b != 0) return;  // one task checks (gtest's expectations from one thread)
-    EXPECT_EQ(xl::model::runs_on_onednn(false, 64, 1024, 64), onednn);
-    EXPECT_FALSE(xl::model::runs_on_onednn(true, 1024, 64, 64));  // transposed A: the BLAS
+    EXPECT_EQ(xl::model::runs_on_onednn(false, true, 64, 1024, 64), onednn);
+    EXPECT_FALSE(xl::model::runs_on_onednn(true, false, 1024, 64, 64));  // transposed A: the BLAS
     expect_products_match_loops(onednn ? "oneDNN" : "one-thread BLAS");
   });
   if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::gemm_choice_description();

@@ -172,10 +172,17 @@ std::string blas_description() {
   return d + (threading == 2 ? ", on OpenMP's threads" : threading == 1 ? ", on threads of its own" : "");
 }
 
-bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k) {
+bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {
   if (!blas().onednn_sgemm) return false;
+  if (on_this_thread_only()) return !trans_a;
   constexpr int64_t kOnAllThreadsMax = int64_t{1} << 27;  // multiply-adds
-  return on_this_thread_only() ? !trans_a : m * n * k <= kOnAllThreadsMax;
+  // A thin side: the word-level output layers' gradients (a cluster's few rows, or its narrow
+  // embedding), 1.4-2.6x faster on oneDNN on an Intel Xeon, 2026-11-28 (bench/HISTORY.md), where
+  // OpenBLAS packs a whole operand for a few multiply-adds per element. A B^T with few rows of A ran
+  // slower there (64 x 4,096 x 1,024: 0.75x) and goes by size.
+  constexpr int64_t kThin = 96;
+  const bool thin = k <= kThin || n <= kThin || (m <= kThin && !trans_a && !trans_b);
+  return m * n * k <= kOnAllThreadsMax || thin;
 }
 
 std::string gemm_choice_description() {
@@ -245,7 +252,7 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     return;
   }
   const char op_a = trans_a ? 'T' : 'N', op_b = trans_b ? 'T' : 'N';
-  if (runs_on_onednn(trans_a, m, n, k) &&
+  if (runs_on_onednn(trans_a, trans_b, m, n, k) &&
       blas().onednn_sgemm(op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == 0)
     return;
   // OpenBLAS clears C for beta = 0 in a pass of narrow stores that costs a fifth of a small

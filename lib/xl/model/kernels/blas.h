@@ -73,13 +73,15 @@ std::string cpu_model_name();
 // parallel region, or with one thread in all): every product whose A is not transposed (the
 // attention's per-head products at 64 x 1024 x 64: 1.15-1.3x; with A transposed 0.6-0.9x). On all
 // threads: products up to 2^27 multiply-adds (the tiny model's projections and their gradients,
-// 2048 rows: 1.1-1.4x; the base model's, from 2^28 up, trained 2% slower on oneDNN). One row
+// 2048 rows: 1.1-1.4x; the base model's, from 2^28 up, trained 2% slower on oneDNN), and larger
+// ones with a thin side, k or n at most 96, or m with neither operand transposed (the word-level
+// output layers' gradients: 1.4-2.6x on an Intel Xeon; not yet measured on an AMD CPU). One row
 // times B^T, outside a parallel region, runs as a dot product per row of B on all threads (see there).
 // XL_GEMM=blas sends every product to the BLAS.
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // Whether sgemm_row_major, called here, sends this product to oneDNN.
-bool runs_on_onednn(bool trans_a, int64_t m, int64_t n, int64_t k);
+bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 // "oneDNN 2.6.3 where it runs the product faster, ..." or "BLAS": for -v and the benchmarks' JSON.
 std::string gemm_choice_description();
 
