@@ -27,8 +27,8 @@ int64_t width(const ModelConfig& cfg, size_t cluster) {
 // The clusters' rows of one output layer over the whole vocabulary (div_val 1) as autograd sees
 // them, the head's with the cluster rows appended. Through LibTorch's slice each cluster's gradient
 // would be a whole weight of zeros of its own, then added up: at Transformer-XL's wt103 recipe
-// (267,735 words, tied) four 668 MB tensors a step at d 624. The backward writes the clusters'
-// gradients into one instead. Inputs: weight, bias, cluster_weight, cluster_bias, the clusters'
+// (267,735 words x 410) four 439 MB tensors a step. The backward writes the clusters' gradients
+// into one instead. Inputs: weight, bias, cluster_weight, cluster_bias, the clusters'
 // ends; outputs: each cluster's weight and bias.
 class OutputRows : public torch::autograd::Function<OutputRows> {
   // Rows [begin, end) of t: on t's storage, but not a view of t to autograd, so that this Function
