@@ -44,8 +44,7 @@ class OutputRows : public torch::autograd::Function<OutputRows> {
                                                 const torch::Tensor& bias, const torch::Tensor& cluster_weight,
                                                 const torch::Tensor& cluster_bias, std::vector<int64_t> ends) {
     ctx->set_materialize_grads(false);  // a cluster without targets in the batch gets no gradient
-    ctx->saved_data["ends"] = ends;
-    ctx->saved_data["rows"] = weight.size(0);
+    ctx->saved_data["ends"] = ends;  // the last is the weight's row count
     torch::autograd::variable_list parts;
     for (size_t k = 0; k + 1 < ends.size(); ++k) {
       torch::Tensor w = rows_of(weight, ends[k], ends[k + 1]), b = rows_of(bias, ends[k], ends[k + 1]);
@@ -58,18 +57,16 @@ class OutputRows : public torch::autograd::Function<OutputRows> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto ends = ctx->saved_data["ends"].toIntVector();
-    const int64_t rows = ctx->saved_data["rows"].toInt(), head = ends[1] - ends[0];
+    const int64_t head = ends[1] - ends[0];
     torch::autograd::variable_list out(5);
     for (int p = 0; p < 2; ++p) {  // the weights, then the biases
       if (grads[p].defined()) out[2 + p] = grads[p].slice(0, head).clone();  // the cluster rows
-      for (size_t k = 0; k + 1 < ends.size(); ++k) {
-        const torch::Tensor& g = grads[2 * k + p];
-        if (g.defined() && !out[p].defined()) {
+      for (size_t k = 0; k + 1 < ends.size() && !out[p].defined(); ++k)
+        if (const torch::Tensor& g = grads[2 * k + p]; g.defined()) {
           auto sizes = g.sizes().vec();
-          sizes[0] = rows;
+          sizes[0] = ends.back();
           out[p] = torch::empty(sizes, g.options());
         }
-      }
       if (!out[p].defined()) continue;  // no cluster had a target
       for (size_t k = 0; k + 1 < ends.size(); ++k) {
         const torch::Tensor& g = grads[2 * k + p];
