@@ -284,6 +284,32 @@ TEST(Adam, OnePassOverManyParametersMatchesLibTorchAndTheNormInDouble) {
   expect_adam_matches_libtorch(false);
 }
 
+TEST(Adam, NormOfFloatGradientsHasOneSummationOrderOnEveryCpu) {
+  // Each chunk of 32,768 floats: element i's square into running sum i % 8 (the tail's into sum
+  // 0), the eight added pairwise; the chunks' sums in order. Written out here in scalar double, so
+  // the vector kernels must give these bits, not merely a close value. Another order changes the
+  // sum's last bits, which the square root keeps about half the time: 32 draws.
+  for (int draw = 0; draw < 32; ++draw) {
+    torch::manual_seed(draw);
+    // One chunk with a tail of 5, or three; a small chunk's last bits would be lost in a larger sum.
+    const torch::Tensor g = torch::randn({draw % 2 == 0 ? 32765 : 98301});
+    std::vector<std::pair<std::string, torch::Tensor>> named{{"p", torch::zeros_like(g).requires_grad_()}};
+    named[0].second.mutable_grad() = g;
+    const float* x = g.data_ptr<float>();
+    double total = 0;
+    for (int64_t begin = 0; begin < g.numel(); begin += 32768) {
+      const int64_t n = std::min<int64_t>(32768, g.numel() - begin);
+      double lane[8] = {};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[begin + i + j]) * x[begin + i + j];
+      for (; i < n; ++i) lane[0] += static_cast<double>(x[begin + i]) * x[begin + i];
+      total += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    }
+    EXPECT_EQ(Adam(named, AdamOptions{}).grad_norm(), std::sqrt(total)) << "draw " << draw;
+  }
+}
+
 TEST(Adam, MultiTensorOpsMatchLibTorch) {
   // Where the fused pass does not run (a GPU's parameters; here forced on the CPU), every
   // parameter is updated and its norm taken by _foreach ops over all of them at once.
