@@ -114,6 +114,14 @@ grep -q "cutoffs \[20000,40000,200000\] dropped" err || fail "no line about the 
 expect 0 xl-train-phase2 -c "$XL_SOURCE_DIR/share/xl/configs/tiny-word.ini" --threads 1 --init word1.h5 --max-steps 2 \
   --batch-size 2 --tgt-len 8 --mem-len 8 --eval-interval 0 --eval-max-tokens 200 words.h5 -o word2.h5
 
+step "Transformer-XL's wt103 recipe (one output layer sliced per cluster, tied: sparse embedding gradients) resumes exactly"
+W="xl-train-phase1 -c $XL_SOURCE_DIR/share/xl/configs/tiny-word.ini --threads 2 --cutoffs 50,200,500 --div-val 1
+   --tie-projs false,false,false,false --batch-size 4 --tgt-len 8 --mem-len 8 --eval-interval 6 --eval-max-tokens 200"
+expect 0 $W --max-steps 12 words.h5 -o wwhole.h5
+expect 0 $W --max-steps 7 words.h5 -o wsplit.h5
+expect 0 $W --max-steps 12 --resume words.h5 -o wsplit.h5
+same_checkpoint wwhole.h5 wsplit.h5 "word model with div_val 1 clusters, resumed"
+
 step "stopped and resumed == uninterrupted, bit for bit"
 expect 0 $T --max-steps 40 --eval-interval 15 tokens.h5 -o whole.h5
 expect 0 $T --max-steps 17 --eval-interval 15 tokens.h5 -o split.h5
