@@ -147,9 +147,8 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   for (const auto& t : texts) views.emplace_back(t);
 
   // Without a vocab, tokenize with one that holds every piece, then keep what train supports.
-  text::VocabOptions provisional = req.build;
-  provisional.min_count = 1;
-  provisional.max_size = 0;
+  text::VocabOptions provisional;  // min_count 1, no max_size
+  provisional.type = req.build.type;
   provisional.allow_invalid_utf8 = req.allow_invalid_utf8;
   provisional.pretokenizer = text::Pretokenizer::kNone;  // the texts are already its words
   corpus.vocab = build ? text::build_vocab(views, provisional, names) : *req.vocab;
@@ -193,7 +192,9 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     }
   }
   if (build && corpus.vocab.type() != text::VocabType::kByte) {
-    text::VocabOptions final_opts = req.build;
+    text::VocabOptions final_opts = provisional;
+    final_opts.min_count = req.build.min_count;
+    final_opts.max_size = req.build.max_size;
     corpus.vocab = restrict_to_train(corpus.vocab, &corpus.splits, final_opts);
   }
   // The vocab records how this text became its words, for the tools that decode it or read more.

@@ -25,9 +25,12 @@ struct CorpusRequest {
   std::vector<CorpusInput> inputs;           // several: one per split
   std::string whole_input;                   // or one input ...
   std::string split_spec;                    // ... cut by this spec into train, valid, test
-  std::optional<text::Vocab> vocab;          // given vocab, or:
-  text::VocabOptions build;                  // how to build one from the train split (its
-                                             // pretokenizer unused: the one below is)
+  std::optional<text::Vocab> vocab;          // given vocab, or one built from the train split:
+  struct VocabBuild {
+    text::VocabType type = text::VocabType::kByte;
+    int64_t min_count = 1;  // char/word: rarer pieces become <unk>
+    int64_t max_size = 0;   // word: keep at most this many entries (0: all)
+  } build;
   bool allow_invalid_utf8 = false;
   text::Pretokenizer pretokenizer = text::Pretokenizer::kNone;  // word: how lines become words,
                                                                 // recorded in Corpus::vocab
