@@ -94,7 +94,7 @@ done
 step "a killed rank stops the job with one line naming it; the last checkpoint resumes"
 STATUS=0
 start=$(date +%s)
-$T --nproc-per-node 2 --max-steps 100000 --save-every 10 --log-interval 1 --metrics killed.jsonl tokens.h5 -o killed.h5 \
+$T --nproc-per-node 2 --max-steps 100000 --schedule-steps 100000 --save-every 10 --log-interval 1 --metrics killed.jsonl tokens.h5 -o killed.h5 \
   2>killed.err &
 job=$!
 wait_for_lines killed.jsonl '"event":"checkpoint"' 2
@@ -117,10 +117,10 @@ no_temp_files .
 # above may stop it before it does.
 step "ranks started by hand: rank 0 names a dead rank 1 and stops"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 100000 --save-every 10 \
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 100000 --schedule-steps 100000 --save-every 10 \
   --log-interval 1 --metrics hand.jsonl tokens.h5 -o hand.h5 2>hand0.err &
 rank0=$!
-RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 100000 --save-every 10 \
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 100000 --schedule-steps 100000 --save-every 10 \
   --log-interval 1 tokens.h5 -o hand.h5 2>hand1.err &
 rank1=$!
 wait_for_lines hand.jsonl '"event":"checkpoint"' 1

@@ -20,7 +20,7 @@ limited() {
 }
 
 step "a good checkpoint at step 10"
-expect 0 $T --max-steps 10 tokens.h5 -o p1.h5
+expect 0 $T --max-steps 10 --schedule-steps 20 tokens.h5 -o p1.h5
 cp p1.h5 good.h5
 limit=$(($(stat -c %s p1.h5) / 1024 / 2))
 

@@ -114,6 +114,20 @@ grep -q "cutoffs \[20000,40000,200000\] dropped" err || fail "no line about the 
 expect 0 xl-train-phase2 -c "$XL_SOURCE_DIR/share/xl/configs/tiny-word.ini" --threads 1 --init word1.h5 --max-steps 2 \
   --batch-size 2 --tgt-len 8 --mem-len 8 --eval-interval 0 --eval-max-tokens 200 words.h5 -o word2.h5
 
+step "a cosine down to eta-min 0 ends the phase with it, and --max-steps past its end is refused; above 0 training goes on"
+# 64 tokens a step: --max-tokens alone would allow 20 steps.
+expect 0 $T --schedule-steps 12 --max-tokens 1280 tokens.h5 -o sched.h5 --metrics sched.jsonl
+grep '"event":"done"' sched.jsonl | grep -q '"step":12,' || fail "did not stop at the schedule's end: $(grep done sched.jsonl)"
+grep -q "the cosine schedule ended at step 12 at eta-min 0" "$TMP/err" || fail "no line names the schedule's end: $(cat "$TMP/err")"
+expect 0 $T --schedule-steps 12 --max-tokens 1280 --resume tokens.h5 -o sched.h5
+[ "$(xl-inspect --json sched.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 12 ] || fail "a resumed run stepped past the schedule's end"
+expect 64 $T --schedule-steps 12 --max-steps 20 --resume tokens.h5 -o sched.h5
+stderr_is_one_line "--max-steps 20 runs to step 20, past the end of its cosine at step 12" "--schedule-steps" "--eta-min"
+expect 64 $T --schedule-steps 12 --max-steps 20 tokens.h5 -o bad.h5
+expect 0 $T --schedule-steps 12 --eta-min 1e-5 --max-steps 15 tokens.h5 -o sched2.h5
+grep -q "schedule ended at step 12 (schedule-steps 12): training goes on at eta-min 1e-05" "$TMP/err" ||
+  fail "no warning at the end of a cosine above 0: $(cat "$TMP/err")"
+
 step "Transformer-XL's wt103 recipe (one output layer sliced per cluster, tied: sparse embedding gradients) resumes exactly"
 W="xl-train-phase1 -c $XL_SOURCE_DIR/share/xl/configs/tiny-word.ini --threads 2 --cutoffs 50,200,500 --div-val 1
    --tie-projs false,false,false,false --batch-size 4 --tgt-len 8 --mem-len 8 --eval-interval 6 --eval-max-tokens 200"
@@ -130,7 +144,7 @@ same_checkpoint whole.h5 split.h5 "resume after --max-steps"
 
 step "SIGTERM saves a checkpoint, exits 143, and the run resumes exactly"
 STATUS=0
-$T --max-steps 100000 --log-interval 1 tokens.h5 -o killed.h5 --metrics killed.jsonl -q &
+$T --max-steps 100000 --schedule-steps 100000 --log-interval 1 tokens.h5 -o killed.h5 --metrics killed.jsonl -q &
 pid=$!
 wait_for_lines killed.jsonl '"event":"train"' 25
 kill -TERM $pid
@@ -139,8 +153,8 @@ wait $pid || STATUS=$?
 stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
 [ "$stopped" -ge 25 ] || fail "checkpoint after SIGTERM is at step $stopped"
 target=$((stopped + 7))
-expect 0 $T --max-steps $target --resume --log-interval 1 tokens.h5 -o killed.h5
-expect 0 $T --max-steps $target --log-interval 1 tokens.h5 -o straight.h5
+expect 0 $T --max-steps $target --schedule-steps 100000 --resume --log-interval 1 tokens.h5 -o killed.h5
+expect 0 $T --max-steps $target --schedule-steps 100000 --log-interval 1 tokens.h5 -o straight.h5
 same_checkpoint straight.h5 killed.h5 "resume after SIGTERM"
 no_temp_files .
 

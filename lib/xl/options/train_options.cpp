@@ -25,7 +25,7 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("lr-schedule", po::value<std::string>()->default_value(d.lr_schedule), "cosine, constant or cyclic-cosine")
       ("warmup-steps", po::value<int64_t>()->default_value(d.warmup_steps), "linear warm-up steps")
       ("schedule-steps", po::value<int64_t>()->default_value(d.schedule_steps), "cosine length (0: the phase's --max-steps)")
-      ("eta-min", cli::real_value(d.eta_min), "final learning rate of the cosine")
+      ("eta-min", cli::real_value(d.eta_min), "final learning rate of the cosine (0: the phase ends with the cosine)")
       ("lr-step-count", po::value<std::string>()->default_value(d.lr_step_count),
        "txl: update k uses the schedule at k-1 (Transformer-XL's train.py); ahead: at k")
       ("clip", cli::real_value(d.clip), "global gradient-norm clipping (0: off)")

@@ -28,6 +28,9 @@ struct LrSchedule {
   double at(int64_t done) const;
   // The first update count at which the schedule stays at eta_min for good (cosine), or -1.
   int64_t end() const { return kind == "cosine" ? (count == "txl" ? steps : steps - 1) : -1; }
+  // Whether a cosine down to eta_min 0 is over after `done` updates: every later update is at a
+  // learning rate of 0, which leaves the weights as they are.
+  bool over(int64_t done) const { return kind == "cosine" && eta_min == 0 && done >= steps; }
   nlohmann::json to_json() const;
 };
 

@@ -271,6 +271,18 @@ std::string budget_reached(const TrainConfig& c, const checkpoint::RunState& s, 
   return "";
 }
 
+void check_steps_within_schedule(const PhaseStart& p) {
+  const TrainConfig& c = p.config;
+  if (c.max_steps <= 0 || !p.schedule.over(p.schedule.steps)) return;
+  const checkpoint::PhaseRecord* cur = p.state.current();
+  const int64_t last = (c.budget_from == "run" || !cur ? 0 : cur->start_step) + c.max_steps;
+  const int64_t end = p.state.schedule_origin + p.schedule.steps;
+  XL_CHECK(last <= end, kExitUsage,
+           c.phase << ": --max-steps " << c.max_steps << " runs to step " << last << ", past the end of its cosine at step "
+                   << end << " (schedule-steps " << p.schedule.steps << ", eta-min 0), after which the learning rate is 0: "
+                   << "give a longer --schedule-steps, an --eta-min above 0, or fewer --max-steps");
+}
+
 double budget_used(const TrainConfig& c, const checkpoint::RunState& s, double phase_elapsed) {
   const bool run = c.budget_from == "run";
   const checkpoint::PhaseRecord* cur = s.current();

@@ -51,6 +51,11 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
 // phase's start or the run's (config.budget_from). `phase_elapsed`: seconds of this phase so far.
 std::string budget_reached(const TrainConfig& config, const checkpoint::RunState& state, double phase_elapsed);
 
+// Fails (64, naming the flags to give) when --max-steps runs past the end of a cosine down to
+// eta-min 0: the steps after it would leave the weights as they are. A run bounded by tokens or
+// time alone stops at that end instead (the trainer's stopping reasons).
+void check_steps_within_schedule(const PhaseStart& start);
+
 // The fraction of the phase's budget used (the largest of steps, tokens and time), or -1 without one.
 double budget_used(const TrainConfig& config, const checkpoint::RunState& state, double phase_elapsed);
 

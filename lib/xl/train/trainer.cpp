@@ -137,6 +137,7 @@ void Trainer::open_data() {
 
 // The model, optimizer, generators, cursor and memories of the phase: new, or from `from`.
 void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const std::string& file) {
+  check_steps_within_schedule(start);
   for (const auto& note : start.notes) XL_INFO(note);
   cfg_ = start.config;
   schedule_ = start.schedule;
@@ -503,7 +504,14 @@ int Trainer::run() {
                   ", SCH beta " + std::to_string(cfg_.sch_beta).substr(0, 4) + ", on " + device_.str() + " in " +
                   cfg_.precision + (dist_.single() ? "" : ", " + std::to_string(dist_.world) + " ranks"));
 
+  // A cosine down to 0 ends the phase with it: later steps would not change the weights.
+  auto schedule_over = [&]() -> std::string {
+    if (!schedule_.over(state_.step - state_.schedule_origin)) return "";
+    return "the cosine schedule ended at step " + std::to_string(state_.schedule_origin + schedule_.steps) +
+           " at eta-min 0 (schedule-steps " + std::to_string(schedule_.steps) + ")";
+  };
   std::string reason = budget_reached(cfg_, state_, phase_elapsed());
+  if (reason.empty()) reason = schedule_over();
   bool validated_now = false;
   while (reason.empty()) {
     const Step st = train_step();
@@ -538,6 +546,7 @@ int Trainer::run() {
     }
     // A wall-clock budget may run out on one rank a step before another: all stop together.
     if (v.stop) reason = spent.empty() ? "used the --time-budget of " + parse::format_duration(cfg_.time_budget) : spent;
+    else reason = schedule_over();
   }
   log_window();
   if (!validated_now && !valid_ids_.empty() && state_.step > start_step_) {
