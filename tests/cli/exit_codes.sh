@@ -193,6 +193,11 @@ if command -v script >/dev/null && script -qec true /dev/null >/dev/null 2>&1; t
   [ "$(tty_status "$XL_BIN/xl-build-vocab text.txt")" -eq 0 ] || fail "a text vocab to a terminal was refused: $(cat tty.out)"
   [ "$(tty_status "$XL_BIN/xl-inspect good.h5")" -eq 0 ] || fail "xl-inspect to a terminal was refused: $(cat tty.out)"
   [ "$(tty_status "$XL_BIN/xl-tokenize --decode valid good.h5")" -eq 0 ] || fail "--decode to a terminal was refused"
+  # A checkpoint to a terminal: refused before training, not after it.
+  [ "$(tty_status "$XL_BIN/xl-train-phase1 --n-layer 1 --d-model 16 --n-head 1 --d-head 16 --d-inner 16 --tgt-len 8 \
+       --mem-len 8 --batch-size 1 --max-steps 20 --eval-interval 0 --threads 1 good.h5")" -eq 64 ] ||
+    fail "a checkpoint was written to a terminal: $(cat tty.out)"
+  ! grep -q "starting phase1" tty.out || fail "training started before its output to a terminal was refused: $(cat tty.out)"
 else
   echo "skipped: no usable script(1) for the terminal checks"
 fi

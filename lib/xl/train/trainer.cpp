@@ -458,10 +458,11 @@ int Trainer::run() {
   if (req_.resume) {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
-  } else if (!io::is_stdio(req_.output) && leader()) {
-    XL_CHECK(req_.force || !io::is_file(req_.output), kExitCantCreat,  // a device (/dev/null) is written through
+  } else if (leader()) {
+    XL_CHECK(req_.force || io::is_stdio(req_.output) || !io::is_file(req_.output), kExitCantCreat,  // a device (/dev/null) is written through
              req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
-    io::AtomicOutput probe(req_.output, true, true);  // the directory must be writable now, not in an hour
+    // The directory must be writable, and stdout not a terminal, now, not in an hour.
+    io::AtomicOutput probe(req_.output, true, true);
   }
   tokens_ = std::make_unique<h5::TokensFile>(h5::TokensFile::open(req_.tokens));
   const std::string vocab_sha = tokens_->vocab().sha256();
