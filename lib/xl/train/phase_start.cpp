@@ -273,7 +273,8 @@ std::string budget_reached(const TrainConfig& c, const checkpoint::RunState& s, 
 
 void check_steps_within_schedule(const PhaseStart& p) {
   const TrainConfig& c = p.config;
-  if (c.max_steps <= 0 || !p.schedule.over(p.schedule.steps)) return;
+  const bool ends_at_zero = p.schedule.over(p.schedule.steps);  // a cosine down to 0
+  if (c.max_steps <= 0 || !ends_at_zero) return;
   const checkpoint::PhaseRecord* cur = p.state.current();
   const int64_t last = (c.budget_from == "run" || !cur ? 0 : cur->start_step) + c.max_steps;
   const int64_t end = p.state.schedule_origin + p.schedule.steps;

@@ -459,7 +459,8 @@ int Trainer::run() {
     XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
   } else if (leader()) {
-    XL_CHECK(req_.force || io::is_stdio(req_.output) || !io::is_file(req_.output), kExitCantCreat,  // a device (/dev/null) is written through
+    // A device (/dev/null) is written through, never replaced.
+    XL_CHECK(req_.force || io::is_stdio(req_.output) || !io::is_file(req_.output), kExitCantCreat,
              req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
     // The directory must be writable, and stdout not a terminal, now, not in an hour.
     io::AtomicOutput probe(req_.output, true, true);
