@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
     XL_CHECK(gs.length >= 0, xl::kExitUsage, "--length must not be negative");
     XL_CHECK(gs.tgt_len >= 1, xl::kExitUsage, "--tgt-len must be at least 1");
     XL_CHECK(gs.mem_len >= 0, xl::kExitUsage, "--mem-len must not be negative");
+    XL_CHECK(gs.sampling.temperature >= 0, xl::kExitUsage, "--temperature must not be negative");
     XL_CHECK(gs.sampling.top_k >= 0, xl::kExitUsage, "--top-k must not be negative");
     XL_CHECK(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1, xl::kExitUsage, "--top-p must be in (0, 1]");
 

@@ -74,4 +74,15 @@ step "booleans take true/false everywhere (no switch that means true and no int 
 for f in pre-lnorm same-length untie-r tie-weight; do
   grep -h -- "--$f " ./*.help | grep -q -- "--$f arg" || fail "--$f is not a value flag somewhere"
 done
+step "numbers are finite: nan and inf are refused on the command line (64) and in a config file (78)"
+expect 64 xl-generate --temperature nan --prompt x no-such.h5
+stderr_is_one_line "--temperature must be a finite number, not nan"
+expect 64 xl-train-phase1 --lr inf --max-steps 1 no-such.h5 -o x.h5
+stderr_is_one_line "--lr must be a finite number, not inf"
+printf 'dropout = nan\n' >nan.ini
+expect 78 xl-train-phase1 -c nan.ini --max-steps 1 no-such.h5 -o x.h5
+stderr_is_one_line "dropout must be a finite number, not nan"
+expect 64 xl-generate --temperature -0.5 --prompt x no-such.h5
+stderr_is_one_line "--temperature must not be negative"
+
 echo "all flag checks passed"

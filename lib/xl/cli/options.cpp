@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -209,6 +210,15 @@ void Options::finish_parse() {
     po::notify(vm_);
   } catch (const po::error& e) {
     XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
+  }
+  // Boost reads "nan" and "inf" as numbers: no setting means either, and a NaN passes every range
+  // check written as a comparison (a NaN --lr trained to a diverged loss, a NaN --temperature drew
+  // noise).
+  for (const auto& [key, value] : vm_) {
+    if (value.empty() || value.value().type() != typeid(double) || std::isfinite(value.as<double>())) continue;
+    const bool given = command_line_.count(key) > 0;
+    XL_FAIL(given ? kExitUsage : kExitConfig, (given ? "--" : "settings: ") << key << " must be a finite number, not "
+                                                                            << value.as<double>());
   }
 }
 
