@@ -84,5 +84,7 @@ expect 78 xl-train-phase1 -c nan.ini --max-steps 1 no-such.h5 -o x.h5
 stderr_is_one_line "dropout must be a finite number, not nan"
 expect 64 xl-generate --temperature -0.5 --prompt x no-such.h5
 stderr_is_one_line "--temperature must not be negative"
+expect 64 xl-eval-longctx --threads -2 no-such.h5 no-such-tokens.h5
+stderr_is_one_line "--threads must not be negative"
 
 echo "all flag checks passed"

@@ -43,7 +43,8 @@ void add_compute_options(cli::Options& cli, ComputeFlags flags) {
 Compute compute_settings(const cli::Options& cli) {
   Compute c;
   c.threads = cli.has("threads") ? cli.get<int>("threads") : 0;
-  if (c.threads <= 0) {
+  XL_CHECK(c.threads >= 0, kExitUsage, "--threads must not be negative (0: one per core)");
+  if (c.threads == 0) {
     // The cores this process may run on (a batch system's binding narrows them), shared by the
     // data-parallel ranks that torchrun or --nproc-per-node started beside it.
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
