@@ -1,7 +1,10 @@
 // xl-build-vocab: text -> vocab TSV (byte, char or word pieces, deterministic order).
+#include <algorithm>
+
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
 #include "xl/text/vocab.h"
+#include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
     opts.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
     opts.min_count = cli.get<int64_t>("min-count");
     opts.max_size = cli.get<int64_t>("max-size");
+    xl::text::check_vocab_limits(opts.min_count, opts.max_size);
     opts.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
     opts.pretokenizer = xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"));
     xl::text::check_pretokenizer(opts.type, opts.pretokenizer);
@@ -41,6 +45,11 @@ int main(int argc, char** argv) {
       names.push_back(xl::io::display_name(path));
     }
     for (const auto& t : texts) views.emplace_back(t);
+    // A char or word vocab of specials alone would make every piece <unk>.
+    XL_CHECK(opts.type == xl::text::VocabType::kByte ||
+                 std::any_of(texts.begin(), texts.end(), [](const std::string& t) { return !t.empty(); }),
+             xl::kExitDataErr, names.front() << (names.size() > 1 ? " and the other inputs" : "")
+                                             << ": no text to build the vocab from");
     auto vocab = xl::text::build_vocab(views, opts, names);
     out.stream() << vocab.to_tsv();
     out.commit();

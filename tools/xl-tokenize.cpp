@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
       req.build.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
       req.build.min_count = cli.get<int64_t>("min-count");
       req.build.max_size = cli.get<int64_t>("max-size");
+      xl::text::check_vocab_limits(req.build.min_count, req.build.max_size);
     }
     req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
     req.pretokenizer = req.vocab ? xl::text::pretokenizer_for(*req.vocab, cli.get_optional<std::string>("pretokenize"))

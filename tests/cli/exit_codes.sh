@@ -178,6 +178,29 @@ expect 0 xl-inspect --json counts.h5
 [ "$(json out '[s["tokens"] for s in j["splits"]]')" = "[10000, 2000, 1000]" ] || fail "--split 10K,2K,1K: $(json out '[s["tokens"] for s in j["splits"]]')"
 no_temp_files .
 
+step "64/65: a char or word vocab is built from train text, so there must be some"
+expect 64 xl-tokenize -q --mode word --valid text.txt -o out.h5
+stderr_is_one_line "--mode word builds its vocab from the train split" "--train" "--vocab"
+: >empty.txt
+expect 65 xl-tokenize -q --mode char --train empty.txt --valid text.txt -o out.h5
+stderr_is_one_line "empty.txt: no text to build the vocab from"
+expect 65 xl-tokenize -q --mode word empty.txt -o out.h5
+stderr_is_one_line "empty.txt: no text to build the vocab from"
+expect 64 xl-tokenize -q --mode char --split 0,1K,1K text.txt -o out.h5
+stderr_is_one_line "--split 0,1K,1K leaves the train split empty"
+[ ! -e out.h5 ] || fail "a tokens file without a vocab's text was written"
+expect 65 xl-build-vocab --mode word empty.txt
+stderr_is_one_line "empty.txt: no text to build the vocab from"
+expect 0 xl-build-vocab --mode byte empty.txt
+expect 64 xl-build-vocab --mode word --min-count -1 text.txt
+stderr_is_one_line "--min-count must not be negative"
+expect 64 xl-tokenize -q --mode word --max-size -5 text.txt -o out.h5
+stderr_is_one_line "--max-size must not be negative"
+# With a vocab given (or bytes) evaluation-only files need no train text.
+expect 0 xl-tokenize -q --vocab v.tsv --split 0,1K,1K text.txt -o evalonly.h5
+expect 0 xl-tokenize -q --mode byte --valid text.txt -o evalonly2.h5
+no_temp_files .
+
 step "64: binary output to a terminal is refused; text is not"
 if command -v script >/dev/null && script -qec true /dev/null >/dev/null 2>&1; then
   # `script` runs the command on a pseudo-terminal; -e returns the command's status.

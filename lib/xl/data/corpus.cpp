@@ -1,5 +1,6 @@
 #include "xl/data/corpus.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -128,6 +129,12 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   // A bad spec or pretokenizer is a usage error: report it before reading anything.
   if (!req.whole_input.empty()) check_split_spec(req.split_spec, 3);
   text::check_pretokenizer(build ? req.build.type : req.vocab->type(), req.pretokenizer);
+  // A char or word vocab is built from the train split: without one every piece would be <unk>.
+  const bool from_train = build && req.build.type != text::VocabType::kByte;
+  const std::string mode = "--mode " + text::to_string(req.build.type);
+  XL_CHECK(!from_train || !req.whole_input.empty() ||
+               std::any_of(req.inputs.begin(), req.inputs.end(), [](const CorpusInput& in) { return in.split == "train"; }),
+           kExitUsage, mode << " builds its vocab from the train split: give --train too, or --vocab");
   std::vector<std::string> texts, names;
   std::vector<std::string_view> views;
   auto read = [&](const std::string& path) {
@@ -191,7 +198,15 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
       corpus.splits.push_back(std::move(s));
     }
   }
-  if (build && corpus.vocab.type() != text::VocabType::kByte) {
+  if (from_train) {
+    const auto train = std::find_if(corpus.splits.begin(), corpus.splits.end(),
+                                    [](const h5::TokenSplit& split) { return split.name == "train"; });
+    const bool whole = !req.whole_input.empty();  // or a --train input, which `train` is then
+    XL_CHECK(whole ? corpus.source_bytes > 0 : !train->ids.empty(), kExitDataErr,
+             (whole ? io::display_name(req.whole_input) : train->source.name)
+                 << ": no text to build the vocab from (" << mode << ")");
+    XL_CHECK(train != corpus.splits.end() && !train->ids.empty(), kExitUsage,
+             "--split " << req.split_spec << " leaves the train split empty, and " << mode << " builds its vocab from it");
     text::VocabOptions final_opts = provisional;
     final_opts.min_count = req.build.min_count;
     final_opts.max_size = req.build.max_size;

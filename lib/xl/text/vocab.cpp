@@ -45,6 +45,11 @@ void check_pretokenizer(VocabType type, Pretokenizer pretokenizer) {
            "--pretokenize moses makes words: it needs a word vocab, not a " << to_string(type) << " one");
 }
 
+void check_vocab_limits(int64_t min_count, int64_t max_size) {
+  XL_CHECK(min_count >= 0, kExitUsage, "--min-count must not be negative");
+  XL_CHECK(max_size >= 0, kExitUsage, "--max-size must not be negative (0: all)");
+}
+
 Pretokenizer parse_recorded_pretokenizer(VocabType type, const std::string& name, const std::string& file) {
   XL_CHECK(name == "none" || name == "moses", kExitDataErr, file << ": unknown pretokenize '" << name << "' in the vocab");
   const Pretokenizer p = parse_pretokenizer(name);

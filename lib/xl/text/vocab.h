@@ -22,6 +22,8 @@ Pretokenizer parse_pretokenizer(const std::string& name);  // throws 64
 std::string to_string(Pretokenizer pretokenizer);
 // Fails (64) on a pretokenizer the vocab type cannot take: only words are pretokenized.
 void check_pretokenizer(VocabType type, Pretokenizer pretokenizer);
+// Fails (64) on a negative --min-count or --max-size.
+void check_vocab_limits(int64_t min_count, int64_t max_size);
 // What a tool reading text with `vocab` uses: --pretokenize as given (`flag`), else what the vocab
 // records (logged when that is not none). Fails (64) as parse_pretokenizer and check_pretokenizer.
 Pretokenizer pretokenizer_for(const Vocab& vocab, const std::optional<std::string>& flag);
