@@ -173,9 +173,8 @@ AdaptiveLogSoftmaxImpl::AdaptiveLogSoftmaxImpl(const ModelConfig& cfg, AdaptiveE
 }
 
 std::vector<std::pair<torch::Tensor, torch::Tensor>> AdaptiveLogSoftmaxImpl::output_params() {
-  const int64_t parts = n_clusters + 1;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> params;
   if (n_clusters == 0) return {{layers[0]->weight, layers[0]->bias}};
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> params;
   if (div_val == 1 && torch::GradMode::is_enabled()) {
     const OutputLayer& layer = layers[0];
     const auto rows = OutputRows::apply(layer->weight, layer->bias, cluster_weight, cluster_bias, cutoff_ends);
@@ -183,7 +182,7 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> AdaptiveLogSoftmaxImpl::out
     return params;
   }
   const std::vector<torch::Tensor> from{layers[0]->weight, layers[0]->bias, cluster_weight, cluster_bias};
-  for (int64_t i = 0; i < parts; ++i) {
+  for (int64_t i = 0; i <= n_clusters; ++i) {
     const OutputLayer& layer = layers[div_val == 1 ? 0 : i];
     torch::Tensor w = layer->weight, b = layer->bias;
     if (div_val == 1) {

@@ -338,7 +338,8 @@ Trainer::Step Trainer::train_step() {
   }
   out.grad_norm = adam_->grad_norm();
   const int64_t done = state_.step - 1 - state_.schedule_origin;
-  if (!warned_schedule_end_ && schedule_.end() >= 0 && done >= schedule_.end()) {
+  // Above eta-min 0 only: a cosine down to 0 ends the phase instead (run()).
+  if (!warned_schedule_end_ && schedule_.eta_min != 0 && schedule_.end() >= 0 && done >= schedule_.end()) {
     warned_schedule_end_ = true;
     XL_WARN("the " << schedule_.kind << " schedule ended at step " << state_.schedule_origin + schedule_.end()
                    << " (schedule-steps " << schedule_.steps << "): training goes on at eta-min " << schedule_.eta_min);
