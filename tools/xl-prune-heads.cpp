@@ -47,8 +47,8 @@ void emit(const std::vector<nlohmann::json>& rows) {
 
 // A comma list of checkpoints, where a path may hold commas itself (xl-ablate names seeded runs
 // "NAME,seed=N"): pieces are joined while they name no file and joined they do.
-std::vector<std::string> checkpoint_list(const std::string& text) {
-  const auto parts = xl::parse::split_list(text);
+std::vector<std::string> checkpoint_list(const std::string& text, const std::string& what) {
+  const auto parts = xl::parse::list_items(text, what);
   std::vector<std::string> out;
   for (size_t i = 0; i < parts.size();) {
     std::string joined = parts[i];
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     XL_CHECK(request.mem_lens.size() == 1, kExitUsage, "--mem-len: xl-prune-heads evaluates at one memory length");
     auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
     const eval::Metric metric(tokens.vocab().type());
-    const auto paths = checkpoint_list(cli.get<std::string>("checkpoint"));
+    const auto paths = checkpoint_list(cli.get<std::string>("checkpoint"), "CHECKPOINT");
     XL_CHECK(!paths.empty(), kExitUsage, "give a CHECKPOINT");
     XL_CHECK(paths.size() == 1 || mode == "ablate-one", kExitUsage, "--mode " << mode << " studies one checkpoint");
     // The optimizer's moments, generators and memories (twice the weights) only go on into an output.
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     if (mode == "ablate-one") {
       // Each side: one checkpoint, or a comma list of them (seeds of one setting).
       std::vector<std::vector<std::string>> side_paths = {paths};
-      if (cli.has("compare")) side_paths.push_back(checkpoint_list(cli.get<std::string>("compare")));
+      if (cli.has("compare")) side_paths.push_back(checkpoint_list(cli.get<std::string>("compare"), "--compare"));
       std::vector<analysis::AblationSide> sides;
       for (size_t side = 0; side < side_paths.size(); ++side) {
         sides.emplace_back();

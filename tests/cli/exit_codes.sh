@@ -163,7 +163,7 @@ expect 64 xl-build-vocab --min-count notanumber text.txt
 stderr_is_one_line min-count
 
 step "64: bad --split"
-for spec in abc 0.5,0.6 0.9,0.05 -0.1,1.1 0.9,,0.1 5X,1,1 30000,1 0.7,0.1,0.1,0.1 ""; do
+for spec in abc 0.5,0.6 0.9,0.05 -0.1,1.1 0.9,,0.1 0.9,0.1, 5X,1,1 30000,1 0.7,0.1,0.1,0.1 ""; do
   expect 64 xl-tokenize -q --vocab v.tsv --split "$spec" text.txt -o out.h5
   stderr_is_one_line "split"
   [ ! -e out.h5 ] || fail "--split '$spec' left out.h5"

@@ -87,4 +87,10 @@ stderr_is_one_line "--temperature must not be negative"
 expect 64 xl-eval-longctx --threads -2 no-such.h5 no-such-tokens.h5
 stderr_is_one_line "--threads must not be negative"
 
+step "lists: an empty item is a typo, refused (it was dropped: --mem-len 64,,128 swept two memories)"
+expect 64 xl-eval-longctx --mem-len 64,,128 no-such.h5 no-such-tokens.h5
+stderr_is_one_line "--mem-len: empty item in '64,,128'"
+expect 64 xl-train-phase1 --cutoffs 2000,4000, --max-steps 1 no-such.h5 -o x.h5
+stderr_is_one_line "--cutoffs: empty item in '2000,4000,'"
+
 echo "all flag checks passed"

@@ -32,8 +32,12 @@ TEST(Parse, ListsCountsDurationsAndBooleans) {
   EXPECT_EQ(parse::int_list("20000, 40000,200000", "--cutoffs"), (std::vector<int64_t>{20000, 40000, 200000}));
   EXPECT_TRUE(parse::int_list("", "--cutoffs").empty());
   EXPECT_THROW(parse::int_list("1,x", "--cutoffs"), Error);
-  EXPECT_EQ(parse::split_list(" a, b,,c "), (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_EQ(parse::split_list("a,,b", ',', true), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_THROW(parse::int_list("64,,128", "--mem-len"), Error);
+  EXPECT_THROW(parse::int_list("64,", "--mem-len"), Error);
+  EXPECT_EQ(parse::split_list(" a, b,,c, "), (std::vector<std::string>{"a", "b", "", "c", ""}));
+  EXPECT_TRUE(parse::split_list(" ").empty());
+  EXPECT_EQ(parse::list_items(" a , b", "--x"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_THROW(parse::list_items(",a", "--x"), Error);
   EXPECT_TRUE(parse::ends_with("mem_transformer.MemTransformerLM", ".MemTransformerLM"));
   EXPECT_TRUE(parse::ends_with("x.h5", "x.h5"));
   EXPECT_FALSE(parse::ends_with("h5", ".h5"));

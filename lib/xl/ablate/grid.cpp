@@ -276,7 +276,7 @@ Grid parse_grid(const std::string& text, const std::string& path, const std::str
       count(value);
       g.eval.max_tokens = value;
     } else if (key == "seeds") {
-      for (const auto& v : parse::split_list(value, ',', true)) {
+      for (const auto& v : parse::split_list(value)) {
         const int64_t seed = integer(v);
         XL_CHECK(seed >= 0, kExitConfig, at << ": seeds must not be negative");
         XL_CHECK(std::find(g.seeds.begin(), g.seeds.end(), seed) == g.seeds.end(), kExitConfig, at << ": seed " << seed << " is listed twice");
@@ -322,7 +322,7 @@ Grid parse_grid(const std::string& text, const std::string& path, const std::str
     for (size_t i = 0; i < s.entries.size(); ++i) {
       const auto& [key, value] = s.entries[i];
       if (key != "phases") check_option(s, i);
-      auto values = parse::split_list(value, ',', true);
+      auto values = parse::split_list(value);
       std::set<std::string> seen;
       for (const auto& v : values) {
         XL_CHECK(!v.empty(), kExitConfig, where(s, i) << ": [axes]: " << key << " has an empty value in '" << value << "'");

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <sstream>
 
 #include "xl/text/moses.h"
 #include "xl/text/tokenizer.h"
@@ -24,10 +23,7 @@ struct SplitSpec {
 };
 
 SplitSpec parse_split_spec(const std::string& spec) {
-  std::vector<std::string> parts;
-  std::stringstream ss(spec);
-  std::string part;
-  while (std::getline(ss, part, ',')) parts.push_back(part);
+  const auto parts = parse::list_items(spec, "--split");
   XL_CHECK(!parts.empty(), kExitUsage, "--split: empty split spec");
   SplitSpec out;
   bool fractions = true, any_point = false;

@@ -40,7 +40,7 @@ EvalRequest eval_request(const cli::Options& cli) {
   XL_CHECK(s.batch_size >= 1, kExitUsage, "--batch-size must be at least 1");
   XL_CHECK(!s.clamp_len || *s.clamp_len >= 0, kExitUsage, "--clamp-len must be 0 (off) or positive");
   const std::string text = cli.has("mem-len") ? cli.get<std::string>("mem-len") : std::to_string(2 * s.tgt_len);
-  for (const auto& item : parse::split_list(text)) {
+  for (const auto& item : parse::list_items(text, "--mem-len")) {
     const auto v = static_cast<int64_t>(parse::count(item, "--mem-len"));
     XL_CHECK(std::find(r.mem_lens.begin(), r.mem_lens.end(), v) == r.mem_lens.end(), kExitUsage,
              "--mem-len: " << v << " is given twice");

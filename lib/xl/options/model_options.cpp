@@ -97,7 +97,7 @@ GivenModel given_model(const cli::Options& cli) {
     if (cli.given("cutoffs")) g.fields.insert("cutoffs");
   }
   if (cli.has("tie-projs")) {
-    for (const auto& s : parse::split_list(cli.get<std::string>("tie-projs"))) m.tie_projs.push_back(parse::boolean(s, "--tie-projs"));
+    for (const auto& s : parse::list_items(cli.get<std::string>("tie-projs"), "--tie-projs")) m.tie_projs.push_back(parse::boolean(s, "--tie-projs"));
     if (cli.given("tie-projs")) g.fields.insert("tie_projs");
   }
   return g;

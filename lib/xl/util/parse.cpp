@@ -19,20 +19,26 @@ bool ends_with(const std::string& text, const std::string& tail) {
   return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::vector<std::string> split_list(const std::string& text, char sep, bool keep_empty) {
+std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, sep)) {
-    part = trim(part);
-    if (keep_empty || !part.empty()) out.push_back(part);
+  if (trim(text).empty()) return out;
+  for (size_t begin = 0;;) {
+    const size_t end = text.find(',', begin);
+    out.push_back(trim(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin)));
+    if (end == std::string::npos) return out;
+    begin = end + 1;
   }
-  return out;
+}
+
+std::vector<std::string> list_items(const std::string& text, const std::string& what) {
+  auto items = split_list(text);
+  for (const auto& item : items) XL_CHECK(!item.empty(), kExitUsage, what << ": empty item in '" << text << "'");
+  return items;
 }
 
 std::vector<int64_t> int_list(const std::string& text, const std::string& what) {
   std::vector<int64_t> out;
-  for (const auto& item : split_list(text)) {
+  for (const auto& item : list_items(text, what)) {
     size_t pos = 0;
     long long v = 0;
     try {

@@ -10,8 +10,10 @@ namespace xl::parse {
 std::string trim(const std::string& text);
 // Whether `text` ends with `tail` (names: "x.h5", "mem_transformer.MemTransformerLM").
 bool ends_with(const std::string& text, const std::string& tail);
-// "a, b,,c" -> {"a", "b", "c"}: split at `sep`, trimmed, empty items dropped (or kept).
-std::vector<std::string> split_list(const std::string& text, char sep = ',', bool keep_empty = false);
+// "a, b,,c," -> {"a", "b", "", "c", ""}: split at commas and trimmed, empty items kept; "" -> {}.
+std::vector<std::string> split_list(const std::string& text);
+// split_list for a flag's value, where an empty item is a typo ("--mem-len 64,,128"): refused.
+std::vector<std::string> list_items(const std::string& text, const std::string& what);
 
 // "20000,40000,200000" -> {20000, 40000, 200000}; "" -> {}.
 std::vector<int64_t> int_list(const std::string& text, const std::string& what);
