@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
     cfg.ff = cfg.persistent_mem == 0;
     cfg.adaptive_span = env_or("XL_BENCH_SPAN", "off") == "on";
     cfg.span_max = bc.tgt_len + bc.mem_len;
-    cfg.validate("XL_BENCH_* settings");
+    cfg.validate(xl::SettingOrigins("XL_BENCH_* settings"));
     TransformerXL model(cfg);
     model->to(device);
     if (mode == "generate") {

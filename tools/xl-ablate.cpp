@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
 
     const auto args = cli.has("args") ? cli.get<std::vector<std::string>>("args") : std::vector<std::string>();
     const std::string format = cli.get<std::string>("format");
-    XL_CHECK(format == "md" || format == "tsv" || format == "jsonl", kExitUsage, "--format must be md, tsv or jsonl");
+    if (format != "md" && format != "tsv" && format != "jsonl") cli.fail("format", "must be md, tsv or jsonl");
     XL_CHECK(!args.empty(), kExitUsage, "give a GRID.ini (or: report DIR); see xl-ablate --help");
 
     if (args[0] == "report") {
@@ -90,9 +90,9 @@ int main(int argc, char** argv) {
     XL_CHECK(cli.has("out"), kExitUsage, "give --out DIR, the directory of the runs");
     XL_CHECK(cli.has("tokens") != cli.has("tokens-text"), kExitUsage, "give either --tokens TOKENS.h5 or --tokens-text FILE");
     const int jobs = cli.get<int>("jobs");
-    XL_CHECK(jobs >= 1, kExitUsage, "--jobs must be at least 1");
+    if (jobs < 1) cli.fail("jobs", "must be at least 1");
     int threads = cli.get<int>("threads");
-    XL_CHECK(threads >= 0, kExitUsage, "--threads must not be negative");
+    if (threads < 0) cli.fail("threads", "must not be negative");
     if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
 
     const std::string bin = exe_dir();

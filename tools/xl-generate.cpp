@@ -85,12 +85,12 @@ int main(int argc, char** argv) {
     gs.sampling.temperature = cli.get<double>("temperature");
     gs.sampling.top_k = cli.get<int64_t>("top-k");
     gs.sampling.top_p = cli.get<double>("top-p");
-    XL_CHECK(gs.length >= 0, xl::kExitUsage, "--length must not be negative");
-    XL_CHECK(gs.tgt_len >= 1, xl::kExitUsage, "--tgt-len must be at least 1");
-    XL_CHECK(gs.mem_len >= 0, xl::kExitUsage, "--mem-len must not be negative");
-    XL_CHECK(gs.sampling.temperature >= 0, xl::kExitUsage, "--temperature must not be negative");
-    XL_CHECK(gs.sampling.top_k >= 0, xl::kExitUsage, "--top-k must not be negative");
-    XL_CHECK(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1, xl::kExitUsage, "--top-p must be in (0, 1]");
+    if (gs.length < 0) cli.fail("length", "must not be negative");
+    if (gs.tgt_len < 1) cli.fail("tgt-len", "must be at least 1");
+    if (gs.mem_len < 0) cli.fail("mem-len", "must not be negative");
+    if (gs.sampling.temperature < 0) cli.fail("temperature", "must not be negative");
+    if (gs.sampling.top_k < 0) cli.fail("top-k", "must not be negative");
+    if (!(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1)) cli.fail("top-p", "must be in (0, 1]");
 
     const auto compute = xl::options::compute_settings(cli);
     xl::model::set_threads(compute.threads);

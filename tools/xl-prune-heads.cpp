@@ -109,9 +109,9 @@ int main(int argc, char** argv) {
     const torch::Device device = model::parse_device(compute.device);
     XL_CHECK(cli.has("checkpoint"), kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-prune-heads --help)");
     const std::string mode = cli.get<std::string>("mode"), format = cli.get<std::string>("format");
-    XL_CHECK(mode == "ablate-one" || mode == "importance" || mode == "iterative", kExitUsage,
-             "--mode must be ablate-one, importance or iterative");
-    XL_CHECK(format == "jsonl" || format == "md" || format == "tsv", kExitUsage, "--format must be jsonl, md or tsv");
+    if (mode != "ablate-one" && mode != "importance" && mode != "iterative")
+      cli.fail("mode", "must be ablate-one, importance or iterative");
+    if (format != "jsonl" && format != "md" && format != "tsv") cli.fail("format", "must be jsonl, md or tsv");
     const bool write_output = cli.given("output") && cli.output() != "-";
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     is.tgt_len = es.tgt_len;
     is.mem_len = es.mem_len;
     is.batch_size = es.batch_size;
-    is.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("importance-max-tokens"), "--importance-max-tokens"));
+    is.max_tokens = static_cast<int64_t>(cli.count("importance-max-tokens"));
     is.normalize_layers = cli.get<bool>("normalize-layers");
     is.head_mask = es.head_mask;
     is.precision = es.precision;

@@ -155,11 +155,11 @@ stderr_is_one_line "RANK=x"
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
 # A refusal in every rank: each rank's line names it (the launcher may stop the slower rank before
 # it speaks), and the launcher's names the rank that stopped first.
-expect 78 $T --nproc-per-node 2 --d-model 7 --max-steps 5 tokens.h5 -o bad.h5
-grep -q "^xl-train-phase1 rank [01]: model settings: d-model must be" "$TMP/err" &&
-  ! grep -q "^xl-train-phase1: model settings" "$TMP/err" ||
+expect 64 $T --nproc-per-node 2 --d-model 7 --max-steps 5 tokens.h5 -o bad.h5
+grep -q "^xl-train-phase1 rank [01]: --d-model must be" "$TMP/err" &&
+  ! grep -q "^xl-train-phase1: --d-model" "$TMP/err" ||
   fail "the ranks' refusals do not name their ranks: $(cat "$TMP/err")"
-grep -q "^xl-train-phase1: rank [01] exited with status 78; stopping the other ranks" "$TMP/err" ||
+grep -q "^xl-train-phase1: rank [01] exited with status 64; stopping the other ranks" "$TMP/err" ||
   fail "the launcher does not name the rank that stopped: $(cat "$TMP/err")"
 # Ranks that disagree on their settings: both stop, naming rank 1.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -208,18 +208,29 @@ expect 65 $T --max-steps 1 --valid-split nope --eval-interval 1 tokens.h5 -o bad
 stderr_is_one_line "no split 'nope'" "--valid-split picks another, --eval-interval 0 trains without validation"
 expect 65 $T --max-steps 1 --train-split nope tokens.h5 -o bad.h5
 stderr_is_one_line "no split 'nope'" "--train-split picks another"
-# Model settings are named as they are typed (--tie-projs, not the checkpoint's tie_projs).
-expect 78 $T --cutoffs 100 --tie-projs false,true,true --max-steps 1 tokens.h5 -o bad.h5
-stderr_is_one_line "tie-projs has 3 entries, but needs one per cluster: 2 (the head and one per cutoff of [100])"
-expect 78 $T --d-model 7 --max-steps 1 tokens.h5 -o bad.h5
-stderr_is_one_line "d-model must be"
+# Settings are named as they are typed (--tie-projs, not the checkpoint's tie_projs), and where:
+# a flag (64) or a config file (78).
+expect 64 $T --cutoffs 100 --tie-projs false,true,true --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "--tie-projs has 3 entries, but needs one per cluster: 2 (the head and one per cutoff of [100])"
+expect 64 $T --d-model 7 --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "--d-model must be"
+printf 'd-model = 7\n' > odd.ini
+expect 78 $T -c odd.ini --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "odd.ini: d-model must be"
+expect 64 $T -c odd.ini --lr -1 --d-model 8 --max-steps 1 tokens.h5 -o bad.h5
+stderr_is_one_line "--lr must be positive"
+printf 'lr = -1\n' > lr.ini
+expect 78 xl-train-phase2 -c lr.ini --init p1.h5 --max-steps 2 tokens.h5 -o bad.h5
+stderr_is_one_line "lr.ini: lr must be positive"
+expect 64 xl-train-phase2 --init p1.h5 --dropout 1.5 --max-steps 2 tokens.h5 -o bad.h5
+stderr_is_one_line "--dropout must be in [0, 1)"
 printf 'n-layers = 3\n' > typo.ini
 expect 78 $T -c typo.ini --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line typo.ini "'n-layers'; did you mean 'n-layer'?"
 printf '[model]\nd-model = 64\n' > sections.ini
 expect 78 $T -c sections.ini --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line sections.ini "'d-model' is under a section [model]: settings files have no sections"
-expect 78 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
+expect 64 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line skip-schedule
 expect 73 $T --max-steps 1 tokens.h5 -o p1.h5
 stderr_is_one_line "already exists"

@@ -388,11 +388,11 @@ TEST(AttentionVariants, WholeModelsRoundTripPruneAndRefuseWhatTheyCannot) {
     }
   }
   ModelConfig bad = variant("mgk", 4);
-  EXPECT_THROW(bad.validate("test"), xl::Error);
+  EXPECT_THROW(bad.validate(xl::SettingOrigins("test")), xl::Error);
   ModelConfig no_ff;
   no_ff.ff = false;
-  EXPECT_THROW(no_ff.validate("test"), xl::Error);
+  EXPECT_THROW(no_ff.validate(xl::SettingOrigins("test")), xl::Error);
   ModelConfig shorter_span = variant("rel", 0, true);
   shorter_span.span_max = -1;
-  EXPECT_THROW(shorter_span.validate("test"), xl::Error);
+  EXPECT_THROW(shorter_span.validate(xl::SettingOrigins("test")), xl::Error);
 }

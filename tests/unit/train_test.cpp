@@ -326,8 +326,8 @@ TEST(TrainConfig, JsonRoundTripAndValidation) {
   c.eval_tgt_len = 64;
   EXPECT_EQ(c.effective_eval_mem_len(), 192);  // Transformer-XL: mem + tgt - eval_tgt
   c.batch_chunk = 3;
-  EXPECT_THROW(c.validate("t"), xl::Error);
+  EXPECT_THROW(c.validate(xl::SettingOrigins("t")), xl::Error);
   c.batch_chunk = 1;
   c.budget_from = "everything";
-  EXPECT_THROW(c.validate("t"), xl::Error);
+  EXPECT_THROW(c.validate(xl::SettingOrigins("t")), xl::Error);
 }

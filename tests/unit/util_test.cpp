@@ -22,6 +22,7 @@
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/parse.h"
+#include "xl/util/setting_origins.h"
 #include "xl/util/signals.h"
 #include "xl/util/spelling.h"
 #include "xl/util/stats.h"
@@ -69,6 +70,29 @@ TEST(Parse, DurationsPrintForProgressAndTables) {
   EXPECT_EQ(parse::format_hms(0), "0:00:00");
   EXPECT_EQ(parse::format_hms(3723.4), "1:02:03");
   EXPECT_EQ(parse::format_hms(94 * 3600 + 26 * 60), "94:26:00");
+}
+
+TEST(SettingOrigins, AnErrorNamesWhereTheValueCameFromWithItsExitCode) {
+  SettingOrigins o("p1.h5");
+  o.given("lr", "");
+  o.given("n_layer", "tiny.ini");
+  EXPECT_EQ(o.name("lr"), "--lr");
+  EXPECT_EQ(o.exit_code("lr"), kExitUsage);
+  EXPECT_EQ(o.name("n-layer"), "tiny.ini: n-layer");  // either spelling, written as the INI key
+  EXPECT_EQ(o.exit_code("n_layer"), kExitConfig);
+  EXPECT_EQ(o.name("d_model"), "p1.h5: d_model");  // the rest as the caller spells it
+  EXPECT_EQ(o.exit_code("d_model"), kExitConfig);
+  EXPECT_TRUE(o.on_command_line("lr"));
+  EXPECT_FALSE(o.on_command_line("n-layer"));
+  EXPECT_EQ(o.with_rest("settings").name("d-model"), "settings: d-model");
+  EXPECT_EQ(o.with_rest("settings").name("lr"), "--lr");
+  try {
+    o.fail("n_layer", "must be at least 1");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "tiny.ini: n-layer must be at least 1");
+    EXPECT_EQ(e.code(), kExitConfig);
+  }
 }
 
 TEST(Spelling, EditDistanceAndTheNearestName) {

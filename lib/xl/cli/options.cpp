@@ -15,6 +15,7 @@
 
 #include "xl/util/error.h"
 #include "xl/util/log.h"
+#include "xl/util/parse.h"
 #include "xl/util/spelling.h"
 
 namespace xl::cli {
@@ -196,7 +197,10 @@ void Options::read_config_files(const std::vector<std::string>& files, const po:
       in.seekg(0);
     }
     try {
-      po::store(po::parse_config_file(in, all, false), vm_);
+      const po::parsed_options parsed = po::parse_config_file(in, all, false);
+      for (const po::option& o : parsed.options)
+        if (!command_line_.count(o.string_key)) config_file_.emplace(o.string_key, *it);  // the first file stored wins
+      po::store(parsed, vm_);
     } catch (const po::unknown_option& e) {
       XL_FAIL(kExitConfig, *it << ": " << unknown_option_message(e, all, true));
     } catch (const po::error& e) {
@@ -216,10 +220,31 @@ void Options::finish_parse() {
   // noise).
   for (const auto& [key, value] : vm_) {
     if (value.empty() || value.value().type() != typeid(double) || std::isfinite(value.as<double>())) continue;
-    const bool given = command_line_.count(key) > 0;
-    XL_FAIL(given ? kExitUsage : kExitConfig, (given ? "--" : "settings: ") << key << " must be a finite number, not "
-                                                                            << value.as<double>());
+    std::ostringstream why;
+    why << "must be a finite number, not " << value.as<double>();
+    fail(key, why.str());
   }
+}
+
+SettingOrigins Options::origins() const {
+  SettingOrigins out;
+  for (const auto& [key, value] : vm_)
+    if (!value.defaulted()) out.given(key, command_line_.count(key) ? "" : config_file_.at(key));
+  return out;
+}
+
+void Options::fail(const std::string& name, const std::string& why) const { origins().fail(name, why); }
+
+uint64_t Options::count(const std::string& name) const {
+  return parsed(name, [&](const std::string& what) { return parse::count(get<std::string>(name), what); });
+}
+
+double Options::duration(const std::string& name) const {
+  return parsed(name, [&](const std::string& what) { return parse::duration(get<std::string>(name), what); });
+}
+
+std::vector<int64_t> Options::int_list(const std::string& name) const {
+  return parsed(name, [&](const std::string& what) { return parse::int_list(get<std::string>(name), what); });
 }
 
 std::string Options::help_text() const {

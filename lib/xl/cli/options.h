@@ -6,11 +6,15 @@
 #include <boost/program_options.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "xl/util/error.h"
+#include "xl/util/setting_origins.h"
 
 namespace xl::cli {
 
@@ -46,8 +50,6 @@ class Options {
   bool has(const std::string& name) const { return vm_.count(name) && !vm_[name].empty(); }
   // Given on the command line or in a config file (not just defaulted).
   bool given(const std::string& name) const { return vm_.count(name) && !vm_[name].defaulted(); }
-  // Given on the command line itself.
-  bool on_command_line(const std::string& name) const { return command_line_.count(name) > 0; }
   template <typename T>
   T get(const std::string& name) const { return vm_[name].as<T>(); }
   // For options without a default: the value, or `otherwise` when not given.
@@ -59,6 +61,20 @@ class Options {
     return has(name) ? std::optional<T>(get<T>(name)) : std::nullopt;
   }
   const po::variables_map& vm() const { return vm_; }
+
+  // Where each option given came from: the command line or a config file.
+  SettingOrigins origins() const;
+  // Fails naming where option `name`'s value came from: "--tgt-len must be at least 1" (64), or
+  // "eval.ini: tgt-len must be at least 1" (78).
+  [[noreturn]] void fail(const std::string& name, const std::string& why) const;
+  // Option `name`'s value read by `read(what)`, where `what` names where the value came from; a
+  // value from a config file fails with 78.
+  template <typename Read>
+  auto parsed(const std::string& name, Read read) const -> decltype(read(std::string()));
+  // Values with K/M/G suffixes ("90M"), durations ("15m"), integer lists ("2000,4000").
+  uint64_t count(const std::string& name) const;
+  double duration(const std::string& name) const;
+  std::vector<int64_t> int_list(const std::string& name) const;
 
   std::string output() const { return get<std::string>("output"); }
   bool force() const { return get<bool>("force"); }
@@ -78,11 +94,22 @@ class Options {
   po::positional_options_description positional_;
   po::variables_map vm_;
   std::set<std::string> command_line_;
+  std::map<std::string, std::string> config_file_;  // option -> the config file its value came from
 
   void read_config_files(const std::vector<std::string>& files, const po::options_description& all);
   void finish_parse();
   std::string excess_argument_message(int argc, char** argv, const po::options_description& all) const;
 };
+
+template <typename Read>
+auto Options::parsed(const std::string& name, Read read) const -> decltype(read(std::string())) {
+  const SettingOrigins o = origins();
+  try {
+    return read(o.name(name));
+  } catch (const Error& e) {
+    throw Error(o.exit_code(name), e.what());
+  }
+}
 
 // A real-valued option whose default --help shows as written: 0.1, not Boost's 0.10000000000000001.
 po::typed_value<double>* real_value(double default_value);

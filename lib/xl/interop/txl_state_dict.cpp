@@ -281,7 +281,7 @@ ModelConfig torch_config(const checkpoint::TensorList& sd, const TorchHyperParam
   c.clamp_len = std::max<int64_t>(0, given.clamp_len.value_or(0));  // PyTorch's -1 means off
   if (given.dropout) c.dropout = *given.dropout;
   if (given.dropatt) c.dropatt = *given.dropatt;
-  c.validate(file + " (hyper-parameters)");
+  c.validate(SettingOrigins(file + " (hyper-parameters)"));
   return c;
 }
 
@@ -523,7 +523,7 @@ TorchExport export_torch(const TransformerXL& src, bool untie_r, const std::stri
                      "r_w_bias, r_r_bias); give --untie-r for a target with per-layer biases (HF TransfoXL's untie_r)");
   }
   target.untie_r = untie_r;
-  target.validate(file + " (export)");
+  target.validate(SettingOrigins(file + " (export)"));
 
   auto src_list = src->named_tensors();
   std::map<std::string, torch::Tensor> from(src_list.begin(), src_list.end());

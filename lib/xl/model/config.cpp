@@ -21,6 +21,10 @@ nlohmann::json ModelConfig::to_json() const {
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  return from_json(j, source, SettingOrigins(source));
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source, const SettingOrigins& origins) {
   XL_CHECK(j.is_object(), kExitConfig, source << ": model config is not a JSON object");
   ModelConfig c;
   const nlohmann::json known = c.to_json();
@@ -36,7 +40,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   }
   XL_MODEL_FIELDS(XL_GET)
 #undef XL_GET
-  c.validate(source);
+  c.validate(origins);
   return c;
 }
 
@@ -63,10 +67,10 @@ std::vector<int64_t> ModelConfig::fit_to_vocab(int64_t vocab_size) {
   return dropped;
 }
 
-void ModelConfig::validate(const std::string& source, KeyNames names) const {
+void ModelConfig::validate(const SettingOrigins& origins) const {
+  // A key typed as a flag or INI key is named so, as are the keys its reason names.
   auto bad = [&](const std::string& key, const std::string& why) {
-    const std::string line = key + " " + why;
-    XL_FAIL(kExitConfig, source << ": " << (names == KeyNames::kFlags ? parse::kebab_case(line) : line));
+    origins.fail(key, origins.typed(key) ? parse::kebab_case(why) : why);
   };
   if (n_token < 2) bad("n_token", "must be at least 2");
   if (n_layer < 1) bad("n_layer", "must be at least 1");

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "xl/util/setting_origins.h"
+
 namespace xl::model {
 
 struct ModelConfig {
@@ -67,10 +69,12 @@ struct ModelConfig {
   nlohmann::json to_json() const;
   // Unknown keys and bad values fail with 78 (config) naming `source`.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
-  // Fails with 78 and one line naming the offending key: as a config file's key (d_model), or as
-  // the flag and INI key a user typed (d-model) for settings from the command line.
-  enum class KeyNames { kConfig, kFlags };
-  void validate(const std::string& source, KeyNames names = KeyNames::kConfig) const;
+  // The same, with its values checked against where each came from (a file's, merged with a
+  // command line's).
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source, const SettingOrigins& origins);
+  // Fails with one line naming the offending key where its value came from: "--d-model ..." (64),
+  // "tiny.ini: d-model ..." or "p1.h5: d_model ..." (78).
+  void validate(const SettingOrigins& origins) const;
 };
 
 }  // namespace xl::model

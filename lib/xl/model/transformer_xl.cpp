@@ -11,7 +11,7 @@ namespace xl::model {
 
 TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg, std::optional<uint64_t> seed)
     : config(cfg), sinusoid_(cfg.d_model) {
-  cfg.validate("model config");
+  cfg.validate(SettingOrigins("model config"));
   word_emb = register_module("word_emb", AdaptiveEmbedding(cfg));
   if (!cfg.per_layer_biases()) {
     r_w_bias = register_parameter("r_w_bias", torch::empty({cfg.n_head, cfg.d_head}));

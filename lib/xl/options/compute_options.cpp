@@ -43,7 +43,7 @@ void add_compute_options(cli::Options& cli, ComputeFlags flags) {
 Compute compute_settings(const cli::Options& cli) {
   Compute c;
   c.threads = cli.has("threads") ? cli.get<int>("threads") : 0;
-  XL_CHECK(c.threads >= 0, kExitUsage, "--threads must not be negative (0: one per core)");
+  if (c.threads < 0) cli.fail("threads", "must not be negative (0: one per core)");
   if (c.threads == 0) {
     // The cores this process may run on (a batch system's binding narrows them), shared by the
     // data-parallel ranks that torchrun or --nproc-per-node started beside it.
@@ -56,11 +56,10 @@ Compute compute_settings(const cli::Options& cli) {
   if (cli.has("precision")) c.precision = cli.get<std::string>("precision");
   if (cli.has("attention-probs")) {
     const std::string probs = cli.get<std::string>("attention-probs");
-    XL_CHECK(probs == "auto" || probs == "keep" || probs == "recompute", kExitUsage,
-             "--attention-probs must be auto, keep or recompute, not '" << probs << "'");
+    if (probs != "auto" && probs != "keep" && probs != "recompute")
+      cli.fail("attention-probs", "must be auto, keep or recompute, not '" + probs + "'");
     c.attention_probs = probs;
-    c.attention_probs_budget =
-        static_cast<int64_t>(parse::count(cli.get<std::string>("attention-probs-budget"), "--attention-probs-budget"));
+    c.attention_probs_budget = static_cast<int64_t>(cli.count("attention-probs-budget"));
   }
   return c;
 }

@@ -33,20 +33,23 @@ EvalRequest eval_request(const cli::Options& cli) {
   if (cli.has("clamp-len")) s.clamp_len = cli.get<int64_t>("clamp-len");
   if (cli.has("same-length")) s.same_length = cli.get<bool>("same-length");
   s.warmup = cli.get<bool>("warmup");
-  s.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("max-tokens"), "--max-tokens"));
-  s.kv_cache_bytes = static_cast<int64_t>(parse::count(cli.get<std::string>("kv-cache-budget"), "--kv-cache-budget"));
+  s.max_tokens = static_cast<int64_t>(cli.count("max-tokens"));
+  s.kv_cache_bytes = static_cast<int64_t>(cli.count("kv-cache-budget"));
   r.ignore_head_mask = cli.get<bool>("ignore-head-mask");
-  XL_CHECK(s.tgt_len >= 1, kExitUsage, "--tgt-len must be at least 1");
-  XL_CHECK(s.batch_size >= 1, kExitUsage, "--batch-size must be at least 1");
-  XL_CHECK(!s.clamp_len || *s.clamp_len >= 0, kExitUsage, "--clamp-len must be 0 (off) or positive");
+  if (s.tgt_len < 1) cli.fail("tgt-len", "must be at least 1");
+  if (s.batch_size < 1) cli.fail("batch-size", "must be at least 1");
+  if (s.clamp_len && *s.clamp_len < 0) cli.fail("clamp-len", "must be 0 (off) or positive");
   const std::string text = cli.has("mem-len") ? cli.get<std::string>("mem-len") : std::to_string(2 * s.tgt_len);
-  for (const auto& item : parse::list_items(text, "--mem-len")) {
-    const auto v = static_cast<int64_t>(parse::count(item, "--mem-len"));
-    XL_CHECK(std::find(r.mem_lens.begin(), r.mem_lens.end(), v) == r.mem_lens.end(), kExitUsage,
-             "--mem-len: " << v << " is given twice");
-    r.mem_lens.push_back(v);
-  }
-  XL_CHECK(!r.mem_lens.empty(), kExitUsage, "--mem-len: no value");
+  r.mem_lens = cli.parsed("mem-len", [&](const std::string& what) {
+    std::vector<int64_t> lens;
+    for (const auto& item : parse::list_items(text, what)) {
+      const auto v = static_cast<int64_t>(parse::count(item, what));
+      XL_CHECK(std::find(lens.begin(), lens.end(), v) == lens.end(), kExitUsage, what << ": " << v << " is given twice");
+      lens.push_back(v);
+    }
+    XL_CHECK(!lens.empty(), kExitUsage, what << ": no value");
+    return lens;
+  });
   s.mem_len = r.mem_lens.front();
   return r;
 }

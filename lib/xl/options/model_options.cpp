@@ -93,11 +93,15 @@ GivenModel given_model(const cli::Options& cli) {
   take("span-ramp", m.span_ramp);
   take("span-loss", m.span_loss);
   if (cli.has("cutoffs")) {
-    m.cutoffs = parse::int_list(cli.get<std::string>("cutoffs"), "--cutoffs");
+    m.cutoffs = cli.int_list("cutoffs");
     if (cli.given("cutoffs")) g.fields.insert("cutoffs");
   }
   if (cli.has("tie-projs")) {
-    for (const auto& s : parse::list_items(cli.get<std::string>("tie-projs"), "--tie-projs")) m.tie_projs.push_back(parse::boolean(s, "--tie-projs"));
+    m.tie_projs = cli.parsed("tie-projs", [&](const std::string& what) {
+      std::vector<bool> ties;
+      for (const auto& s : parse::list_items(cli.get<std::string>("tie-projs"), what)) ties.push_back(parse::boolean(s, what));
+      return ties;
+    });
     if (cli.given("tie-projs")) g.fields.insert("tie_projs");
   }
   return g;

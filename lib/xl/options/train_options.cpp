@@ -112,8 +112,8 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.adam_eps = cli.get<double>("adam-eps");
   t.sch_beta = cli.get<double>("sch-beta");
   t.max_steps = cli.get<int64_t>("max-steps");
-  t.max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("max-tokens"), "--max-tokens"));
-  t.time_budget = parse::duration(cli.get<std::string>("time-budget"), "--time-budget");
+  t.max_tokens = static_cast<int64_t>(cli.count("max-tokens"));
+  t.time_budget = cli.duration("time-budget");
   t.budget_from = cli.get<std::string>("budget-from");
   t.stop_window = cli.get<int64_t>("stop-window");
   t.stop_min_delta = cli.get<double>("stop-min-delta");
@@ -121,7 +121,7 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.eval_tgt_len = cli.get<int64_t>("eval-tgt-len");
   t.eval_mem_len = cli.get<int64_t>("eval-mem-len");
   t.eval_batch_size = cli.get<int64_t>("eval-batch-size");
-  t.eval_max_tokens = static_cast<int64_t>(parse::count(cli.get<std::string>("eval-max-tokens"), "--eval-max-tokens"));
+  t.eval_max_tokens = static_cast<int64_t>(cli.count("eval-max-tokens"));
   t.save_every = cli.get<int64_t>("save-every");
   t.on_save_error = cli.get<std::string>("on-save-error");
   t.log_interval = cli.get<int64_t>("log-interval");
@@ -132,9 +132,9 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   r.attention_probs = compute.attention_probs;
   r.attention_probs_budget = compute.attention_probs_budget;
   r.nproc_per_node = cli.get<int>("nproc-per-node");
-  XL_CHECK(r.nproc_per_node >= 1, kExitUsage, "--nproc-per-node must be at least 1");
+  if (r.nproc_per_node < 1) cli.fail("nproc-per-node", "must be at least 1");
   r.dist_backend = cli.get<std::string>("dist-backend");
-  r.dist_timeout = parse::duration(cli.get<std::string>("dist-timeout"), "--dist-timeout");
+  r.dist_timeout = cli.duration("dist-timeout");
   const GivenModel model = given_model(cli);
   r.model = model.config;
   r.model_given = model.fields;
@@ -143,10 +143,8 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.skipped_layers_in_adam = cli.get<std::string>("skipped-layers-in-adam");
   const nlohmann::json fields = t.to_json();
   for (const auto& [name, value] : cli.vm())
-    if (!value.defaulted() && fields.contains(parse::snake_case(name))) {
-      r.given.insert(parse::snake_case(name));
-      if (cli.on_command_line(name)) r.on_command_line.insert(parse::snake_case(name));
-    }
+    if (!value.defaulted() && fields.contains(parse::snake_case(name))) r.given.insert(parse::snake_case(name));
+  r.origins = cli.origins();
   if (phase == Phase::kTwo) {
     XL_CHECK(cli.has("init") || r.resume, kExitUsage, "phase 2 needs --init PHASE1.h5 (or --resume)");
     if (cli.has("init")) r.init = cli.get<std::string>("init");
@@ -167,11 +165,11 @@ Phase1Settings phase1_settings(const std::string& base_config,
   Phase1Settings out;
   out.settings = cli.settings();
   out.train = request.train;
-  out.train.validate("settings");
+  out.train.validate(request.origins);
   out.model = request.model;
   out.model.n_token = 256;  // any vocab the cutoffs fit
   for (int64_t c : out.model.cutoffs) out.model.n_token = std::max(out.model.n_token, c + 2);
-  out.model.validate("model settings", model::ModelConfig::KeyNames::kFlags);
+  out.model.validate(request.origins);
   return out;
 }
 

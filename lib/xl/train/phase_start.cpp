@@ -60,7 +60,7 @@ model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig sav
     XL_FAIL(kExitConfig, option << " = " << want[field].dump() << " is set for this run, but " << file << " holds a model with "
                                 << option << " = " << have[field].dump() << " (phase 2 trains the model phase 1 made)");
   }
-  return model::ModelConfig::from_json(merged, file);
+  return model::ModelConfig::from_json(merged, file, req.origins.with_rest(file));
 }
 
 // The phase's own length in steps for its schedule: its step budget, or its time budget at
@@ -103,7 +103,7 @@ PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
   PhaseStart p;
   p.config = req.train;
   p.config.phase = "phase1";
-  p.config.validate("settings");
+  p.config.validate(req.origins);
   p.model = req.model;
   const auto dropped = p.model.fit_to_vocab(vocab_size);
   if (!dropped.empty())
@@ -111,7 +111,7 @@ PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
                       nlohmann::json(dropped).dump() + " dropped, clusters " + nlohmann::json(p.model.cutoffs).dump() + " kept");
   // Adaptive span: by default a head may learn to see everything a training segment can.
   if (p.model.adaptive_span && p.model.span_max == 0) p.model.span_max = p.config.mem_len + p.config.tgt_len;
-  p.model.validate("model settings", model::ModelConfig::KeyNames::kFlags);
+  p.model.validate(req.origins);
   TrainConfig& c = p.config;
   if (c.schedule_steps == 0) c.schedule_steps = c.max_steps;
   XL_CHECK(c.lr_schedule == "constant" || c.lr_schedule == "cyclic-cosine" || c.schedule_steps > 0, kExitConfig,
@@ -141,7 +141,7 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
   std::set<std::string> schedule_given;
   const nlohmann::json saved_json = saved.to_json(), req_json = req.train.to_json();
   for (const char* f : {"lr", "warmup_steps", "schedule_steps"})
-    if (req.on_command_line.count(f) || (req.given.count(f) && req_json[f] != saved_json[f])) schedule_given.insert(f);
+    if (req.origins.on_command_line(f) || (req.given.count(f) && req_json[f] != saved_json[f])) schedule_given.insert(f);
   TrainConfig base = saved;
   const TrainConfig defaults;
   const nlohmann::json d = defaults.to_json();
@@ -151,7 +151,7 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
   TrainConfig& c = p.config = merge_given(base, req.train, req.given);
   c.phase = "phase2";
   c.skip_schedule = "none";
-  c.validate("settings");
+  c.validate(req.origins.with_rest(file));
   p.model = checked_model(req, model::ModelConfig::from_json(from.model_config, file), file, &p.notes);
   p.state = from.state;
   p.state.best_loss.reset();
@@ -244,7 +244,7 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
     XL_CHECK(!given.count(f) || saved.to_json()[f] == req.train.to_json()[f], kExitUsage,
              "cannot change " << f << " when resuming (the data cursor and memories depend on it)");
   p.config = merge_given(saved, req.train, given);
-  p.config.validate("settings");
+  p.config.validate(req.origins.with_rest(file));
   const nlohmann::json before = saved.to_json(), after = p.config.to_json();
   for (const auto& [key, value] : after.items())
     if (before[key] != value)

@@ -49,8 +49,8 @@ LrSchedule TrainConfig::schedule(int64_t steps) const {
   return s;
 }
 
-void TrainConfig::validate(const std::string& source) const {
-  auto bad = [&](const std::string& key, const std::string& why) { XL_FAIL(kExitConfig, source << ": " << key << " " << why); };
+void TrainConfig::validate(const SettingOrigins& origins) const {
+  auto bad = [&](const std::string& key, const std::string& why) { origins.fail(key, why); };
   if (tgt_len < 1) bad("tgt-len", "must be at least 1");
   if (mem_len < 0) bad("mem-len", "must not be negative");
   if (batch_size < 1) bad("batch-size", "must be at least 1");
@@ -79,7 +79,9 @@ void TrainConfig::validate(const std::string& source) const {
   if (log_interval < 1) bad("log-interval", "must be at least 1");
   if (eval_interval < 0) bad("eval-interval", "must not be negative");
   if (eval_batch_size < 1) bad("eval-batch-size", "must be at least 1");
-  if (max_steps < 0 || max_tokens < 0 || time_budget < 0) bad("budget", "must not be negative");
+  if (max_steps < 0) bad("max-steps", "must not be negative");
+  if (max_tokens < 0) bad("max-tokens", "must not be negative");
+  if (time_budget < 0) bad("time-budget", "must not be negative");
 }
 
 }  // namespace xl::train

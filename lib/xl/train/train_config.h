@@ -6,6 +6,7 @@
 #include <string>
 
 #include "xl/train/lr_schedule.h"
+#include "xl/util/setting_origins.h"
 
 namespace xl::train {
 
@@ -61,7 +62,8 @@ struct TrainConfig {
 
   nlohmann::json to_json() const;
   static TrainConfig from_json(const nlohmann::json& j, const std::string& source);
-  void validate(const std::string& source) const;  // 78 on a bad value
+  // Fails with one line naming the offending key where its value came from (see SettingOrigins).
+  void validate(const SettingOrigins& origins) const;
 };
 
 }  // namespace xl::train

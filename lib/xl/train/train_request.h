@@ -22,7 +22,7 @@ struct TrainRequest {
   std::set<std::string> model_given;  // the ModelConfig fields given
   TrainConfig train;
   std::set<std::string> given;      // the TrainConfig fields given
-  std::set<std::string> on_command_line;  // those of them given on the command line (not in a config file)
+  SettingOrigins origins;           // where each setting given came from: the command line or a config file
   std::string metrics;              // JSON Lines file ("" for none)
   std::string progress = "auto";
   std::string device = "auto";      // --device
