@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
              xl::kExitDataErr, names.front() << (names.size() > 1 ? " and the other inputs" : "")
                                              << ": no text to build the vocab from");
     auto vocab = xl::text::build_vocab(views, opts, names);
+    xl::text::check_vocab_has_pieces(vocab, opts, names.front() + (names.size() > 1 ? " and the other inputs" : ""));
     out.stream() << vocab.to_tsv();
     out.commit();
     XL_INFO(xl::text::to_string(vocab.type()) << " vocab of " << vocab.size() << " entries, sha256 " << vocab.sha256());

@@ -192,6 +192,18 @@ stderr_is_one_line "--split 0,1K,1K leaves the train split empty"
 expect 65 xl-build-vocab --mode word empty.txt
 stderr_is_one_line "empty.txt: no text to build the vocab from"
 expect 0 xl-build-vocab --mode byte empty.txt
+# Text without a word, or settings that keep none, would give a vocab of <eos> and <unk> alone.
+printf '  \n\n \t \n' >blank.txt
+expect 65 xl-tokenize -q --mode word blank.txt -o out.h5
+stderr_is_one_line "blank.txt: no word to build the vocab from"
+expect 65 xl-build-vocab --mode word blank.txt
+stderr_is_one_line "blank.txt: no word to build the vocab from"
+expect 65 xl-build-vocab --mode word --min-count 100000000 text.txt
+stderr_is_one_line "text.txt: no word occurs --min-count 100000000 times"
+expect 64 xl-tokenize -q --mode word --max-size 2 text.txt -o out.h5
+stderr_is_one_line "--max-size 2 leaves no room beside <eos> and <unk>"
+[ ! -e out.h5 ] || fail "a tokens file with a vocab of specials alone was written"
+expect 0 xl-build-vocab --mode char blank.txt
 expect 64 xl-build-vocab --mode word --min-count -1 text.txt
 stderr_is_one_line "--min-count must not be negative"
 expect 64 xl-tokenize -q --mode word --max-size -5 text.txt -o out.h5

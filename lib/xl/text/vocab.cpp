@@ -50,6 +50,17 @@ void check_vocab_limits(int64_t min_count, int64_t max_size) {
   XL_CHECK(max_size >= 0, kExitUsage, "--max-size must not be negative (0: all)");
 }
 
+void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source) {
+  if (vocab.type() == VocabType::kByte || vocab.size() > vocab.specials()) return;
+  const std::string specials = vocab.type() == VocabType::kWord ? "<eos> and <unk>" : "<unk>";
+  XL_CHECK(opts.max_size <= 0 || opts.max_size > vocab.specials(), kExitUsage,
+           "--max-size " << opts.max_size << " leaves no room beside " << specials);
+  const char* piece = vocab.type() == VocabType::kWord ? "word" : "character";
+  XL_CHECK(opts.min_count <= 1, kExitDataErr,
+           source << ": no " << piece << " occurs --min-count " << opts.min_count << " times: the vocab would hold only " << specials);
+  XL_FAIL(kExitDataErr, source << ": no " << piece << " to build the vocab from: the vocab would hold only " << specials);
+}
+
 Pretokenizer parse_recorded_pretokenizer(VocabType type, const std::string& name, const std::string& file) {
   XL_CHECK(name == "none" || name == "moses", kExitDataErr, file << ": unknown pretokenize '" << name << "' in the vocab");
   const Pretokenizer p = parse_pretokenizer(name);

@@ -90,6 +90,10 @@ struct VocabOptions {
   Pretokenizer pretokenizer = Pretokenizer::kNone;  // word: applied to the texts, and recorded
 };
 
+// A char or word vocab of specials alone would make every piece of text <unk>: fails naming
+// `source` (65), or the --min-count or --max-size that left no piece (64 for a size without room).
+void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source);
+
 // Counts pieces over the texts and orders them: specials first, then by falling count, ties by
 // byte order of the piece, so identical input gives an identical vocab.
 Vocab build_vocab(const std::vector<std::string_view>& texts, const VocabOptions& opts,
