@@ -135,6 +135,26 @@ TEST(Eval, SegmentationIsInvisibleWhenMemoryHoldsTheWholeStream) {
   EXPECT_GT(diff, 1e-6);
 }
 
+// No key is further back than the stream: a memory of 2^40 slots is the whole stream, without
+// positional keys or buffers of that size (their allocation would fail).
+TEST(Eval, AMemoryLongerThanTheStreamsIsTheWholeStream) {
+  auto m = eval_model(eval_config(), torch::kFloat64);
+  const int64_t n = 61;
+  auto ids = random_ids(n, 13, 5);
+  EvalSettings s;
+  s.batch_size = 2;
+  s.same_length = 0;
+  s.tgt_len = n;  // one segment, no memory
+  s.mem_len = 0;
+  auto whole = per_token(m, ids, s);
+  s.same_length = 1;  // every query sees mem_len keys: all of them
+  s.tgt_len = 5;
+  s.mem_len = int64_t{1} << 40;
+  auto long_memory = per_token(m, ids, s);
+  ASSERT_EQ(long_memory.size(), whole.size());
+  for (const auto& [index, nll] : whole) EXPECT_NEAR(long_memory[index], nll, 1e-9) << "index " << index;
+}
+
 TEST(Eval, WarmupScoresOnlySegmentsWhoseMemoryIsFull) {
   auto m = eval_model(eval_config(), torch::kFloat64);
   const int64_t n = 100;
@@ -530,6 +550,10 @@ TEST(Eval, GenerationIsReproducibleAndCarriesMemory) {
     EXPECT_EQ(lp.argmax(-1).item<int64_t>(), id);
     ctx.push_back(id);
   }
+  // A memory of 2^40 slots holds the whole context, without positional keys of that size.
+  g.mem_len = int64_t{1} << 40;
+  xl::Rng r6(1);
+  EXPECT_EQ(xl::eval::generate(m, prompt, g, r6, nullptr), greedy);
   // A memory shorter than the generation slides (its kept projections move to new buffers now and
   // then): the same tokens as projecting the memory again for every token. Weights of scale 0.5
   // make the tokens depend on the memory.

@@ -176,7 +176,9 @@ std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int
   for (int32_t id : prompt)
     XL_CHECK(id >= 0 && id < n_token, kExitDataErr, "token id " << id << " is out of range for the model's " << n_token);
   model::ForwardOptions opts;
-  opts.mem_len = s.mem_len;
+  // No key is more positions back than the prompt and the new tokens: a longer memory changes
+  // nothing but the size of its positional keys and buffers (--mem-len 1000000: 7 GB).
+  opts.mem_len = std::min<int64_t>(s.mem_len, static_cast<int64_t>(prompt.size()) + s.length);
   opts.cache_kv = true;  // one stream: each new token projects itself only, not the whole memory again
   model::Memory memory = model->new_memory();
   model::AutocastScope autocast(s.precision, device);
