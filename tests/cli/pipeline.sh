@@ -5,6 +5,12 @@ source "$(dirname "$0")/common.bash"
 M="make -s -f $XL_SOURCE_DIR/Makefile.pipeline BIN=$XL_BIN THREADS=1"
 SMALL=(P1_TIME=6s P2_TIME=4s EVAL_TOKENS=3000 PRUNE_TOKENS=1000 "TRAIN_ARGS=--eval-max-tokens 2000 --log-interval 5")
 
+step "help: the targets and the budgets"
+expect 0 $M help
+for target in demo enwik8 text8 wikitext-103 ablation-tiny clean P1_TIME LAUNCH; do
+  grep -q "$target" "$TMP/out" || fail "make help does not name $target: $(head -c 300 "$TMP/out")"
+done
+
 step "demo: tokens -> phase 1 -> phase 2 -> eval -> heads -> summary"
 if command -v bible >/dev/null; then
   expect 0 $M demo OUT=demo "${SMALL[@]}"
