@@ -52,6 +52,14 @@ TEST(Parse, ListsCountsDurationsAndBooleans) {
   EXPECT_DOUBLE_EQ(parse::duration("2h", "x"), 7200);
   EXPECT_DOUBLE_EQ(parse::duration("90", "x"), 90);
   EXPECT_THROW(parse::duration("soon", "x"), Error);
+  EXPECT_DOUBLE_EQ(parse::duration("1h30m", "x"), 5400);
+  EXPECT_DOUBLE_EQ(parse::duration("0.5s", "x"), 0.5);
+  EXPECT_DOUBLE_EQ(parse::duration("1d2h3m4s", "x"), 86400 + 7200 + 180 + 4);
+  for (const char* bad : {"", "1h30", "-1m", "1m-5s", " 5m", "5 m", "5ms", "inf", "1h+2m", "nan"})
+    EXPECT_THROW(parse::duration(bad, "x"), Error) << "'" << bad << "'";
+  // What progress lines print reads back.
+  for (double seconds : {42.0, 75.0, 3720.0, 198000.0})
+    EXPECT_DOUBLE_EQ(parse::duration(parse::format_duration(seconds), "x"), seconds) << parse::format_duration(seconds);
   EXPECT_TRUE(parse::boolean("True", "x"));
   EXPECT_FALSE(parse::boolean("off", "x"));
   try {

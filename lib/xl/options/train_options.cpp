@@ -52,7 +52,7 @@ void add_training_options(cli::Options& cli, Phase phase) {
   cli.add("Budget and stopping")
       ("max-steps", po::value<int64_t>()->default_value(d.max_steps), "stop after this many steps (0: none)")
       ("max-tokens", po::value<std::string>()->default_value("0"), "stop after this many training tokens (K/M/G suffixes)")
-      ("time-budget", po::value<std::string>()->default_value("0"), "stop after this much wall time (90s, 15m, 2h)")
+      ("time-budget", po::value<std::string>()->default_value("0"), "stop after this much wall time (90s, 15m, 2h, 1h30m)")
       ("budget-from", po::value<std::string>()->default_value(d.budget_from),
        "phase: budgets count from this phase's start; run: from the run's start (phase 1's)")
       ("stop-window", po::value<int64_t>()->default_value(d.stop_window), "the paper's rule: stop when validation improves by")

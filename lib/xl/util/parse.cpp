@@ -76,23 +76,38 @@ uint64_t count(const std::string& text, const std::string& what) {
   else if (suffix == "M") mult = 1e6;
   else if (suffix == "G") mult = 1e9;
   else XL_CHECK(suffix.empty(), kExitUsage, what << ": bad size suffix in '" << text << "' (use K, M or G)");
-  XL_CHECK(value >= 0 && std::isfinite(value), kExitUsage, what << ": must be a finite number, not negative: '" << text << "'");
+  XL_CHECK(std::isfinite(value), kExitUsage, what << ": not a number: '" << text << "'");
+  XL_CHECK(value >= 0, kExitUsage, what << ": must not be negative: '" << text << "'");
   XL_CHECK(value * mult < 9.2e18, kExitUsage, what << ": too large: '" << text << "'");
   return static_cast<uint64_t>(value * mult + 0.5);
 }
 
 double duration(const std::string& text, const std::string& what) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    XL_FAIL(kExitUsage, what << ": not a duration: '" << text << "' (use e.g. 90s, 15m, 2h)");
+  auto bad = [&]() { XL_FAIL(kExitUsage, what << ": not a duration: '" << text << "' (use e.g. 90s, 15m, 2h, 1h30m)"); };
+  // Parts of a number and a unit, added up ("1h02m", as progress lines print durations); one
+  // number alone is seconds.
+  double total = 0;
+  size_t at = 0;
+  int parts = 0;
+  while (at < text.size()) {
+    // std::stod would skip blanks and take a sign or "inf": a part starts with a digit or a point.
+    if (!std::isdigit(static_cast<unsigned char>(text[at])) && text[at] != '.') bad();
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(text.substr(at), &used);
+    } catch (...) {
+      bad();
+    }
+    at += used;
+    const char unit = at < text.size() ? text[at++] : '\0';
+    const double mult = unit == 'd' ? 86400 : unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' || unit == '\0' ? 1 : -1;
+    if (mult < 0 || !std::isfinite(v) || (unit == '\0' && parts > 0)) bad();  // "1h30": 30 of what?
+    total += v * mult;
+    ++parts;
   }
-  const std::string unit = text.substr(pos);
-  const double mult = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : -1;
-  XL_CHECK(mult > 0 && v >= 0 && std::isfinite(v), kExitUsage, what << ": not a duration: '" << text << "' (use e.g. 90s, 15m, 2h)");
-  return v * mult;
+  if (parts == 0) bad();
+  return total;
 }
 
 std::string snake_case(std::string name) {

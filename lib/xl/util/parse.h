@@ -21,7 +21,7 @@ std::vector<int64_t> int_list(const std::string& text, const std::string& what);
 bool boolean(const std::string& text, const std::string& what);
 // "90M" -> 90000000, "64K" -> 64000, "5" -> 5.
 uint64_t count(const std::string& text, const std::string& what);
-// "90", "90s", "15m", "2h", "1d" -> seconds.
+// "90", "90s", "15m", "2h", "1d", "1h30m" -> seconds.
 double duration(const std::string& text, const std::string& what);
 
 // Flag and INI names are kebab-case, config fields snake_case: "n-layer" <-> "n_layer".
