@@ -85,8 +85,11 @@ PY
 
 step "one config file for both phases"
 expect 0 xl-train-phase2 -c small.ini --init p1.h5 --max-steps 3 tokens.h5 -o shared.h5
-expect 78 xl-train-phase2 -c small.ini --n-layer 4 --init p1.h5 --max-steps 3 tokens.h5 -o bad.h5
-stderr_is_one_line "n-layer = 4" "n-layer = 3"
+expect 64 xl-train-phase2 -c small.ini --n-layer 4 --init p1.h5 --max-steps 3 tokens.h5 -o bad.h5
+stderr_is_one_line "--n-layer = 4" "n-layer = 3"
+printf 'n-layer = 4\n' >four.ini
+expect 78 xl-train-phase2 -c small.ini -c four.ini --init p1.h5 --max-steps 3 tokens.h5 -o bad.h5
+stderr_is_one_line "four.ini: n-layer = 4" "n-layer = 3"
 
 step "paired randomness: two betas skip the same layers at the same steps"
 for beta in 0 0.5; do

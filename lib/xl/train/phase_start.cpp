@@ -57,8 +57,8 @@ model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig sav
       notes->push_back("phase 2: " + option + " = " + want[field].dump() + " (" + file + " has " + have[field].dump() + ")");
       continue;
     }
-    XL_FAIL(kExitConfig, option << " = " << want[field].dump() << " is set for this run, but " << file << " holds a model with "
-                                << option << " = " << have[field].dump() << " (phase 2 trains the model phase 1 made)");
+    req.origins.fail(field, "= " + want[field].dump() + " is set for this run, but " + file + " holds a model with " + option +
+                                " = " + have[field].dump() + " (phase 2 trains the model phase 1 made)");
   }
   return model::ModelConfig::from_json(merged, file, req.origins.with_rest(file));
 }
