@@ -145,6 +145,14 @@ expect 0 $T --max-steps 17 --eval-interval 15 tokens.h5 -o split.h5
 expect 0 $T --max-steps 40 --resume tokens.h5 -o split.h5
 same_checkpoint whole.h5 split.h5 "resume after --max-steps"
 
+step "a run resumes on the training split it read; phase 2 on other data starts its cursor afresh"
+head -c 100000 "$corpus" | xl-tokenize -q --mode byte --split 0.9,0.05,0.05 - -o other-text.h5
+expect 65 $T --max-steps 50 --resume other-text.h5 -o split.h5
+stderr_is_one_line "other-text.h5: its train split (text sha256" "is not the one split.h5 was trained on"
+expect 0 xl-train-phase2 -c small.ini --threads 1 --init split.h5 --max-steps 2 other-text.h5 -o other-p2.h5
+grep -q "other training data than phase 1's" "$TMP/err" || fail "phase 2 on other data does not say it starts afresh: $(cat "$TMP/err")"
+! grep -q "continues phase 1's data cursor" "$TMP/err" || fail "phase 2 continued phase 1's cursor in other data"
+
 step "SIGTERM saves a checkpoint, exits 143, and the run resumes exactly"
 STATUS=0
 $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 tokens.h5 -o killed.h5 --metrics killed.jsonl -q &

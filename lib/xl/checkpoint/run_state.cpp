@@ -23,6 +23,7 @@ nlohmann::json RunState::to_json() const {
   if (loss_scale > 0)
     j.update({{"loss_scale", loss_scale}, {"loss_scale_good_steps", loss_scale_good_steps}, {"skipped_steps", skipped_steps}});
   if (!imported_from.empty()) j["imported_from"] = imported_from;
+  if (train_data) j["train_data"] = {{"sha256", train_data->sha256}, {"tokens", train_data->tokens}};
   return j;
 }
 
@@ -51,6 +52,8 @@ RunState RunState::from_json(const nlohmann::json& j, const std::string& file) {
     s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
     s.skipped_steps = j.value("skipped_steps", int64_t{0});
     s.imported_from = j.value("imported_from", std::string());
+    if (j.contains("train_data"))
+      s.train_data = TrainData{j.at("train_data").at("sha256").get<std::string>(), j.at("train_data").at("tokens").get<int64_t>()};
   } catch (const nlohmann::json::exception&) {
     XL_FAIL(kExitDataErr, file << ": malformed run state in the checkpoint");
   }

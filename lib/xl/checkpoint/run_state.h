@@ -21,6 +21,15 @@ struct PhaseRecord {
   nlohmann::json schedule;    // the learning-rate schedule it trained with (kind, lr, eta_min, warmup, steps, origin)
 };
 
+// The training split a run reads, known by its text and length: the data cursor and the memories
+// are positions in it.
+struct TrainData {
+  std::string sha256;  // of the text the split was tokenized from
+  int64_t tokens = 0;
+  bool operator==(const TrainData& o) const { return sha256 == o.sha256 && tokens == o.tokens; }
+  bool operator!=(const TrainData& o) const { return !(*this == o); }
+};
+
 struct RunState {
   int64_t step = 0;                    // updates over the whole run
   int64_t tokens_seen = 0;             // training tokens over the whole run (all ranks)
@@ -37,6 +46,7 @@ struct RunState {
   int world_size = 1;                  // data-parallel ranks of the run that wrote it
   std::string command_line;            // of the process that wrote the checkpoint
   std::string imported_from;           // xl-import-torch: the state_dict it came from
+  std::optional<TrainData> train_data;  // the split trained on (not recorded before xl 0.2)
 
   const PhaseRecord* current() const { return phases.empty() ? nullptr : &phases.back(); }
   double elapsed() const;              // seconds of training over all phases

@@ -28,6 +28,16 @@ bool listed(const char* const (&list)[N], const std::string& key) {
   return listed(list, list + N, key);
 }
 
+// The split `tokens` holds as `split`, when it has one (else reading it fails, naming the file).
+std::optional<checkpoint::TrainData> train_data_of(const h5::TokensFile& tokens, const std::string& split) {
+  if (!tokens.has_split(split)) return std::nullopt;
+  return checkpoint::TrainData{tokens.split_source(split).sha256, tokens.split_length(split)};
+}
+
+std::string describe(const checkpoint::TrainData& d) {
+  return "text sha256 " + d.sha256.substr(0, 12) + ", " + std::to_string(d.tokens) + " tokens";
+}
+
 std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
@@ -99,11 +109,13 @@ void record_schedule(PhaseStart* p) {
 
 }  // namespace
 
-PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
+PhaseStart start_new_run(const TrainRequest& req, const h5::TokensFile& tokens) {
+  const auto vocab_size = static_cast<int64_t>(tokens.vocab().size());
   PhaseStart p;
   p.config = req.train;
   p.config.phase = "phase1";
   p.config.validate(req.origins);
+  p.state.train_data = train_data_of(tokens, p.config.train_split);
   p.model = req.model;
   const auto dropped = p.model.fit_to_vocab(vocab_size);
   if (!dropped.empty())
@@ -123,7 +135,8 @@ PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size) {
   return p;
 }
 
-PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& from, const std::string& file) {
+PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& from, const std::string& file,
+                        const h5::TokensFile& tokens) {
   const bool imported = from.phase == "imported";
   XL_CHECK(from.phase == "phase1" || from.phase == "pruned" || imported, kExitDataErr,
            file << ": is " << (from.phase.empty() ? "not an xl checkpoint" : "a " + from.phase + " checkpoint")
@@ -154,6 +167,7 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
   c.validate(req.origins.with_rest(file));
   p.model = checked_model(req, model::ModelConfig::from_json(from.model_config, file), file, &p.notes);
   p.state = from.state;
+  p.state.train_data = train_data_of(tokens, c.train_split);
   p.state.best_loss.reset();
   p.state.best_step = -1;
   p.state.history.clear();
@@ -175,8 +189,13 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
     p.notes.push_back("phase 2: " + file + " was trained elsewhere: reading the training split from its start, with empty memories");
   } else {
     // The data stream and the memories continue when the streams are the same.
-    p.keep_cursor = saved.batch_size == c.batch_size && saved.train_split == c.train_split;
-    if (!p.keep_cursor)
+    const auto data = train_data_of(tokens, c.train_split);
+    const bool same_data = !data || !from.state.train_data || *data == *from.state.train_data;
+    p.keep_cursor = same_data && saved.batch_size == c.batch_size && saved.train_split == c.train_split;
+    if (!same_data)
+      p.notes.push_back("phase 2: other training data than phase 1's (" + describe(*data) + " against " +
+                        describe(*from.state.train_data) + "): reading the training split from its start, with empty memories");
+    else if (!p.keep_cursor)
       p.notes.push_back("phase 2: other streams than phase 1's (batch-size " + std::to_string(c.batch_size) + " vs " +
                         std::to_string(saved.batch_size) + ", train-split " + c.train_split + " vs " + saved.train_split +
                         "): reading the training split from its start, with empty memories");
@@ -234,7 +253,8 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
   return p;
 }
 
-PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& latest, const std::string& file) {
+PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& latest, const std::string& file,
+                      const h5::TokensFile& tokens) {
   PhaseStart p;
   const TrainConfig saved = TrainConfig::from_json(latest.train_config, file);
   std::set<std::string> given = req.given;
@@ -251,6 +271,12 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
       p.notes.push_back("resuming with " + key + " = " + value.dump() + " (the run had " + before[key].dump() + ")");
   p.model = model::ModelConfig::from_json(latest.model_config, file);
   p.state = latest.state;
+  const auto data = train_data_of(tokens, p.config.train_split);
+  XL_CHECK(!data || !p.state.train_data || *data == *p.state.train_data, kExitDataErr,
+           tokens.name() << ": its " << p.config.train_split << " split (" << describe(*data) << ") is not the one " << file
+                         << " was trained on (" << describe(*p.state.train_data)
+                         << "): resume with that tokens file (the run's data cursor and memories are positions in it)");
+  if (data) p.state.train_data = data;
   XL_CHECK(p.state.current() && p.state.current()->phase == p.config.phase, kExitDataErr,
            file << ": the run state does not record its " << p.config.phase << " (written by an older xl?)");
   p.schedule = p.config.schedule(p.config.schedule_steps);

@@ -16,12 +16,14 @@
 //     checkpoint and refuses only a real conflict (dropout, dropatt, clamp-len and same-length
 //     may change; the init scales no longer matter).
 //   * Phase 2 continues phase 1's data cursor and memories when the streams are the same
-//     (same batch size and chunks), and says so either way.
+//     (the same training split, batch size and chunks), and says so either way. A resumed run
+//     must read the training split it read (65 otherwise): its cursor is a position in it.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "xl/checkpoint/checkpoint.h"
+#include "xl/h5/tokens_file.h"
 #include "xl/model/config.h"
 #include "xl/train/lr_schedule.h"
 #include "xl/train/train_config.h"
@@ -41,11 +43,14 @@ struct PhaseStart {
   std::vector<std::string> notes;  // what was decided, one line each, for the log
 };
 
-PhaseStart start_new_run(const TrainRequest& req, int64_t vocab_size);
+// Each reads `tokens`, the run's tokens file, for its vocab and its training split.
+PhaseStart start_new_run(const TrainRequest& req, const h5::TokensFile& tokens);
 // Phase 2 starts from a phase-1 checkpoint, or from a model trained elsewhere (imported) or pruned:
 // what such a file lacks (optimizer state, generators, memories, data cursor) starts afresh.
-PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& from, const std::string& file);
-PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& latest, const std::string& file);
+PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& from, const std::string& file,
+                        const h5::TokensFile& tokens);
+PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& latest, const std::string& file,
+                      const h5::TokensFile& tokens);
 
 // Why the phase stops now, or "" to go on: its step, token or time budget, counted from the
 // phase's start or the run's (config.budget_from). `phase_elapsed`: seconds of this phase so far.

@@ -473,13 +473,13 @@ int Trainer::run() {
     if (ckpt.state.world_size != dist_.world)
       XL_INFO(req_.output << " was written by " << ckpt.state.world_size << " rank(s), this run has " << dist_.world
                           << ": the streams and memories are re-sharded exactly");
-    build(resume_run(req_, ckpt, req_.output), &ckpt, req_.output);
+    build(resume_run(req_, ckpt, req_.output, *tokens_), &ckpt, req_.output);
   } else if (!req_.init.empty()) {
     const auto ckpt = checkpoint::load(req_.init, vocab_sha);
     const std::string file = io::display_name(req_.init);
-    build(start_phase2(req_, ckpt, file), &ckpt, file);
+    build(start_phase2(req_, ckpt, file, *tokens_), &ckpt, file);
   } else {
-    build(start_new_run(req_, static_cast<int64_t>(tokens_->vocab().size())), nullptr, "");
+    build(start_new_run(req_, *tokens_), nullptr, "");
   }
   if (!req_.metrics.empty() && leader()) metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume, req_.force);
   start_step_ = state_.step;
