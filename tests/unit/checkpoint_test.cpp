@@ -175,6 +175,7 @@ TEST_F(CheckpointTest, ConfigsStateAndVocabRoundTrip) {
   c.state.best_step = 900;
   c.state.history = {{500, 1.5}, {900, 1.0625}};
   c.state.phases = {{"phase1", 0, 0, 12.5, {{"kind", "cosine"}, {"steps", 4000}}}, {"phase2", 800, 9000, 3.25, nullptr}};
+  c.state.train_data = checkpoint::TrainData{"2b49720ec4d78c3c", 90000000};
   c.vocab = small_vocab("abc\tdef\n\xc3\xa9\xc3\xa9");
   checkpoint::save(path("c.h5"), c, false);
   Checkpoint r = checkpoint::load(path("c.h5"), c.vocab.sha256());
