@@ -183,6 +183,8 @@ TEST_F(CheckpointTest, ConfigsStateAndVocabRoundTrip) {
   EXPECT_EQ(r.model_config, c.model_config);
   EXPECT_EQ(r.train_config, c.train_config);
   EXPECT_EQ(r.state.to_json(), c.state.to_json());
+  ASSERT_TRUE(r.state.train_data.has_value());
+  EXPECT_EQ(*r.state.train_data, *c.state.train_data);
   EXPECT_EQ(r.vocab.sha256(), c.vocab.sha256());
   EXPECT_EQ(r.vocab.pieces(), c.vocab.pieces());
   EXPECT_EQ(r.vocab.counts(), c.vocab.counts());
