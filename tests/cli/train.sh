@@ -37,6 +37,10 @@ first=$(grep -m1 '"event":"train"' p1.jsonl | python3 -c 'import json,sys; print
 last=$(grep '"event":"train"' p1.jsonl | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["loss"])')
 python3 -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)" || fail "loss did not fall: $first -> $last"
 grep -q '"event":"valid"' p1.jsonl || fail "no validation event"
+# xl-inspect counts the parameters from the file's tensors as the trainer counted them in the model.
+trained=$(grep -m1 '"event":"start"' p1.jsonl | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["parameters"])')
+stored=$(xl-inspect --json p1.h5 | json /dev/stdin 'j["checkpoint"]["parameters"]')
+[ "$trained" = "$stored" ] || fail "xl-inspect counts $stored parameters in p1.h5, the trainer $trained"
 grep -q '"event":"done"' p1.jsonl || fail "no done event"
 [ -f p1.best.h5 ] || fail "no best checkpoint beside the latest"
 no_temp_files .

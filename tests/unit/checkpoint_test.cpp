@@ -384,6 +384,7 @@ TEST_F(CheckpointTest, RefusesBadInputsWithOneLineNamingTheFile) {
 
 TEST_F(CheckpointTest, InspectSummarizesACheckpoint) {
   Checkpoint c = minimal();
+  c.model.emplace_back("pos_emb.inv_freq", torch::ones({4}));  // stored, not a parameter
   const std::string p = path("i.h5");
   checkpoint::save(p, c, false);
   auto j = h5::describe(h5::File::open(p, "an xl HDF5 file"));
@@ -395,11 +396,11 @@ TEST_F(CheckpointTest, InspectSummarizesACheckpoint) {
   EXPECT_EQ(k["complete"], true);
   EXPECT_EQ(k["parameters"], 12 * 8 + 24 * 8 + 8);  // 296
   EXPECT_EQ(k["model_config"]["d_model"], 8);
-  EXPECT_EQ(k["groups"]["model"]["datasets"], 3);
+  EXPECT_EQ(k["groups"]["model"]["datasets"], 4);
   EXPECT_EQ(k["groups"]["optimizer"]["datasets"], 1);
   EXPECT_EQ(k["head_mask"], nlohmann::json::parse("[[1.0,0.0],[1.0,1.0]]"));
   std::string text = h5::describe_text(j);
-  for (const char* s : {"phase1", "step 1000", "n_layer 2", "d_model 8", "parameters: 296", "/model: 3 datasets",
+  for (const char* s : {"phase1", "step 1000", "n_layer 2", "d_model 8", "parameters: 296", "/model: 4 datasets",
                         "/optimizer: 1 dataset,", "head mask [2 x 2]: 3 of 4 heads kept", "complete"})
     EXPECT_NE(text.find(s), std::string::npos) << s << "\n" << text;
 }

@@ -101,6 +101,7 @@ nlohmann::json describe_checkpoint(const File& file) {
   k["train_config"] = json_attr("train_config");
   k["state"] = state;
   nlohmann::json groups = nlohmann::json::object();
+  int64_t buffer_elements = 0;
   for (const char* g : {"model", "optimizer", "rng", "memory", "analysis"}) {
     if (!exists(root, g)) continue;
     int64_t count = 0, elements = 0;
@@ -116,6 +117,9 @@ nlohmann::json describe_checkpoint(const File& file) {
       ++count;
       elements += n;
       if (std::string(g) == "model") {
+        // The sinusoid's inverse frequencies are stored, as Transformer-XL's state_dict has them,
+        // but are not trained: not a parameter.
+        if (name == "pos_emb.inv_freq") buffer_elements += n;
         Handle ds(H5Dopen2(root, path.c_str(), H5P_DEFAULT));
         int64_t order = read_attr_int(ds, "order").value_or(std::numeric_limits<int64_t>::max());
         std::string dtype = read_attr_string(ds, "torch_dtype").value_or(dtype_name(ds));
@@ -133,7 +137,7 @@ nlohmann::json describe_checkpoint(const File& file) {
     groups[g] = {{"datasets", count}, {"elements", elements}};
   }
   k["groups"] = groups;
-  k["parameters"] = groups.contains("model") ? groups["model"]["elements"].get<int64_t>() : 0;
+  k["parameters"] = groups.contains("model") ? groups["model"]["elements"].get<int64_t>() - buffer_elements : 0;
   if (exists(root, "analysis/head_mask")) {
     std::vector<hsize_t> dims;
     const auto mask = read_dataset<double>(root, "analysis/head_mask", file.name(), &dims);
