@@ -164,8 +164,10 @@ expect 0 xl-generate --threads 1 --prompt "Smith's cats, world." --echo --length
 # The words Smith 's cats , world . detokenized, the line continued by what follows.
 case "$(head -1 out)" in "Smith's cats, world. "*) ;; *) fail "the prompt was not Moses-tokenized and detokenized: $(head -1 out)" ;; esac
 grep -q -- "--pretokenize moses, as the vocab records" err || fail "xl-generate does not say it Moses-tokenizes as the vocab records"
+! grep -q "not in the checkpoint's vocab" err || fail "a prompt of known words was warned of: $(cat err)"
 expect 0 xl-generate --threads 1 --pretokenize none --prompt "Smith's cats, world." --echo --length 2 words-ckpt.h5
 case "$(head -1 out)" in "<unk> <unk> <unk> "*) ;; *) fail "with --pretokenize none the glued words are not <unk>: $(head -1 out)" ;; esac
+grep -q -- "--prompt: 3 of its 4 pieces are not in the checkpoint's vocab" err || fail "unknown prompt words were not warned of: $(cat err)"
 # An empty value is a value (not the vocab's record): refused.
 expect 64 xl-generate --threads 1 --pretokenize "" --prompt "Smith" words-ckpt.h5
 stderr_is_one_line "--pretokenize: unknown ''"

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "xl/util/error.h"
+#include "xl/util/log.h"
 
 namespace xl::eval {
 
@@ -140,11 +141,14 @@ int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rn
 std::vector<int32_t> prompt_ids(const text::Tokenizer& tokenizer, const text::Vocab& vocab, std::string_view text,
                                 const std::string& name) {
   std::vector<int32_t> ids, last_line;
-  text::EncodeStats stats;
+  text::EncodeStats stats, last_stats;
   tokenizer.encode(text, name, &ids, &stats);
+  // The model continues what it reads: a prompt of words it does not know reads as <unk>s.
+  if (stats.unknown > 0)
+    XL_WARN(name << ": " << stats.unknown << " of its " << stats.tokens << " pieces are not in the checkpoint's vocab: the model reads them as <unk>");
   if (vocab.type() != text::VocabType::kWord || ids.empty() || ids.back() != vocab.eos_id()) return ids;
   // The last line's own ids end with the <eos> the segmenter closed it with if it has words.
-  tokenizer.encode(text.substr(text.find_last_of("\n\r") + 1), name, &last_line, &stats);
+  tokenizer.encode(text.substr(text.find_last_of("\n\r") + 1), name, &last_line, &last_stats);
   if (!last_line.empty()) ids.pop_back();
   return ids;
 }
