@@ -70,6 +70,10 @@ print(f"{len(flags)} flags, {shared} offered by several tools")
 sys.exit(1 if bad else 0)
 PY
 
+step "--help reads in a terminal: description lines wrap near 100 columns (examples may run longer)"
+awk 'length > 104 && !/^  xl-/ && !/^  make / {print FILENAME ": " length " columns: " substr($0, 1, 60) "..."; bad = 1}
+     END {exit bad}' ./*.help || fail "a --help line runs past 104 columns"
+
 step "booleans take true/false everywhere (no switch that means true and no int that means a boolean)"
 for f in pre-lnorm same-length untie-r tie-weight; do
   grep -h -- "--$f " ./*.help | grep -q -- "--$f arg" || fail "--$f is not a value flag somewhere"
