@@ -145,6 +145,9 @@ printf 'the ' >prompt.txt
 expect 0 xl-generate --threads 1 --prompt-file prompt.txt --length 40 --mem-len 32 --seed 5 ckpt.h5
 same_bytes out g1 "--prompt-file and --prompt"
 expect 0 xl-generate --threads 1 --length 10 ckpt.h5
+# bf16 products (CPU autocast) with the memory's projections kept (an fp32 buffer met bf16 scores).
+expect 0 gen --precision bf16
+expect 0 xl-eval-longctx --threads 1 --precision bf16 --max-tokens 500 ckpt.h5 tokens.h5
 expect 64 gen --top-p 0
 stderr_is_one_line
 expect 64 xl-generate --prompt a --prompt-file prompt.txt ckpt.h5

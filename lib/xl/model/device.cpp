@@ -22,24 +22,25 @@ torch::Device rank_gpu(int local_rank) {
 
 }  // namespace
 
+bool is_device_name(const std::string& name) {
+  if (name == "auto" || name == "cpu" || name == "cuda") return true;
+  const std::string index = name.rfind("cuda:", 0) == 0 ? name.substr(5) : "";
+  return !index.empty() && index.size() <= 4 && index.find_first_not_of("0123456789") == std::string::npos &&
+         (index == "0" || index[0] != '0');
+}
+
 torch::Device parse_device(const std::string& name, int local_rank) {
+  XL_CHECK(is_device_name(name), kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
   if (name == "auto") return torch::cuda::is_available() ? rank_gpu(local_rank) : torch::Device(torch::kCPU);
   if (name == "cpu") return torch::Device(torch::kCPU);
-  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
-    XL_CHECK(torch::cuda::is_available(), kExitNoInput,
-             "--device " << name << ": "
-                         << (built_with_cuda() ? "this machine has no usable GPU"
-                                               : "this build of xl has no CUDA (README: Building for GPUs)"));
-    try {
-      torch::Device d(name);
-      XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
-               "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
-      return d.has_index() ? d : rank_gpu(local_rank);
-    } catch (const c10::Error&) {
-      XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
-    }
-  }
-  XL_FAIL(kExitUsage, "--device: bad device '" << name << "' (use auto, cpu, cuda or cuda:N)");
+  XL_CHECK(torch::cuda::is_available(), kExitNoInput,
+           "--device " << name << ": "
+                       << (built_with_cuda() ? "this machine has no usable GPU"
+                                             : "this build of xl has no CUDA (README: Building for GPUs)"));
+  const torch::Device d(name);  // cuda or cuda:N
+  XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
+           "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
+  return d.has_index() ? d : rank_gpu(local_rank);
 }
 
 bool use_deterministic_kernels(const torch::Device& device) {

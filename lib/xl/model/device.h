@@ -11,6 +11,8 @@ namespace xl::model {
 // with an index, local_rank's GPU (cuda:0 in one process), so that logs, checkpoints and the
 // allocator's statistics all name one device.
 torch::Device parse_device(const std::string& name, int local_rank = 0);
+// Whether parse_device takes `name` on some machine: auto, cpu, cuda or cuda:N.
+bool is_device_name(const std::string& name);
 
 // On a GPU, deterministic kernels only, so that a resumed training run computes what the
 // uninterrupted one did (with cuBLAS's fixed workspace, set at start-up). Strict: an operation

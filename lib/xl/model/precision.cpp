@@ -60,6 +60,10 @@ at::ScalarType product_dtype(const torch::Tensor& x) {
   return autocast == at::ScalarType::Undefined ? x.scalar_type() : autocast;
 }
 
+bool is_precision_name(const std::string& name) {
+  return name == "auto" || name == "fp32" || name == "bf16" || name == "fp16";
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;

@@ -14,6 +14,8 @@ enum class Precision { kFp32, kBf16, kFp16 };
 
 // "fp32", "bf16" or "fp16"; 64 on anything else.
 Precision parse_precision(const std::string& name);
+// Whether --precision takes `name`: auto, fp32, bf16 or fp16.
+bool is_precision_name(const std::string& name);
 std::string to_string(Precision p);
 // "auto": fp32 on a CPU, bf16 on a GPU that computes in it natively (compute capability 8.0 and
 // up), fp32 on older GPUs; otherwise the named precision. fp16 on a CPU is refused (64): LibTorch's

@@ -236,8 +236,10 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
                                  .view({b, m, parts, h, dh}));
       TORCH_CHECK(kept.length() == m && (kept.empty() || kept.rows().size(2) == parts),
                   "the kept projections do not fit the memory");
+      // Kept in the products' precision, as projecting the memory again would give them (under
+      // autocast, bf16: an fp32 buffer met bf16 positional scores in one kernel).
       *kv_out = kept.grown(t, row_window_capacity(std::max(pass.mem_len, m), t),
-                           torch::empty({b, 0, parts, h, dh}, w.options()));
+                           torch::empty({b, 0, parts, h, dh}, w.options().dtype(product_dtype(w))));
       kv_proj = kv_out->rows();
       inputs = attention_inputs_into(x_q, weight, h * dh, kv_proj.view({b, m + t, parts * h * dh}), u_in, v_in);
     } else {

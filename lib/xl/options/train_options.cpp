@@ -2,6 +2,7 @@
 
 #include "xl/options/compute_options.h"
 #include "xl/options/model_options.h"
+#include "xl/train/distributed.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
 
@@ -134,7 +135,9 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   r.nproc_per_node = cli.get<int>("nproc-per-node");
   if (r.nproc_per_node < 1) cli.fail("nproc-per-node", "must be at least 1");
   r.dist_backend = cli.get<std::string>("dist-backend");
+  if (!train::is_dist_backend(r.dist_backend)) cli.fail("dist-backend", "must be auto, gloo or nccl, not '" + r.dist_backend + "'");
   r.dist_timeout = cli.duration("dist-timeout");
+  if (!(r.dist_timeout > 0)) cli.fail("dist-timeout", "must be positive");
   const GivenModel model = given_model(cli);
   r.model = model.config;
   r.model_given = model.fields;

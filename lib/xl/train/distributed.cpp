@@ -79,10 +79,12 @@ void store_set(c10d::Store& store, const std::string& key, const std::string& va
 
 }  // namespace
 
+bool is_dist_backend(const std::string& name) { return name == "auto" || name == "gloo" || name == "nccl"; }
+
 DistConfig dist_config_from_env(const std::string& backend, double timeout_seconds) {
   DistConfig c;
   c.backend = backend;
-  XL_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl", kExitUsage,
+  XL_CHECK(is_dist_backend(backend), kExitUsage,
            "--dist-backend must be auto, gloo or nccl, not '" << backend << "'");
   XL_CHECK(timeout_seconds > 0, kExitUsage, "--dist-timeout must be positive");
   c.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));

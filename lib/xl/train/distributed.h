@@ -31,6 +31,8 @@ struct DistConfig {
 // OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK, else PMI_RANK/PMI_SIZE; world 1 when none is set. 64
 // with one line naming the variable for a bad value or a missing MASTER_ADDR.
 DistConfig dist_config_from_env(const std::string& backend, double timeout_seconds);
+// Whether --dist-backend takes `name`: auto, gloo or nccl.
+bool is_dist_backend(const std::string& name);
 
 // Collective operations among the ranks (a no-op group for one process). Failures (a rank died,
 // a timeout) throw xl::Error 69 naming the rank that is gone when it can be told.

@@ -323,7 +323,10 @@ torch::Tensor relative_attention_probs(torch::Tensor ac, std::vector<torch::Tens
                                        const std::vector<KeyBlock>& blocks, const torch::Tensor& mask,
                                        double scale) {
   TORCH_CHECK(bds.size() == blocks.size(), "one positional score tensor per key block");
-  const bool fused = cpu_kernel_allowed(ac) && (ac.scalar_type() == torch::kFloat || ac.scalar_type() == torch::kDouble);
+  // The kernel reads every score tensor in ac's type: under autocast a variant's content scores may
+  // be fp32 while its positional scores are bf16.
+  bool fused = cpu_kernel_allowed(ac) && (ac.scalar_type() == torch::kFloat || ac.scalar_type() == torch::kDouble);
+  for (const auto& bd : bds) fused = fused && bd.scalar_type() == ac.scalar_type();
   if (!fused) return generic_probs(std::move(ac), std::move(bds), blocks, mask, scale);
   return RelativeAttentionProbs::apply(ac, torch::TensorList(bds), blocks, mask, scale);
 }
