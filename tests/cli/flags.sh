@@ -91,6 +91,19 @@ stderr_is_one_line "--temperature must not be negative"
 expect 64 xl-eval-longctx --threads -2 no-such.h5 no-such-tokens.h5
 stderr_is_one_line "--threads must not be negative"
 
+step "a bad value names where it was given: the flag (64) or the config file (78)"
+printf 'device = gpu\n' >device.ini
+expect 78 xl-eval-longctx -c device.ini no-such.h5 no-such-tokens.h5
+stderr_is_one_line "device.ini: device must be auto, cpu, cuda or cuda:N, not 'gpu'"
+expect 64 xl-eval-longctx --device gpu no-such.h5 no-such-tokens.h5
+stderr_is_one_line "--device must be auto, cpu, cuda or cuda:N, not 'gpu'"
+printf 'precision = fp8\nmax-tokens = 5Q\n' >eval.ini
+expect 78 xl-eval-longctx -c eval.ini --precision fp32 no-such.h5 no-such-tokens.h5
+stderr_is_one_line "eval.ini: max-tokens: bad size suffix in '5Q'"
+printf 'dist-backend = mpi\n' >dist.ini
+expect 78 xl-train-phase1 -c dist.ini --max-steps 1 no-such.h5 -o x.h5
+stderr_is_one_line "dist.ini: dist-backend must be auto, gloo or nccl, not 'mpi'"
+
 step "lists: an empty item is a typo, refused (it was dropped: --mem-len 64,,128 swept two memories)"
 expect 64 xl-eval-longctx --mem-len 64,,128 no-such.h5 no-such-tokens.h5
 stderr_is_one_line "--mem-len: empty item in '64,,128'"
