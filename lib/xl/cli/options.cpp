@@ -228,8 +228,11 @@ void Options::finish_parse() {
 
 SettingOrigins Options::origins() const {
   SettingOrigins out;
-  for (const auto& [key, value] : vm_)
-    if (!value.defaulted()) out.given(key, command_line_.count(key) ? "" : config_file_.at(key));
+  for (const auto& [key, value] : vm_) {
+    if (value.defaulted()) continue;
+    const auto file = config_file_.find(key);
+    out.given(key, command_line_.count(key) || file == config_file_.end() ? "" : file->second);
+  }
   return out;
 }
 

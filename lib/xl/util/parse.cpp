@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "xl/util/error.h"
 
