@@ -65,6 +65,11 @@ warm=$(json out 'j["tokens"]')
 [ "$warm" -lt "$cold" ] || fail "--warmup scored $warm tokens, without it $cold"
 [ "$(json out 'j["warmup"]')" = "True" ] || fail "row does not say warmup: $(cat out)"
 [ "$all" -ge 300 ] || fail "rows.jsonl: $all tokens"
+! grep -q "nothing was scored" err || fail "a --warmup that scored tokens warned: $(cat err)"
+# A memory the streams cannot fill: an empty row, and a warning that says why.
+expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 16 --mem-len 1000000 --warmup ckpt.h5 tokens.h5
+[ "$(json out 'j["tokens"]')" = 0 ] || fail "a memory longer than the streams filled: $(cat out)"
+grep -q -- "--warmup --mem-len 1000000: no segment had a full memory" err || fail "no warning for an empty --warmup row: $(cat err)"
 
 step "--per-token writes one group per setting"
 expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 16 --mem-len 0,16 --per-token nll.h5 ckpt.h5 tokens.h5
