@@ -130,6 +130,11 @@ int main(int argc, char** argv) {
     auto ids = tokens.read_split(request.split, "--split picks another");
     eval::EvalSettings es = request.settings;
     es.precision = model::resolve_precision(compute.precision, device);
+    // Every evaluation of the study would score nothing, and its table would be empty.
+    XL_CHECK(eval::scores_any(study.make(), static_cast<int64_t>(ids.size()), es), kExitUsage,
+             "--warmup --mem-len " << es.mem_len << ": no segment of the " << request.split
+                                   << " split starts with a full memory, so nothing would be scored (give a shorter "
+                                      "--mem-len, or drop --warmup)");
     auto head_mask = [&](const checkpoint::Checkpoint& c) {
       return request.ignore_head_mask ? torch::Tensor() : model::head_mask_of(c);
     };

@@ -174,6 +174,28 @@ TEST(Eval, WarmupScoresOnlySegmentsWhoseMemoryIsFull) {
   // Without memory every segment is warm.
   s.mem_len = 0;
   EXPECT_EQ(xl::eval::evaluate(m, ids, s).tokens, n - 2);
+  // scores_any says beforehand whether evaluation scores anything, also with adaptive span's
+  // shorter memories: memories up to and past the streams' 49 positions, segments of 1 to 50.
+  ModelConfig span = eval_config();
+  span.adaptive_span = true, span.span_max = 12, span.span_ramp = 2;
+  auto spanned = eval_model(span, torch::kFloat64);
+  {
+    torch::NoGradGuard ng;
+    for (auto& l : spanned->layer_list) l->dec_attn->span_z.fill_(0.5);  // about 8 positions
+  }
+  s.warmup = true;
+  int scored = 0, empty = 0;
+  for (auto* model : {&m, &spanned})
+    for (int64_t tgt : {1, 7, 16, 50})
+      for (int64_t mem : {1, 15, 40, 48, 49, 50, 1000}) {
+        s.tgt_len = tgt;
+        s.mem_len = mem;
+        const bool any = xl::eval::evaluate(*model, ids, s).tokens > 0;
+        EXPECT_EQ(xl::eval::scores_any(*model, n, s), any) << "tgt " << tgt << " mem " << mem;
+        (any ? scored : empty)++;
+      }
+  EXPECT_GT(scored, 0);
+  EXPECT_GT(empty, 0);
 }
 
 TEST(Eval, HeadMaskOfOnesEqualsNone) {

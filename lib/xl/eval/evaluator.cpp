@@ -26,6 +26,16 @@ int64_t stream_count(int64_t n, int64_t batch_size) {
   return std::max<int64_t>(1, std::min<int64_t>(batch_size, n / 2));
 }
 
+bool scores_any(const model::TransformerXL& model, int64_t n, const EvalSettings& s) {
+  if (!s.warmup || s.mem_len == 0 || n < 2 || s.tgt_len < 1) return true;
+  const int64_t b = stream_count(n, s.batch_size), steps = n / b + (n % b > 0 ? 1 : 0) - 1;
+  // A segment starting at position p has min(p, full) memory rows in each layer.
+  const std::vector<int64_t> full = model->memory_lengths(std::min(s.mem_len, steps));
+  const int64_t need = *std::max_element(full.begin(), full.end());
+  const int64_t first = (need + s.tgt_len - 1) / s.tgt_len * s.tgt_len;  // the first segment start past it
+  return first < steps;
+}
+
 namespace {
 
 // Puts the model in evaluation state and restores its training flag and the overridden config

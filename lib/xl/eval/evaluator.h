@@ -83,5 +83,8 @@ int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64
 
 // The number of parallel streams `evaluate` uses for a split of n tokens.
 int64_t stream_count(int64_t n, int64_t batch_size);
+// Whether evaluating `n` tokens with `s` scores any: with --warmup, some segment must start with a
+// full memory, which a memory longer than the streams never has.
+bool scores_any(const model::TransformerXL& model, int64_t n, const EvalSettings& s);
 
 }  // namespace xl::eval
