@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
     opts.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
     opts.min_count = cli.get<int64_t>("min-count");
     opts.max_size = cli.get<int64_t>("max-size");
-    xl::text::check_vocab_limits(opts.min_count, opts.max_size);
+    xl::text::check_vocab_limits(opts.min_count, opts.max_size, cli.origins());
     opts.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
-    opts.pretokenizer = xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"));
+    opts.pretokenizer = cli.parsed("pretokenize", [&](const std::string& what) {
+      return xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"), what);
+    });
     xl::text::check_pretokenizer(opts.type, opts.pretokenizer);
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);
     std::vector<std::string> texts;

@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
     if (req.inputs.empty()) {
       req.whole_input = input;
       req.split_spec = cli.get<std::string>("split");
+      cli.parsed("split", [&](const std::string& what) {
+        xl::data::check_split_spec(req.split_spec, 3, what);
+        return 0;
+      });
     } else {
       XL_CHECK(!cli.given("input") || input == "-", xl::kExitUsage, "give either INPUT or --train/--valid/--test, not both");
     }
@@ -86,9 +90,13 @@ int main(int argc, char** argv) {
       req.build.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
       req.build.min_count = cli.get<int64_t>("min-count");
       req.build.max_size = cli.get<int64_t>("max-size");
-      xl::text::check_vocab_limits(req.build.min_count, req.build.max_size);
+      xl::text::check_vocab_limits(req.build.min_count, req.build.max_size, cli.origins());
     }
     req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
+    if (cli.has("pretokenize"))
+      cli.parsed("pretokenize", [&](const std::string& what) {
+        return xl::text::parse_pretokenizer(cli.get<std::string>("pretokenize"), what);
+      });
     req.pretokenizer = req.vocab ? xl::text::pretokenizer_for(*req.vocab, cli.get_optional<std::string>("pretokenize"))
                                  : xl::text::parse_pretokenizer(cli.get_or<std::string>("pretokenize", "none"));
     xl::h5::OutputFile out(cli.output(), cli.force());  // fail early on an unwritable output

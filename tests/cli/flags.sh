@@ -100,6 +100,12 @@ stderr_is_one_line "--device must be auto, cpu, cuda or cuda:N, not 'gpu'"
 printf 'precision = fp8\nmax-tokens = 5Q\n' >eval.ini
 expect 78 xl-eval-longctx -c eval.ini --precision fp32 no-such.h5 no-such-tokens.h5
 stderr_is_one_line "eval.ini: max-tokens: bad size suffix in '5Q'"
+printf 'min-count = -1\n' >vocab.ini
+expect 78 xl-build-vocab -c vocab.ini --mode word no-such.txt
+stderr_is_one_line "vocab.ini: min-count must not be negative"
+printf 'split = 0.9,,0.1\n' >split.ini
+expect 78 xl-tokenize -c split.ini --mode byte no-such.txt -o x.h5
+stderr_is_one_line "split.ini: split: empty item in '0.9,,0.1'"
 printf 'dist-backend = mpi\n' >dist.ini
 expect 78 xl-train-phase1 -c dist.ini --max-steps 1 no-such.h5 -o x.h5
 stderr_is_one_line "dist.ini: dist-backend must be auto, gloo or nccl, not 'mpi'"

@@ -97,12 +97,12 @@ TEST(SplitLengths, BadSpecsAreUsageErrors) {
     std::string what;
     EXPECT_EQ(error_code([&] { split_lengths(spec, 1000); }, &what), xl::kExitUsage) << "'" << spec << "'";
     EXPECT_NE(what.find("--split"), std::string::npos) << what;
-    EXPECT_EQ(error_code([&] { xl::data::check_split_spec(spec, 3); }), xl::kExitUsage) << "'" << spec << "'";
+    EXPECT_EQ(error_code([&] { xl::data::check_split_spec(spec, 3, "--split"); }), xl::kExitUsage) << "'" << spec << "'";
   }
-  EXPECT_EQ(error_code([] { xl::data::check_split_spec("0.25,0.25,0.25,0.25", 3); }), xl::kExitUsage);
-  EXPECT_EQ(error_code([] { xl::data::check_split_spec("1,2,3,4", 3); }), xl::kExitUsage);
-  EXPECT_EQ(error_code([] { xl::data::check_split_spec("90M,5M,5M", 3); }), 0);
-  EXPECT_EQ(error_code([] { xl::data::check_split_spec("0.9,0.05,0.05", 3); }), 0);
+  EXPECT_EQ(error_code([] { xl::data::check_split_spec("0.25,0.25,0.25,0.25", 3, "--split"); }), xl::kExitUsage);
+  EXPECT_EQ(error_code([] { xl::data::check_split_spec("1,2,3,4", 3, "--split"); }), xl::kExitUsage);
+  EXPECT_EQ(error_code([] { xl::data::check_split_spec("90M,5M,5M", 3, "--split"); }), 0);
+  EXPECT_EQ(error_code([] { xl::data::check_split_spec("0.9,0.05,0.05", 3, "--split"); }), 0);
 }
 
 TEST(Vocab, CopiesKeepAWorkingIndex) {

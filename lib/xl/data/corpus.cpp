@@ -22,9 +22,9 @@ struct SplitSpec {
   std::vector<int64_t> count;    // otherwise
 };
 
-SplitSpec parse_split_spec(const std::string& spec) {
-  const auto parts = parse::list_items(spec, "--split");
-  XL_CHECK(!parts.empty(), kExitUsage, "--split: empty split spec");
+SplitSpec parse_split_spec(const std::string& spec, const std::string& what) {
+  const auto parts = parse::list_items(spec, what);
+  XL_CHECK(!parts.empty(), kExitUsage, what << ": empty split spec");
   SplitSpec out;
   bool fractions = true, any_point = false;
   for (const auto& p : parts) {
@@ -33,9 +33,9 @@ SplitSpec parse_split_spec(const std::string& spec) {
     try {
       v = std::stod(p, &pos);
     } catch (...) {
-      XL_FAIL(kExitUsage, "--split: not a number: '" << p << "'");
+      XL_FAIL(kExitUsage, what << ": not a number: '" << p << "'");
     }
-    XL_CHECK(v >= 0, kExitUsage, "--split: negative part '" << p << "'");
+    XL_CHECK(v >= 0, kExitUsage, what << ": negative part '" << p << "'");
     // Fractions are plain numbers in [0, 1], at least one written with a point ("0.95,0.05,0"),
     // or adding up to 1 without one ("1,0,0": all to train, not a split of one token).
     if (pos != p.size() || v > 1) fractions = false;
@@ -45,23 +45,23 @@ SplitSpec parse_split_spec(const std::string& spec) {
   const double sum = std::accumulate(out.fraction.begin(), out.fraction.end(), 0.0);
   out.fractions = fractions && (any_point || sum == 1);
   if (out.fractions) {
-    XL_CHECK(std::fabs(sum - 1.0) < 1e-6, kExitUsage, "--split: fractions add up to " << sum << ", not 1");
+    XL_CHECK(std::fabs(sum - 1.0) < 1e-6, kExitUsage, what << ": fractions add up to " << sum << ", not 1");
   } else {
-    for (const auto& p : parts) out.count.push_back(static_cast<int64_t>(parse::count(p, "--split")));
+    for (const auto& p : parts) out.count.push_back(static_cast<int64_t>(parse::count(p, what)));
   }
   return out;
 }
 
 }  // namespace
 
-void check_split_spec(const std::string& spec, size_t max_parts) {
-  SplitSpec s = parse_split_spec(spec);
+void check_split_spec(const std::string& spec, size_t max_parts, const std::string& what) {
+  SplitSpec s = parse_split_spec(spec, what);
   size_t n = s.fractions ? s.fraction.size() : s.count.size();
-  XL_CHECK(n <= max_parts, kExitUsage, "--split: at most " << max_parts << " parts (train, valid, test), got " << n);
+  XL_CHECK(n <= max_parts, kExitUsage, what << ": at most " << max_parts << " parts (train, valid, test), got " << n);
 }
 
 std::vector<int64_t> split_lengths(const std::string& spec, int64_t total) {
-  SplitSpec s = parse_split_spec(spec);
+  SplitSpec s = parse_split_spec(spec, "--split");
   std::vector<int64_t> lengths;
   int64_t used = 0;
   if (s.fractions) {
@@ -123,7 +123,7 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
   Corpus corpus;
   const bool build = !req.vocab.has_value();
   // A bad spec or pretokenizer is a usage error: report it before reading anything.
-  if (!req.whole_input.empty()) check_split_spec(req.split_spec, 3);
+  if (!req.whole_input.empty()) check_split_spec(req.split_spec, 3, "--split");
   text::check_pretokenizer(build ? req.build.type : req.vocab->type(), req.pretokenizer);
   // A char or word vocab is built from the train split: without one every piece would be <unk>.
   const bool from_train = build && req.build.type != text::VocabType::kByte;

@@ -13,8 +13,9 @@ namespace xl::data {
 // Lengths of consecutive splits of `total` tokens from "0.9,0.05,0.05" (fractions; the last split
 // takes the rounding remainder) or "90M,5M,5M" (counts with K/M/G suffixes). Fails with 64.
 std::vector<int64_t> split_lengths(const std::string& spec, int64_t total);
-// Checks the syntax of a split spec and that it has at most `max_parts` parts; fails with 64.
-void check_split_spec(const std::string& spec, size_t max_parts);
+// Checks the syntax of a split spec and that it has at most `max_parts` parts; fails with 64,
+// naming `what` ("--split").
+void check_split_spec(const std::string& spec, size_t max_parts, const std::string& what);
 
 struct CorpusInput {
   std::string split;  // train, valid, test

@@ -30,10 +30,10 @@ VocabType parse_vocab_type(const std::string& name) {
   XL_FAIL(kExitUsage, "unknown vocab mode '" << name << "' (use byte, char or word)");
 }
 
-Pretokenizer parse_pretokenizer(const std::string& name) {
+Pretokenizer parse_pretokenizer(const std::string& name, const std::string& what) {
   if (name == "none") return Pretokenizer::kNone;
   if (name == "moses") return Pretokenizer::kMoses;
-  XL_FAIL(kExitUsage, "--pretokenize: unknown '" << name << "' (use none or moses)");
+  XL_FAIL(kExitUsage, what << ": unknown '" << name << "' (use none or moses)");
 }
 
 std::string to_string(Pretokenizer pretokenizer) {
@@ -45,9 +45,9 @@ void check_pretokenizer(VocabType type, Pretokenizer pretokenizer) {
            "--pretokenize moses makes words: it needs a word vocab, not a " << to_string(type) << " one");
 }
 
-void check_vocab_limits(int64_t min_count, int64_t max_size) {
-  XL_CHECK(min_count >= 0, kExitUsage, "--min-count must not be negative");
-  XL_CHECK(max_size >= 0, kExitUsage, "--max-size must not be negative (0: all)");
+void check_vocab_limits(int64_t min_count, int64_t max_size, const SettingOrigins& origins) {
+  if (min_count < 0) origins.fail("min-count", "must not be negative");
+  if (max_size < 0) origins.fail("max-size", "must not be negative (0: all)");
 }
 
 void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source) {

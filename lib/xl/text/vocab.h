@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "xl/util/setting_origins.h"
+
 namespace xl::text {
 
 enum class VocabType { kByte, kChar, kWord };
@@ -18,12 +20,12 @@ VocabType parse_vocab_type(const std::string& name);  // throws 64
 // tokenized, as WikiText is), or Moses-tokenized first as Hugging Face's TransfoXL tokenizer does.
 enum class Pretokenizer { kNone, kMoses };
 class Vocab;
-Pretokenizer parse_pretokenizer(const std::string& name);  // throws 64
+Pretokenizer parse_pretokenizer(const std::string& name, const std::string& what = "--pretokenize");  // throws 64
 std::string to_string(Pretokenizer pretokenizer);
 // Fails (64) on a pretokenizer the vocab type cannot take: only words are pretokenized.
 void check_pretokenizer(VocabType type, Pretokenizer pretokenizer);
-// Fails (64) on a negative --min-count or --max-size.
-void check_vocab_limits(int64_t min_count, int64_t max_size);
+// Fails on a negative min-count or max-size, naming where it was given (SettingOrigins).
+void check_vocab_limits(int64_t min_count, int64_t max_size, const SettingOrigins& origins);
 // What a tool reading text with `vocab` uses: --pretokenize as given (`flag`), else what the vocab
 // records (logged when that is not none). Fails (64) as parse_pretokenizer and check_pretokenizer.
 Pretokenizer pretokenizer_for(const Vocab& vocab, const std::optional<std::string>& flag);
