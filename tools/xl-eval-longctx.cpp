@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       row.vocab_type = tokens.vocab().type();
       row.peak_rss_mb = xl::peak_rss_mb();
       // A memory longer than the streams never fills: the row is empty (null loss), not an error.
-      if (s.warmup && result.tokens == 0)
+      if (!xl::eval::scores_any(model, static_cast<int64_t>(ids.size()), s))
         XL_WARN("--warmup --mem-len " << mem_len << ": no segment had a full memory (" << row.batch_size
                                       << " streams of about " << static_cast<int64_t>(ids.size()) / row.batch_size
                                       << " tokens): nothing was scored");

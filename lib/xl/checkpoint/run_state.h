@@ -27,7 +27,6 @@ struct TrainData {
   std::string sha256;  // of the text the split was tokenized from
   int64_t tokens = 0;
   bool operator==(const TrainData& o) const { return sha256 == o.sha256 && tokens == o.tokens; }
-  bool operator!=(const TrainData& o) const { return !(*this == o); }
 };
 
 struct RunState {

@@ -26,9 +26,16 @@ int64_t stream_count(int64_t n, int64_t batch_size) {
   return std::max<int64_t>(1, std::min<int64_t>(batch_size, n / 2));
 }
 
+namespace {
+
+// The length of the longest of b contiguous streams over n tokens (lengths n / b or n / b + 1).
+int64_t longest_stream(int64_t n, int64_t b) { return n / b + (n % b > 0 ? 1 : 0); }
+
+}  // namespace
+
 bool scores_any(const model::TransformerXL& model, int64_t n, const EvalSettings& s) {
   if (!s.warmup || s.mem_len == 0 || n < 2 || s.tgt_len < 1) return true;
-  const int64_t b = stream_count(n, s.batch_size), steps = n / b + (n % b > 0 ? 1 : 0) - 1;
+  const int64_t steps = longest_stream(n, stream_count(n, s.batch_size)) - 1;
   // A segment starting at position p has min(p, full) memory rows in each layer.
   const std::vector<int64_t> full = model->memory_lengths(std::min(s.mem_len, steps));
   const int64_t need = *std::max_element(full.begin(), full.end());
@@ -111,7 +118,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   // Streams: contiguous, lengths base or base+1, together covering all n tokens.
   const int64_t b = stream_count(n, s.batch_size);
   const int64_t base = n / b, extra = n % b;
-  const int64_t longest = base + (extra > 0 ? 1 : 0);
+  const int64_t longest = longest_stream(n, b);
   std::vector<int64_t> start(static_cast<size_t>(b)), length(static_cast<size_t>(b));
   torch::Tensor data = torch::zeros({b, longest}, torch::kLong);  // padded with 0 past a stream's end
   {
