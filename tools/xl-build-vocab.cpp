@@ -48,12 +48,12 @@ int main(int argc, char** argv) {
     }
     for (const auto& t : texts) views.emplace_back(t);
     // A char or word vocab of specials alone would make every piece <unk>.
+    const std::string source = names.front() + (names.size() > 1 ? " and the other inputs" : "");
     XL_CHECK(opts.type == xl::text::VocabType::kByte ||
                  std::any_of(texts.begin(), texts.end(), [](const std::string& t) { return !t.empty(); }),
-             xl::kExitDataErr, names.front() << (names.size() > 1 ? " and the other inputs" : "")
-                                             << ": no text to build the vocab from");
+             xl::kExitDataErr, source << ": no text to build the vocab from");
     auto vocab = xl::text::build_vocab(views, opts, names);
-    xl::text::check_vocab_has_pieces(vocab, opts, names.front() + (names.size() > 1 ? " and the other inputs" : ""));
+    xl::text::check_vocab_has_pieces(vocab, opts, source);
     out.stream() << vocab.to_tsv();
     out.commit();
     XL_INFO(xl::text::to_string(vocab.type()) << " vocab of " << vocab.size() << " entries, sha256 " << vocab.sha256());
