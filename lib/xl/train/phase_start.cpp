@@ -189,7 +189,7 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
     p.notes.push_back("phase 2: " + file + " was trained elsewhere: reading the training split from its start, with empty memories");
   } else {
     // The data stream and the memories continue when the streams are the same.
-    const auto data = train_data_of(tokens, c.train_split);
+    const auto& data = p.state.train_data;  // this phase's, phase 1's in from.state
     const bool same_data = !data || !from.state.train_data || *data == *from.state.train_data;
     p.keep_cursor = same_data && saved.batch_size == c.batch_size && saved.train_split == c.train_split;
     if (!same_data)
