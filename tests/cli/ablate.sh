@@ -134,6 +134,11 @@ stderr_is_one_line "bad.ini:" "'n-heads' is not an xl-train-phase1 option; did y
 printf '[grid]\nbase-config = %s\nbudget = 5\n[axes]\nsch-beta = 0\n' "$XL_SOURCE_DIR/share/xl/configs/tiny.ini" >bad2.ini
 expect 78 xl-ablate bad2.ini --tokens tokens.h5 --out runs3
 stderr_is_one_line "bad2.ini:3" "budget"
+# A bad value in the grid is named where the grid gives it, as a config key, not as a flag.
+printf '[grid]\nbase-config = %s\np1-steps = 2\n[axes]\nlr = 0.001, -1\n' "$XL_SOURCE_DIR/share/xl/configs/tiny.ini" >bad3.ini
+expect 78 xl-ablate bad3.ini --tokens tokens.h5 --out runs3
+stderr_is_one_line "bad3.ini: [axes] (lr=-1): lr must be positive"
+! grep -q -- "--lr" "$TMP/err" || fail "a grid's setting named as a flag: $(cat "$TMP/err")"
 sed 's/^d-inner = 32/d-inner = 48/' grid.ini >changed.ini
 expect 78 xl-ablate changed.ini --tokens tokens.h5 --out runs --emit-makefile
 stderr_is_one_line "run.json" "remove"

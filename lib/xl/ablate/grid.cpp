@@ -400,9 +400,11 @@ Grid parse_grid(const std::string& text, const std::string& path, const std::str
       const std::string at = e.where + (raw == e.name ? "" : " (" + raw + ")");
       options::Phase1Settings parsed;
       try {
-        parsed = options::phase1_settings(g.base_config, overrides_in_order(overrides));
+        parsed = options::phase1_settings(g.base_config, overrides_in_order(overrides), at);
       } catch (const Error& err) {
-        XL_FAIL(kExitConfig, at << ": " << err.what());
+        const std::string why = err.what();
+        if (why.rfind(at, 0) == 0) throw Error(kExitConfig, why);  // names the grid's setting itself
+        XL_FAIL(kExitConfig, at << ": " << why);
       }
       XL_CHECK(!(r.phases == Phases::kP1P2 && !(g.budget.p2_steps > 0 || g.budget.p2_time > 0)), kExitConfig,
                at << ": a p1+p2 run needs a phase-2 budget: give p2-steps or p2-time in [grid]");

@@ -155,7 +155,8 @@ bool Options::parse(int argc, char** argv) {
 }
 
 void Options::parse_settings(const std::vector<std::string>& config_files,
-                             const std::vector<std::pair<std::string, std::string>>& key_values) {
+                             const std::vector<std::pair<std::string, std::string>>& key_values,
+                             const std::string& source) {
   po::options_description all = all_options(common_, groups_);
   po::parsed_options given(&all);
   for (const auto& [key, value] : key_values) {
@@ -168,9 +169,13 @@ void Options::parse_settings(const std::vector<std::string>& config_files,
   try {
     po::store(given, vm_);
   } catch (const po::error& e) {
+    if (!source.empty()) XL_FAIL(kExitConfig, source << ": " << e.what());
     XL_FAIL(kExitUsage, e.what() << " (see " << info_.name << " --help)");
   }
-  for (const auto& [key, value] : key_values) command_line_.insert(key);
+  for (const auto& [key, value] : key_values) {
+    if (source.empty()) command_line_.insert(key);
+    else config_file_[key] = source;  // stored before the files, so it wins as the command line would
+  }
   read_config_files(config_files, all);
   finish_parse();
 }

@@ -43,9 +43,11 @@ class Options {
   // Returns false when --help, --version or --dump-config printed what was asked (exit 0).
   bool parse(int argc, char** argv);
   // The same settings as `TOOL -c FILE... --KEY=VALUE...` would give, without a command line:
-  // for programs that check settings meant for another tool (xl-ablate's grids). Fails like parse().
+  // for programs that check settings meant for another tool (xl-ablate's grids). Fails like parse(),
+  // except that errors name the key values' `source` ("g.ini: [axes] (lr=-1): lr must be
+  // positive", 78) where one is given.
   void parse_settings(const std::vector<std::string>& config_files,
-                      const std::vector<std::pair<std::string, std::string>>& key_values);
+                      const std::vector<std::pair<std::string, std::string>>& key_values, const std::string& source = "");
 
   bool has(const std::string& name) const { return vm_.count(name) && !vm_[name].empty(); }
   // Given on the command line or in a config file (not just defaulted).

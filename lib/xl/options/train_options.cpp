@@ -158,10 +158,12 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
 }
 
 Phase1Settings phase1_settings(const std::string& base_config,
-                               const std::vector<std::pair<std::string, std::string>>& overrides) {
+                               const std::vector<std::pair<std::string, std::string>>& overrides,
+                               const std::string& source) {
   cli::Options cli(cli::ToolInfo{"xl-train-phase1", "", "", "", ""});
   add_training_options(cli, Phase::kOne);
-  cli.parse_settings(base_config.empty() ? std::vector<std::string>() : std::vector<std::string>{base_config}, overrides);
+  cli.parse_settings(base_config.empty() ? std::vector<std::string>() : std::vector<std::string>{base_config}, overrides,
+                     source);
   char name[] = "xl-train-phase1";
   char* argv[] = {name, nullptr};
   const train::TrainRequest request = training_request(cli, Phase::kOne, 1, argv);

@@ -19,13 +19,15 @@ void add_training_options(cli::Options& cli, Phase phase);
 train::TrainRequest training_request(const cli::Options& cli, Phase phase, int argc, char** argv);
 
 // What xl-train-phase1 makes of `-c BASE --KEY=VALUE...` (BASE may be empty), checked as the
-// tool checks it: for programs that prepare runs (xl-ablate's grids).
+// tool checks it: for programs that prepare runs (xl-ablate's grids). Errors about the overrides
+// name `source` (where they were written) instead of flags.
 struct Phase1Settings {
   std::vector<std::pair<std::string, std::string>> settings;  // every setting, as --dump-config prints it
   train::TrainConfig train;
   model::ModelConfig model;
 };
 Phase1Settings phase1_settings(const std::string& base_config,
-                               const std::vector<std::pair<std::string, std::string>>& overrides);
+                               const std::vector<std::pair<std::string, std::string>>& overrides,
+                               const std::string& source = "");
 
 }  // namespace xl::options
