@@ -59,6 +59,14 @@ close one2.h5 two2.h5 one2.jsonl two2.jsonl
 expect 0 xl-train-phase2 --threads 1 -q --nproc-per-node 2 --init one1.h5 --max-steps 20 tokens.h5 -o mixed2.h5 --metrics mixed2.jsonl
 close one2.h5 mixed2.h5 one2.jsonl mixed2.jsonl
 
+step "--nproc-per-node hands piped inputs to every rank, and rank 0 writes the checkpoint to a pipe"
+xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -q -o - | $T --nproc-per-node 2 --max-steps 50 - -o - >piped1.h5 ||
+  fail "2 ranks could not train from a pipe into a pipe"
+h5diff -q two1.h5 piped1.h5 /model /model >/dev/null || fail "2 ranks trained another model from a pipe than from the file"
+xl-train-phase2 --threads 1 -q --nproc-per-node 2 --init - --max-steps 20 tokens.h5 -o piped2.h5 <two1.h5 ||
+  fail "phase 2's ranks could not start from a piped --init"
+h5diff -q two2.h5 piped2.h5 /model /model >/dev/null || fail "phase 2 from a piped --init trained another model"
+
 step "torchrun starts the same 2 ranks"
 # Debian's torchrun (PyTorch 1.13 on Python 3.11) cannot parse its default --redirects/--tee
 # values ("0"); "1" (stdout) works around it.
@@ -149,6 +157,9 @@ stderr_is_one_line "rank 0" "port"
 kill "$holder"
 expect 64 $T --nproc-per-node 2 --max-steps 5 tokens.h5 -o bad.h5
 stderr_is_one_line "already is rank 0 of 2"
+# Ranks that a launcher of its own started cannot share one pipe.
+expect 64 $T --max-steps 5 - -o bad.h5 <tokens.h5
+stderr_is_one_line "rank 0" "not pipes" "--nproc-per-node"
 export RANK=x
 expect 64 $T --max-steps 5 tokens.h5 -o bad.h5
 stderr_is_one_line "RANK=x"

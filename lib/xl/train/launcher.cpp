@@ -1,6 +1,7 @@
 #include "xl/train/launcher.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -46,14 +47,46 @@ std::string describe(int status) {
 
 int exit_code(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
 
+// Stdin copied whole into an unnamed file in the temp directory (gone when the last rank closes it):
+// returns its descriptor.
+int spool_stdin() {
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  const int fd = open(dir.c_str(), O_TMPFILE | O_RDWR, 0600);
+  XL_CHECK(fd >= 0, kExitCantCreat,
+           dir << ": cannot make a temp file to hand <stdin> to every rank: " << std::strerror(errno)
+               << " (set TMPDIR, or give the input as a file)");
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    const ssize_t got = read(0, buf.data(), buf.size());
+    if (got < 0 && errno == EINTR) continue;
+    XL_CHECK(got >= 0, kExitIoErr, "<stdin>: read error: " << std::strerror(errno));
+    if (got == 0) break;
+    for (ssize_t done = 0; done < got;) {
+      const ssize_t put = write(fd, buf.data() + done, static_cast<size_t>(got - done));
+      if (put < 0 && errno == EINTR) continue;
+      XL_CHECK(put > 0, kExitIoErr, dir << ": cannot copy <stdin> for the ranks: " << std::strerror(errno));
+      done += put;
+    }
+  }
+  return fd;
+}
+
+const char* const kSpooledStdinVariable = "XL_LAUNCHER_STDIN";
+
 }  // namespace
 
 const char* const kLauncherVariable = "XL_LAUNCHER_PID";
 
 bool started_by_launcher() { return std::getenv(kLauncherVariable) != nullptr; }
 
-int launch_local_ranks(char** argv, int nproc) {
+bool stdin_spooled_by_launcher() { return started_by_launcher() && std::getenv(kSpooledStdinVariable) != nullptr; }
+
+int launch_local_ranks(char** argv, int nproc, bool spool) {
   const std::string port = std::to_string(free_port()), launcher = std::to_string(getpid());
+  const int spooled = spool ? spool_stdin() : -1;
+  // Each rank opens the copy again, for a read position of its own.
+  const std::string spooled_path = "/proc/self/fd/" + std::to_string(spooled);
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
@@ -66,6 +99,17 @@ int launch_local_ranks(char** argv, int nproc) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
       setenv(kLauncherVariable, launcher.c_str(), 1);
+      if (spooled >= 0) {
+        const int own = open(spooled_path.c_str(), O_RDONLY);
+        if (own < 0 || dup2(own, 0) < 0) {
+          std::fprintf(stderr, "%s: rank %d cannot read the copy of <stdin>: %s\n", log::tool_name().c_str(), r,
+                       std::strerror(errno));
+          _exit(kExitIoErr);
+        }
+        close(own);
+        close(spooled);
+        setenv(kSpooledStdinVariable, "1", 1);
+      }
       signals::default_in_child();
       execv("/proc/self/exe", argv);
       std::fprintf(stderr, "%s: cannot start rank %d: %s\n", log::tool_name().c_str(), r, std::strerror(errno));
@@ -73,6 +117,7 @@ int launch_local_ranks(char** argv, int nproc) {
     }
     pids.push_back(pid);
   }
+  if (spooled >= 0) close(spooled);
   signals::catch_stop();
   int result = 0, running = nproc;
   bool stopping = false, forwarded = false;

@@ -442,10 +442,8 @@ bool Trainer::validate() {
 }
 
 int Trainer::run() {
-  XL_CHECK(!(io::is_stdio(req_.tokens) && io::is_stdio(req_.init)), kExitUsage,
-           "the tokens and --init cannot both come from stdin");
-  XL_CHECK(dist_.single() || (!io::is_stdio(req_.tokens) && !io::is_stdio(req_.init) && !io::is_stdio(req_.output)),
-           kExitUsage, "data-parallel ranks read and write files, not pipes (give TOKENS, --init and -o as files)");
+  XL_CHECK(dist_.single() || ((!io::is_stdio(req_.tokens) && !io::is_stdio(req_.init)) || stdin_spooled_by_launcher()),
+           kExitUsage, "ranks started by torchrun, srun or mpirun read files, not pipes (give TOKENS and --init as files, or start the ranks with --nproc-per-node)");
   // One GPU per local rank; every rank meets the others before anything can fail alone.
   device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
@@ -559,7 +557,10 @@ int Trainer::run() {
   const bool saved_now = saved_once_ && !save_failed_ && saved_step_ == state_.step;  // by --save-every
   if ((!validated_now || valid_ids_.empty()) && !saved_now) save(false);
   check_last_save();
-  if (io::is_stdio(req_.output)) checkpoint::save("-", snapshot(), true);
+  if (io::is_stdio(req_.output)) {
+    auto ck = snapshot();
+    if (leader()) checkpoint::save("-", ck, true);
+  }
   const double rss = peak_rss_mb();
   metrics_.write("done", {{"step", state_.step}, {"reason", reason}, {"tokens", state_.tokens_seen},
                           {"phase_steps", state_.step - state_.current()->start_step}, {"elapsed", phase_elapsed()},
@@ -574,11 +575,14 @@ int Trainer::run() {
 
 int run_training(const TrainRequest& request, char** argv) {
   const DistConfig dist = dist_config_from_env(request.dist_backend, request.dist_timeout);
+  const bool piped = io::is_stdio(request.tokens) || io::is_stdio(request.init);
+  XL_CHECK(!(io::is_stdio(request.tokens) && io::is_stdio(request.init)), kExitUsage,
+           "the tokens and --init cannot both come from stdin");
   if (request.nproc_per_node > 1 && !started_by_launcher()) {
     XL_CHECK(dist.single(), kExitUsage,
              "--nproc-per-node starts ranks itself, but this process already is rank "
                  << dist.rank << " of " << dist.world << " (started by torchrun, srun or mpirun): drop one of the two");
-    return launch_local_ranks(argv, request.nproc_per_node);
+    return launch_local_ranks(argv, request.nproc_per_node, piped);
   }
   if (!dist.single()) {
     log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
