@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)xl::model::head_mask_of(ckpt);
   });
   xl::fuzz::expect_clean_refusal([&] {  // the tools' way: the weights read straight into the model
-    const auto loaded = xl::model::load_model(path, "", true);
+    const auto loaded = xl::model::load_model(path, {}, true);
     (void)xl::model::head_mask_of(loaded.ckpt);
   });
   return 0;

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
     XL_CHECK(!paths.empty(), kExitUsage, "give a CHECKPOINT");
     XL_CHECK(paths.size() == 1 || mode == "ablate-one", kExitUsage, "--mode " << mode << " studies one checkpoint");
     // The optimizer's moments, generators and memories (twice the weights) only go on into an output.
-    Study study{checkpoint::load(paths.front(), tokens.vocab().sha256(), write_output), paths.front(), device};
+    const checkpoint::ExpectedVocab vocab{tokens.vocab().sha256(), tokens.name()};
+    Study study{checkpoint::load(paths.front(), vocab, write_output), paths.front(), device};
     auto ids = tokens.read_split(request.split, "--split picks another");
     eval::EvalSettings es = request.settings;
     es.precision = model::resolve_precision(compute.precision, device);
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
         sides.emplace_back();
         for (size_t k = 0; k < side_paths[side].size(); ++k) {
           const std::string& path = side_paths[side][k];
-          const Study st{side == 0 && k == 0 ? study.ckpt : checkpoint::load(path, tokens.vocab().sha256(), false), path, device};
+          const Study st{side == 0 && k == 0 ? study.ckpt : checkpoint::load(path, vocab, false), path, device};
           eval::EvalSettings s = es;
           s.head_mask = head_mask(st.ckpt);
           auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"),

@@ -109,7 +109,10 @@ fi
 step "refusals: another vocab, a missing split, bad values"
 expect 0 xl-tokenize --mode byte --split 0.8,0.1,0.1 text.txt -o bytes.h5
 expect 65 xl-eval-longctx ckpt.h5 bytes.h5
-stderr_is_one_line "vocab"
+stderr_is_one_line "ckpt.h5: vocab mismatch" "but bytes.h5 holds vocab" "xl-tokenize --vocab ckpt.h5"
+# What the line advises works.
+expect 0 xl-tokenize --vocab ckpt.h5 --test text.txt -o retokenized.h5
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16 --max-tokens 200 ckpt.h5 retokenized.h5
 expect 65 xl-eval-longctx --split dev ckpt.h5 tokens.h5
 stderr_is_one_line "no split 'dev' (it has: train, valid, test); --split picks another"
 expect 64 xl-eval-longctx --tgt-len 0 ckpt.h5 tokens.h5

@@ -178,7 +178,7 @@ TEST_F(CheckpointTest, ConfigsStateAndVocabRoundTrip) {
   c.state.train_data = checkpoint::TrainData{"2b49720ec4d78c3c", 90000000};
   c.vocab = small_vocab("abc\tdef\n\xc3\xa9\xc3\xa9");
   checkpoint::save(path("c.h5"), c, false);
-  Checkpoint r = checkpoint::load(path("c.h5"), c.vocab.sha256());
+  Checkpoint r = checkpoint::load(path("c.h5"), {c.vocab.sha256(), "t.h5"});
   EXPECT_EQ(r.phase, "pruned");
   EXPECT_EQ(r.model_config, c.model_config);
   EXPECT_EQ(r.train_config, c.train_config);
@@ -243,7 +243,7 @@ TEST_F(CheckpointTest, LoadModelReadsTheWeightsStraightIntoTheModel) {
   checkpoint::save(p, c, false);
 
   const Checkpoint read = checkpoint::load(p);
-  auto [loaded, built] = xl::model::load_model(p, c.vocab.sha256());
+  auto [loaded, built] = xl::model::load_model(p, {c.vocab.sha256(), "t.h5"});
   EXPECT_TRUE(loaded.model.empty());  // the weights live in the model alone
   EXPECT_TRUE(loaded.optimizer.empty());
   EXPECT_TRUE(bit_equal(xl::model::head_mask_of(loaded), xl::model::head_mask_of(read)));
@@ -257,8 +257,8 @@ TEST_F(CheckpointTest, LoadModelReadsTheWeightsStraightIntoTheModel) {
     ASSERT_TRUE(want.defined()) << name;
     EXPECT_TRUE(bit_equal(t, want)) << name;
   }
-  EXPECT_EQ(xl::model::load_model(p, "", true).ckpt.optimizer.size(), 1u);
-  expect_error([&] { xl::model::load_model(p, std::string(64, '0')); }, kExitDataErr, {p, "vocab mismatch"});
+  EXPECT_EQ(xl::model::load_model(p, {}, true).ckpt.optimizer.size(), 1u);
+  expect_error([&] { xl::model::load_model(p, {std::string(64, '0'), "t.h5"}); }, kExitDataErr, {p, "vocab mismatch"});
 
   // Stored in another dtype: converted, as copying into the model converts.
   Checkpoint wide = c;
@@ -369,10 +369,10 @@ TEST_F(CheckpointTest, RefusesBadInputsWithOneLineNamingTheFile) {
 
   // Tokens made with another vocab.
   const std::string other = small_vocab("something else entirely").sha256();
-  expect_error([&] { checkpoint::load(good, other); }, kExitDataErr,
-               {good, "vocab mismatch: the checkpoint was trained on vocab " + c.vocab.sha256().substr(0, 12) +
-                          " but the tokens use " + other.substr(0, 12)});
-  EXPECT_NO_THROW(checkpoint::load(good, c.vocab.sha256()));
+  expect_error([&] { checkpoint::load(good, {other, "other.h5"}); }, kExitDataErr,
+               {good, "vocab mismatch: trained on vocab " + c.vocab.sha256().substr(0, 12) + ", but other.h5 holds vocab " +
+                          other.substr(0, 12) + " (tokenize the text with this model's: xl-tokenize --vocab " + good + ")"});
+  EXPECT_NO_THROW(checkpoint::load(good, {c.vocab.sha256(), "t.h5"}));
 
   // Not HDF5 at all.
   const std::string txt = path("notes.txt");

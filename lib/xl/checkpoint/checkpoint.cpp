@@ -277,7 +277,7 @@ void save(const std::string& path, const Checkpoint& ckpt, bool force) {
   out.commit();
 }
 
-Reader::Reader(const std::string& path, const std::string& expected_vocab_sha256)
+Reader::Reader(const std::string& path, const ExpectedVocab& expected)
     : file_(File::open(path, "an xl checkpoint")) {
   const std::string& name = file_.name();
   hid_t root = file_.id();
@@ -300,9 +300,10 @@ Reader::Reader(const std::string& path, const std::string& expected_vocab_sha256
   auto stored_sha = read_attr_string(root, "vocab_sha256");
   if (stored_sha && *stored_sha != sha)
     fail(name, kExitDataErr, "malformed checkpoint: vocab_sha256 does not match the embedded vocab");
-  if (!expected_vocab_sha256.empty() && expected_vocab_sha256 != sha)
-    fail(name, kExitDataErr, "vocab mismatch: the checkpoint was trained on vocab " + sha.substr(0, 12) +
-                                 " but the tokens use " + expected_vocab_sha256.substr(0, 12));
+  if (!expected.sha256.empty() && expected.sha256 != sha)
+    fail(name, kExitDataErr, "vocab mismatch: trained on vocab " + sha.substr(0, 12) + ", but " +
+                                 io::display_name(expected.file) + " holds vocab " + expected.sha256.substr(0, 12) +
+                                 (io::is_stdio(path) ? "" : " (tokenize the text with this model's: xl-tokenize --vocab " + path + ")"));
   ckpt_.phase = read_attr_string(root, "phase").value_or("");
   ckpt_.model_config = read_json_attr(root, "model_config", name, /*required=*/true);
   ckpt_.train_config = read_json_attr(root, "train_config", name, false);
@@ -356,8 +357,8 @@ Checkpoint Reader::finish(bool with_training_state) {
   return std::move(ckpt_);
 }
 
-Checkpoint load(const std::string& path, const std::string& expected_vocab_sha256, bool with_training_state) {
-  return Reader(path, expected_vocab_sha256).finish(with_training_state);
+Checkpoint load(const std::string& path, const ExpectedVocab& expected, bool with_training_state) {
+  return Reader(path, expected).finish(with_training_state);
 }
 
 torch::Tensor find_tensor(const TensorList& list, const std::string& name) {

@@ -35,12 +35,19 @@ struct Checkpoint {
 // Writes atomically (PATH.tmp.PID then rename). Refuses an existing PATH without `force` (73).
 void save(const std::string& path, const Checkpoint& ckpt, bool force);
 
+// The vocab a checkpoint must have been trained on: that of the tokens file `file` (an empty sha256
+// accepts any).
+struct ExpectedVocab {
+  std::string sha256;
+  std::string file;
+};
+
 // Loads a checkpoint ("-" reads stdin). Fails with 65 and one line naming the file for: not an
 // HDF5 file, another xl format, a newer format version, a missing `complete` flag, a corrupt or
-// truncated file, or (when `expected_vocab_sha256` is not empty) a vocab mismatch.
+// truncated file, or another vocab than `expected`.
 // `with_training_state` false leaves /optimizer, /rng and /memory unread (empty lists): all that
 // evaluation needs, in a third of the memory of a trained checkpoint.
-Checkpoint load(const std::string& path, const std::string& expected_vocab_sha256 = "",
+Checkpoint load(const std::string& path, const ExpectedVocab& expected = {},
                            bool with_training_state = true);
 
 // A checkpoint read in steps, so that a model built from its config takes its weights straight
@@ -48,7 +55,7 @@ Checkpoint load(const std::string& path, const std::string& expected_vocab_sha25
 // checks the file as load does and reads the configs, state and vocab.
 class Reader {
  public:
-  explicit Reader(const std::string& path, const std::string& expected_vocab_sha256 = "");
+  explicit Reader(const std::string& path, const ExpectedVocab& expected = {});
   const Checkpoint& header() const { return ckpt_; }  // no tensors yet
   const std::string& file() const { return file_.name(); }
   // Elements stored in /model/, from its datasets' shapes (nothing read).

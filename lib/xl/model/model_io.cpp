@@ -46,8 +46,8 @@ TransformerXL model_from_checkpoint(const checkpoint::Checkpoint& ckpt, const st
   return model;
 }
 
-LoadedModel load_model(const std::string& path, const std::string& expected_vocab_sha256, bool with_training_state) {
-  checkpoint::Reader reader(path, expected_vocab_sha256);
+LoadedModel load_model(const std::string& path, const checkpoint::ExpectedVocab& expected, bool with_training_state) {
+  checkpoint::Reader reader(path, expected);
   TransformerXL model = model_for(reader.header().model_config, reader.model_elements(), reader.file());
   reader.read_model_into(model_tensors(model));
   model->eval();

@@ -24,7 +24,7 @@ struct LoadedModel {
   checkpoint::Checkpoint ckpt;
   TransformerXL model;
 };
-LoadedModel load_model(const std::string& path, const std::string& expected_vocab_sha256 = "",
+LoadedModel load_model(const std::string& path, const checkpoint::ExpectedVocab& expected = {},
                        bool with_training_state = false);
 
 // The checkpoint's head mask [n_layer, n_head], or undefined when it has none.

@@ -465,15 +465,15 @@ int Trainer::run() {
     io::AtomicOutput probe(req_.output, true, true);
   }
   tokens_ = std::make_unique<h5::TokensFile>(h5::TokensFile::open(req_.tokens));
-  const std::string vocab_sha = tokens_->vocab().sha256();
+  const checkpoint::ExpectedVocab vocab{tokens_->vocab().sha256(), tokens_->name()};
   if (req_.resume) {
-    const auto ckpt = checkpoint::load(req_.output, vocab_sha);
+    const auto ckpt = checkpoint::load(req_.output, vocab);
     if (ckpt.state.world_size != dist_.world)
       XL_INFO(req_.output << " was written by " << ckpt.state.world_size << " rank(s), this run has " << dist_.world
                           << ": the streams and memories are re-sharded exactly");
     build(resume_run(req_, ckpt, req_.output, *tokens_), &ckpt, req_.output);
   } else if (!req_.init.empty()) {
-    const auto ckpt = checkpoint::load(req_.init, vocab_sha);
+    const auto ckpt = checkpoint::load(req_.init, vocab);
     const std::string file = io::display_name(req_.init);
     build(start_phase2(req_, ckpt, file, *tokens_), &ckpt, file);
   } else {
