@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     cli.add("Input")
         ("checkpoint", po::value<std::string>(), "checkpoint (HDF5) to evaluate")
         ("tokens", po::value<std::string>()->default_value("-"), "tokens file (HDF5; - is stdin)");
-    xl::options::add_eval_options(cli, "test");
+    xl::options::add_eval_options(cli, "test", xl::options::MemLens::kSweep);
     cli.add("Output")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
         ("per-token", po::value<std::string>(), "write each scored token's loss to FILE (HDF5, one group per setting)");
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     XL_CHECK(!(xl::io::is_stdio(ckpt_path) && xl::io::is_stdio(tokens_path)), xl::kExitUsage,
              "CHECKPOINT and TOKENS cannot both be stdin");
     const auto format = xl::eval::parse_row_format(cli.get<std::string>("format"));
-    const auto request = xl::options::eval_request(cli);
+    const auto request = xl::options::eval_request(cli, xl::options::MemLens::kSweep);
     xl::eval::EvalSettings base = request.settings;
     const std::string per_token_path = cli.has("per-token") ? cli.get<std::string>("per-token") : "";
     XL_CHECK(!(xl::io::is_stdio(per_token_path) && xl::io::is_stdio(cli.output())), xl::kExitUsage,

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
         ("compare", po::value<std::string>(), "ablate-one: second checkpoint(s) shown beside the first (a comma list: seeds)")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
         ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)");
-    options::add_eval_options(cli, "valid");
+    options::add_eval_options(cli, "valid", options::MemLens::kOne);
     cli.add("Importance and pruning")
         ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
         ("importance-max-tokens", po::value<std::string>()->default_value("50000"), "tokens used for importance scores (0: all)")
@@ -118,8 +118,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
 
-    const auto request = options::eval_request(cli);
-    XL_CHECK(request.mem_lens.size() == 1, kExitUsage, "--mem-len: xl-prune-heads evaluates at one memory length");
+    const auto request = options::eval_request(cli, options::MemLens::kOne);
     auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
     const eval::Metric metric(tokens.vocab().type());
     const auto paths = checkpoint_list(cli.get<std::string>("checkpoint"), "CHECKPOINT");

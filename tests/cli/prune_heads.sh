@@ -66,6 +66,8 @@ xl-tokenize --mode char --split 0.8,0.1,0.1 "$corpus" -o chars.h5 -q
 expect 65 xl-prune-heads $E sch.h5 chars.h5
 stderr_is_one_line vocab
 expect 64 xl-prune-heads --mode everything $E sch.h5 tokens.h5
+expect 64 xl-prune-heads --tgt-len 16 --mem-len 16,32 --threads 1 sch.h5 tokens.h5
+stderr_is_one_line "--mem-len: xl-prune-heads evaluates at one memory length"
 # --warmup with a memory the streams never fill: every evaluation would score nothing.
 expect 64 xl-prune-heads --tgt-len 16 --max-tokens 2000 --threads 1 --warmup --mem-len 100000 sch.h5 tokens.h5
 stderr_is_one_line "--warmup --mem-len 100000: no segment of the valid split starts with a full memory"

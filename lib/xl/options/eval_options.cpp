@@ -8,11 +8,13 @@
 namespace xl::options {
 namespace po = cli::po;
 
-void add_eval_options(cli::Options& cli, const std::string& default_split) {
+void add_eval_options(cli::Options& cli, const std::string& default_split, MemLens mem_lens) {
+  const char* mem_len_help = mem_lens == MemLens::kSweep ? "memory length, or a comma list for a sweep (default: 2 x tgt-len)"
+                                                         : "memory length (default: 2 x tgt-len)";
   cli.add("Evaluation (clamp-len and same-length default to the model's)")
       ("split", po::value<std::string>()->default_value(default_split), "split of the tokens file")
       ("tgt-len", po::value<int64_t>()->default_value(128), "segment length")
-      ("mem-len", po::value<std::string>(), "memory length, or a comma list for a sweep (default: 2 x tgt-len)")
+      ("mem-len", po::value<std::string>(), mem_len_help)
       ("clamp-len", po::value<int64_t>(), "clamp relative distances (0: off)")
       ("same-length", po::value<bool>(), "every query sees mem-len keys (true/false; off with mem-len 0)")
       ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
@@ -24,7 +26,7 @@ void add_eval_options(cli::Options& cli, const std::string& default_split) {
       ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask");
 }
 
-EvalRequest eval_request(const cli::Options& cli) {
+EvalRequest eval_request(const cli::Options& cli, MemLens mem_lens) {
   EvalRequest r;
   r.split = cli.get<std::string>("split");
   eval::EvalSettings& s = r.settings;
@@ -48,6 +50,8 @@ EvalRequest eval_request(const cli::Options& cli) {
       lens.push_back(v);
     }
     XL_CHECK(!lens.empty(), kExitUsage, what << ": no value");
+    XL_CHECK(lens.size() == 1 || mem_lens == MemLens::kSweep, kExitUsage,
+             what << ": " << cli.info().name << " evaluates at one memory length");
     return lens;
   });
   s.mem_len = r.mem_lens.front();

@@ -9,8 +9,11 @@
 
 namespace xl::options {
 
+// Whether --mem-len takes a comma list, one evaluation per value.
+enum class MemLens { kOne, kSweep };
+
 // `default_split`: test for reporting, valid for studies that choose something (heads to prune).
-void add_eval_options(cli::Options& cli, const std::string& default_split);
+void add_eval_options(cli::Options& cli, const std::string& default_split, MemLens mem_lens);
 
 struct EvalRequest {
   std::string split;
@@ -18,7 +21,7 @@ struct EvalRequest {
   std::vector<int64_t> mem_lens;  // one per evaluation (a sweep); at least one
   bool ignore_head_mask = false;
 };
-// 64 with one line for a bad value.
-EvalRequest eval_request(const cli::Options& cli);
+// 64 with one line for a bad value (a list for MemLens::kOne among them).
+EvalRequest eval_request(const cli::Options& cli, MemLens mem_lens);
 
 }  // namespace xl::options
