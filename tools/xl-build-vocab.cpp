@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
     if (!cli.parse(argc, argv)) return 0;
 
     xl::text::VocabOptions opts;
-    opts.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
+    opts.type = cli.parsed("mode", [&](const std::string& what) {
+      return xl::text::parse_vocab_type(cli.get<std::string>("mode"), what);
+    });
     opts.min_count = cli.get<int64_t>("min-count");
     opts.max_size = cli.get<int64_t>("max-size");
     xl::text::check_vocab_limits(opts.min_count, opts.max_size, cli.origins());
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
                  std::any_of(texts.begin(), texts.end(), [](const std::string& t) { return !t.empty(); }),
              xl::kExitDataErr, source << ": no text to build the vocab from");
     auto vocab = xl::text::build_vocab(views, opts, names);
-    xl::text::check_vocab_has_pieces(vocab, opts, source);
+    xl::text::check_vocab_has_pieces(vocab, opts, source, cli.origins());
     out.stream() << vocab.to_tsv();
     out.commit();
     XL_INFO(xl::text::to_string(vocab.type()) << " vocab of " << vocab.size() << " entries, sha256 " << vocab.sha256());

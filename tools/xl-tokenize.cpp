@@ -87,10 +87,13 @@ int main(int argc, char** argv) {
     if (cli.has("vocab")) {
       req.vocab = xl::h5::load_vocab(cli.get<std::string>("vocab"));
     } else {
-      req.build.type = xl::text::parse_vocab_type(cli.get<std::string>("mode"));
+      req.build.type = cli.parsed("mode", [&](const std::string& what) {
+        return xl::text::parse_vocab_type(cli.get<std::string>("mode"), what);
+      });
       req.build.min_count = cli.get<int64_t>("min-count");
       req.build.max_size = cli.get<int64_t>("max-size");
       xl::text::check_vocab_limits(req.build.min_count, req.build.max_size, cli.origins());
+      req.build.origins = cli.origins();
     }
     req.allow_invalid_utf8 = cli.get<bool>("allow-invalid-utf8");
     if (cli.has("pretokenize"))

@@ -199,9 +199,21 @@ stderr_is_one_line "blank.txt: no word to build the vocab from"
 expect 65 xl-build-vocab --mode word blank.txt
 stderr_is_one_line "blank.txt: no word to build the vocab from"
 expect 65 xl-build-vocab --mode word --min-count 100000000 text.txt
-stderr_is_one_line "text.txt: no word occurs --min-count 100000000 times"
+stderr_is_one_line "text.txt: no word occurs 100000000 times (--min-count)"
 expect 64 xl-tokenize -q --mode word --max-size 2 text.txt -o out.h5
-stderr_is_one_line "--max-size 2 leaves no room beside <eos> and <unk>"
+stderr_is_one_line "--max-size of 2 leaves no room beside <eos> and <unk>"
+# Set in a config file, they are named there (78 for a setting that cannot work).
+printf 'mode = word\nmin-count = 100000000\n' >mc.ini
+expect 65 xl-build-vocab -c mc.ini text.txt
+stderr_is_one_line "text.txt: no word occurs 100000000 times (mc.ini: min-count)"
+printf 'mode = word\nmax-size = 2\n' >ms.ini
+expect 78 xl-tokenize -q -c ms.ini text.txt -o out.h5
+stderr_is_one_line "ms.ini: max-size of 2 leaves no room beside <eos> and <unk>"
+printf 'mode = words\n' >mode.ini
+expect 78 xl-tokenize -q -c mode.ini text.txt -o out.h5
+stderr_is_one_line "mode.ini: mode: unknown vocab mode 'words' (use byte, char or word)"
+expect 64 xl-build-vocab --mode words text.txt
+stderr_is_one_line "--mode: unknown vocab mode 'words'"
 [ ! -e out.h5 ] || fail "a tokens file with a vocab of specials alone was written"
 expect 0 xl-build-vocab --mode char blank.txt
 expect 64 xl-build-vocab --mode word --min-count -1 text.txt

@@ -207,7 +207,7 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     final_opts.min_count = req.build.min_count;
     final_opts.max_size = req.build.max_size;
     corpus.vocab = restrict_to_train(corpus.vocab, &corpus.splits, final_opts);
-    text::check_vocab_has_pieces(corpus.vocab, final_opts, train->source.name);
+    text::check_vocab_has_pieces(corpus.vocab, final_opts, train->source.name, req.build.origins);
   }
   // The vocab records how this text became its words, for the tools that decode it or read more.
   corpus.vocab.set_pretokenizer(req.pretokenizer);

@@ -31,6 +31,7 @@ struct CorpusRequest {
     text::VocabType type = text::VocabType::kByte;
     int64_t min_count = 1;  // char/word: rarer pieces become <unk>
     int64_t max_size = 0;   // word: keep at most this many entries (0: all)
+    SettingOrigins origins;  // where min-count and max-size were given, for messages
   } build;
   bool allow_invalid_utf8 = false;
   text::Pretokenizer pretokenizer = text::Pretokenizer::kNone;  // word: how lines become words,

@@ -60,7 +60,9 @@ text::Vocab read_vocab(hid_t loc, const std::string& group, const std::string& f
     pieces.emplace_back(reinterpret_cast<const char*>(bytes.data()) + offsets[i],
                         static_cast<size_t>(offsets[i + 1] - offsets[i]));
   }
-  text::Vocab vocab(text::parse_vocab_type(*type), std::move(pieces), std::move(counts),
+  const auto vocab_type = text::vocab_type_named(*type);
+  if (!vocab_type) fail(file, kExitDataErr, "unknown vocab type '" + *type + "' in " + group);
+  text::Vocab vocab(*vocab_type, std::move(pieces), std::move(counts),
                     static_cast<int>(*specials));
   auto sha = read_attr_string(g, "sha256");
   if (sha && *sha != vocab.sha256()) fail(file, kExitDataErr, "embedded vocab does not match its sha256");

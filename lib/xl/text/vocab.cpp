@@ -23,11 +23,17 @@ std::string to_string(VocabType type) {
   return "?";
 }
 
-VocabType parse_vocab_type(const std::string& name) {
+std::optional<VocabType> vocab_type_named(const std::string& name) {
   if (name == "byte") return VocabType::kByte;
   if (name == "char") return VocabType::kChar;
   if (name == "word") return VocabType::kWord;
-  XL_FAIL(kExitUsage, "unknown vocab mode '" << name << "' (use byte, char or word)");
+  return std::nullopt;
+}
+
+VocabType parse_vocab_type(const std::string& name, const std::string& what) {
+  const auto type = vocab_type_named(name);
+  XL_CHECK(type, kExitUsage, what << ": unknown vocab mode '" << name << "' (use byte, char or word)");
+  return *type;
 }
 
 Pretokenizer parse_pretokenizer(const std::string& name, const std::string& what) {
@@ -50,14 +56,16 @@ void check_vocab_limits(int64_t min_count, int64_t max_size, const SettingOrigin
   if (max_size < 0) origins.fail("max-size", "must not be negative (0: all)");
 }
 
-void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source) {
+void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source,
+                            const SettingOrigins& origins) {
   if (vocab.type() == VocabType::kByte || vocab.size() > vocab.specials()) return;
   const std::string specials = vocab.type() == VocabType::kWord ? "<eos> and <unk>" : "<unk>";
-  XL_CHECK(opts.max_size <= 0 || opts.max_size > vocab.specials(), kExitUsage,
-           "--max-size " << opts.max_size << " leaves no room beside " << specials);
+  if (opts.max_size > 0 && opts.max_size <= vocab.specials())
+    origins.fail("max-size", "of " + std::to_string(opts.max_size) + " leaves no room beside " + specials);
   const char* piece = vocab.type() == VocabType::kWord ? "word" : "character";
   XL_CHECK(opts.min_count <= 1, kExitDataErr,
-           source << ": no " << piece << " occurs --min-count " << opts.min_count << " times: the vocab would hold only " << specials);
+           source << ": no " << piece << " occurs " << opts.min_count << " times (" << origins.name("min-count")
+                  << "): the vocab would hold only " << specials);
   XL_FAIL(kExitDataErr, source << ": no " << piece << " to build the vocab from: the vocab would hold only " << specials);
 }
 
@@ -173,12 +181,8 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
       XL_FAIL(kExitDataErr, file << ":1: bad header field '" << field << "'");
     }
   }
-  VocabType type;
-  try {
-    type = parse_vocab_type(type_name);
-  } catch (const Error&) {
-    XL_FAIL(kExitDataErr, file << ":1: unknown vocab type '" << type_name << "'");
-  }
+  const auto type = vocab_type_named(type_name);
+  XL_CHECK(type, kExitDataErr, file << ":1: unknown vocab type '" << type_name << "'");
   std::vector<std::string> pieces;
   std::vector<int64_t> counts;
   int lineno = 1;
@@ -205,9 +209,9 @@ Vocab Vocab::from_tsv(const std::string& text, const std::string& file) {
   XL_CHECK(size < 0 || size == static_cast<long long>(pieces.size()), kExitDataErr,
            file << ": header says size=" << size << " but " << pieces.size() << " entries follow");
   XL_CHECK(!pieces.empty(), kExitDataErr, file << ": empty vocab");
-  Vocab v(type, std::move(pieces), std::move(counts), static_cast<int>(specials));
+  Vocab v(*type, std::move(pieces), std::move(counts), static_cast<int>(specials));
   v.check(file);
-  v.set_pretokenizer(parse_recorded_pretokenizer(type, pretokenize, file));
+  v.set_pretokenizer(parse_recorded_pretokenizer(*type, pretokenize, file));
   return v;
 }
 

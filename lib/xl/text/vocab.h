@@ -14,7 +14,8 @@ namespace xl::text {
 
 enum class VocabType { kByte, kChar, kWord };
 std::string to_string(VocabType type);
-VocabType parse_vocab_type(const std::string& name);  // throws 64
+std::optional<VocabType> vocab_type_named(const std::string& name);  // byte, char or word
+VocabType parse_vocab_type(const std::string& name, const std::string& what = "--mode");  // throws 64
 
 // How a word vocab's text becomes words: split at whitespace as it is (none: text already
 // tokenized, as WikiText is), or Moses-tokenized first as Hugging Face's TransfoXL tokenizer does.
@@ -93,8 +94,10 @@ struct VocabOptions {
 };
 
 // A char or word vocab of specials alone would make every piece of text <unk>: fails naming
-// `source` (65), or the --min-count or --max-size that left no piece (64 for a size without room).
-void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source);
+// `source` (65) and the min-count that left no piece, or the max-size without room for one (as
+// SettingOrigins names and codes it).
+void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source,
+                            const SettingOrigins& origins);
 
 // Counts pieces over the texts and orders them: specials first, then by falling count, ties by
 // byte order of the piece, so identical input gives an identical vocab.
