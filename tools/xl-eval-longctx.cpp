@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
 
     auto tokens = xl::h5::TokensFile::open(tokens_path);
     const std::string& split = request.split;
-    std::vector<int32_t> ids = tokens.read_split(split, "--split picks another");
+    std::vector<int32_t> ids = tokens.read_split(split, "--split picks another", xl::eval::kMinEvalTokens);
     auto [ckpt, model] = xl::model::load_model(ckpt_path, {tokens.vocab().sha256(), tokens.name()});  // 65 on another vocab
     if (!cli.get<bool>("ignore-head-mask")) base.head_mask = xl::model::head_mask_of(ckpt);
     model->to(device);

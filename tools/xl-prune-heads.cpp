@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     // The optimizer's moments, generators and memories (twice the weights) only go on into an output.
     const checkpoint::ExpectedVocab vocab{tokens.vocab().sha256(), tokens.name()};
     Study study{checkpoint::load(paths.front(), vocab, write_output), paths.front(), device};
-    auto ids = tokens.read_split(request.split, "--split picks another");
+    auto ids = tokens.read_split(request.split, "--split picks another", eval::kMinEvalTokens);
     eval::EvalSettings es = request.settings;
     es.precision = model::resolve_precision(compute.precision, device);
     // Every evaluation of the study would score nothing, and its table would be empty.
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
     is.head_mask = es.head_mask;
     is.precision = es.precision;
     const std::string score_split = cli.get<std::string>("importance-split");
-    auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split, "--importance-split picks another");
+    auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split, "--importance-split picks another", eval::kMinEvalTokens);
 
     if (mode == "importance") {
       torch::Tensor scores = analysis::head_importance(model, score_ids, is);

@@ -113,6 +113,13 @@ stderr_is_one_line "ckpt.h5: vocab mismatch" "but bytes.h5 holds vocab" "xl-toke
 # What the line advises works.
 expect 0 xl-tokenize --vocab ckpt.h5 --test text.txt -o retokenized.h5
 expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16 --max-tokens 200 ckpt.h5 retokenized.h5
+# An empty split is refused before any work, by evaluation and by training's validation.
+expect 0 xl-tokenize -q --vocab ckpt.h5 --split 0.9,0.1,0 text.txt -o notest.h5
+expect 65 xl-eval-longctx ckpt.h5 notest.h5
+stderr_is_one_line "notest.h5: split 'test' holds 0 tokens, fewer than the 2 it needs here; --split picks another"
+expect 65 xl-train-phase1 --n-layer 1 --max-steps 1 --valid-split test notest.h5 -o empty-valid.h5
+stderr_is_one_line "notest.h5: split 'test' holds 0 tokens" "--valid-split picks another"
+[ ! -e empty-valid.h5 ] || fail "training with an empty validation split wrote a checkpoint"
 expect 65 xl-eval-longctx --split dev ckpt.h5 tokens.h5
 stderr_is_one_line "no split 'dev' (it has: train, valid, test); --split picks another"
 expect 64 xl-eval-longctx --tgt-len 0 ckpt.h5 tokens.h5

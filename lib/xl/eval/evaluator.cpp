@@ -99,7 +99,8 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
                     const PerTokenSink& sink, const ProgressFn& progress) {
   check_settings(model, s);
   const int64_t n = static_cast<int64_t>(ids.size());
-  XL_CHECK(n >= 2, kExitDataErr, "cannot evaluate " << n << " token" << (n == 1 ? "" : "s") << ": at least 2 are needed");
+  XL_CHECK(n >= kMinEvalTokens, kExitDataErr,
+           "cannot evaluate " << n << " token" << (n == 1 ? "" : "s") << ": at least " << kMinEvalTokens << " are needed");
   const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
   XL_CHECK(*lo >= 0 && *hi < model->config.n_token, kExitDataErr,
            "token id " << (*lo < 0 ? *lo : *hi) << " is out of range for the model's vocab of " << model->config.n_token);

@@ -31,6 +31,9 @@
 
 namespace xl::eval {
 
+// A split to score needs a token and its successor.
+constexpr int64_t kMinEvalTokens = 2;
+
 struct EvalSettings {
   int64_t tgt_len = 128;
   int64_t mem_len = 0;

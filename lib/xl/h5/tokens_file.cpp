@@ -163,13 +163,17 @@ int64_t TokensFile::split_length(const std::string& split) const {
   return dims.empty() ? 0 : static_cast<int64_t>(dims[0]);
 }
 
-std::vector<int32_t> TokensFile::read_split(const std::string& split, const std::string& remedy) const {
+std::vector<int32_t> TokensFile::read_split(const std::string& split, const std::string& remedy, int64_t min_tokens) const {
+  const std::string then = remedy.empty() ? "" : "; " + remedy;
   if (!has_split(split)) {
     std::string avail;
     for (const auto& s : split_names()) avail += (avail.empty() ? "" : ", ") + s;
-    fail(file_.name(), kExitDataErr,
-         "no split '" + split + "' (it has: " + (avail.empty() ? "none" : avail) + ")" + (remedy.empty() ? "" : "; " + remedy));
+    fail(file_.name(), kExitDataErr, "no split '" + split + "' (it has: " + (avail.empty() ? "none" : avail) + ")" + then);
   }
+  if (const int64_t n = split_length(split); n < min_tokens)
+    fail(file_.name(), kExitDataErr,
+         "split '" + split + "' holds " + std::to_string(n) + " token" + (n == 1 ? "" : "s") + ", fewer than the " +
+             std::to_string(min_tokens) + " it needs here" + then);
   const std::string path = "splits/" + split, where = "/" + path, &name = file_.name();
   std::vector<int32_t> ids;
   Handle ds(H5Dopen2(file_, path.c_str(), H5P_DEFAULT));

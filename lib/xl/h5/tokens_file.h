@@ -56,9 +56,9 @@ class TokensFile {
   std::vector<std::string> split_names() const;  // train, valid, test order first
   bool has_split(const std::string& split) const;
   int64_t split_length(const std::string& split) const;
-  // Fails with 65 naming the file and the available splits when `split` is absent, followed by
-  // `remedy` (the flag that picks another split) when given.
-  std::vector<int32_t> read_split(const std::string& split, const std::string& remedy = "") const;
+  // Fails with 65 naming the file and the available splits when `split` is absent, or when it holds
+  // fewer than `min_tokens` tokens, followed by `remedy` (the flag that picks another split) when given.
+  std::vector<int32_t> read_split(const std::string& split, const std::string& remedy = "", int64_t min_tokens = 0) const;
   std::string attr(const std::string& key) const;  // "" when absent
   int64_t attr_int(const std::string& key) const;  // -1 when absent
   SplitSource split_source(const std::string& split) const;

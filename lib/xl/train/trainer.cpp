@@ -129,8 +129,8 @@ void Trainer::open_data() {
   metric_ = eval::Metric(vocab_.type());
   train_ids_ = tokens.read_split(cfg_.train_split, "--train-split picks another");
   if (cfg_.eval_interval > 0 || tokens.has_split(cfg_.valid_split))
-    valid_ids_ = tokens.read_split(cfg_.valid_split,
-                                   "--valid-split picks another, --eval-interval 0 trains without validation");
+    valid_ids_ = tokens.read_split(cfg_.valid_split, "--valid-split picks another, --eval-interval 0 trains without validation",
+                                   eval::kMinEvalTokens);
   XL_INFO(tokens.name() << ": " << train_ids_.size() << " training tokens, " << valid_ids_.size() << " validation tokens, "
                         << text::to_string(vocab_.type()) << " vocab of " << vocab_.size());
 }
