@@ -8,7 +8,7 @@
 namespace xl::train {
 
 void TrainWindow::add(double loss, double seconds, int64_t tokens, double grad_norm, double memory_age,
-                      const std::vector<bool>& skipped) {
+                      const std::vector<bool>& skipped, const std::vector<bool>& crossed) {
   loss_ += loss;
   seconds_ += seconds;
   tokens_ += tokens;
@@ -16,18 +16,23 @@ void TrainWindow::add(double loss, double seconds, int64_t tokens, double grad_n
   age_ += memory_age;
   ++steps_;
   for (size_t l = 0; l < skipped.size() && l < skips_.size(); ++l) skips_[l] += skipped[l];
+  for (size_t l = 0; l < crossed.size() && l < crossings_.size(); ++l) crossings_[l] += crossed[l];
 }
 
-nlohmann::json TrainWindow::event(const eval::Metric& metric, bool skip_rates) const {
+nlohmann::json TrainWindow::event(const eval::Metric& metric, bool skip_rates, bool sch_rates) const {
   const double n = static_cast<double>(steps_);
+  auto rates = [&](const std::vector<int64_t>& counts) {
+    std::vector<double> out;
+    for (auto c : counts) out.push_back(static_cast<double>(c) / n);
+    return out;
+  };
   nlohmann::json ev = {{"loss", mean_loss()}, {metric.name(), metric.of(mean_loss())}, {"grad_norm", norm_ / n},
                        {"tok_per_s", tokens_per_s()}, {"ms_per_batch", 1000.0 * seconds_per_step()}};
   if (skip_rates) {
-    std::vector<double> rates;
-    for (auto c : skips_) rates.push_back(static_cast<double>(c) / n);
-    ev["skip_rate"] = rates;
+    ev["skip_rate"] = rates(skips_);
     ev["mean_memory_age"] = age_ / n;
   }
+  if (sch_rates) ev["sch_rate"] = rates(crossings_);
   return ev;
 }
 
@@ -35,6 +40,7 @@ void TrainWindow::clear() {
   loss_ = seconds_ = norm_ = age_ = 0;
   steps_ = tokens_ = 0;
   std::fill(skips_.begin(), skips_.end(), 0);
+  std::fill(crossings_.begin(), crossings_.end(), 0);
 }
 
 std::string status_line(int64_t step, double epoch, double loss, const eval::Metric& metric, double lr, double tok_s,

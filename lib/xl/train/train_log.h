@@ -13,24 +13,26 @@ namespace xl::train {
 
 class TrainWindow {
  public:
-  explicit TrainWindow(int64_t n_layer) : skips_(static_cast<size_t>(n_layer), 0) {}
+  explicit TrainWindow(int64_t n_layer)
+      : skips_(static_cast<size_t>(n_layer), 0), crossings_(static_cast<size_t>(n_layer), 0) {}
   // One step: its mean loss, wall seconds, tokens, gradient norm (before clipping), mean memory
-  // age in tokens, and which layers were skipped (empty in phase 2).
+  // age in tokens, which layers were skipped (empty in phase 2) and in which the heads read each
+  // other's keys and values (cross-head attention fired).
   void add(double loss, double seconds, int64_t tokens, double grad_norm, double memory_age,
-           const std::vector<bool>& skipped);
+           const std::vector<bool>& skipped, const std::vector<bool>& crossed);
   int64_t steps() const { return steps_; }
   double mean_loss() const { return loss_ / static_cast<double>(steps_); }
   double tokens_per_s() const { return static_cast<double>(tokens_) / seconds_; }
   double seconds_per_step() const { return seconds_ / static_cast<double>(steps_); }
   // loss, the metric, grad_norm, tok_per_s, ms_per_batch; with `skip_rates` also each layer's
-  // skip rate and the mean memory age.
-  nlohmann::json event(const eval::Metric& metric, bool skip_rates) const;
+  // skip rate and the mean memory age; with `sch_rates` each layer's cross-head rate.
+  nlohmann::json event(const eval::Metric& metric, bool skip_rates, bool sch_rates) const;
   void clear();
 
  private:
   double loss_ = 0, seconds_ = 0, norm_ = 0, age_ = 0;
   int64_t steps_ = 0, tokens_ = 0;
-  std::vector<int64_t> skips_;
+  std::vector<int64_t> skips_, crossings_;
 };
 
 // "step 120 | ep 0.03 | loss 2.345 | bpc 3.383 | lr 2.50e-04 | 11450 tok/s | 178 ms/batch | ETA 3m02s"

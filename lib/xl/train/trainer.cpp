@@ -61,6 +61,7 @@ class Trainer {
     double loss = 0, seconds = 0, grad_norm = 0, memory_age = 0;
     int64_t tokens = 0;
     std::vector<bool> skips;
+    std::vector<bool> crossed;  // per layer: cross-head attention fired
   };
   Step train_step();  // this rank's mean loss
   bool validate();  // true when the stopping rule fires
@@ -289,6 +290,7 @@ Trainer::Step Trainer::train_step() {
   Step out;
   if (phase1_) out.skips = model::draw_skips(gen_.skip, p_skip_);
   const auto perms = model::draw_cross_head(gen_.cross_head, cfg_.sch_beta, model_->heads_per_layer());
+  for (const auto& p : perms) out.crossed.push_back(!p.empty());
   const Segment seg = batcher_->next(&cursor_);
   if (seg.new_epoch)
     for (auto& m : memories_) m.reset();
@@ -376,7 +378,7 @@ double Trainer::eta() const {
 
 void Trainer::log_window() {
   if (window_->steps() == 0) return;
-  nlohmann::json ev = window_->event(metric_, phase1_);
+  nlohmann::json ev = window_->event(metric_, phase1_, cfg_.sch_beta > 0);
   ev.update({{"step", state_.step}, {"epoch", batcher_->epoch_progress(cursor_)}, {"tokens", state_.tokens_seen},
              {"lr", state_.last_lr}, {"elapsed", phase_elapsed()}, {"rss_mb", rss_mb()}});
   if (scaler_) ev.update({{"loss_scale", scaler_->scale()}, {"skipped_steps", state_.skipped_steps}});
@@ -522,7 +524,7 @@ int Trainer::run() {
       const std::string keep = saved_once_ ? "; the last good checkpoint is " + req_.output : "";
       XL_FAIL(kExitDataErr, "training diverged at step " << state_.step << ": the loss is " << v.loss << keep);
     }
-    window_->add(v.loss, st.seconds, st.tokens, st.grad_norm, st.memory_age, st.skips);
+    window_->add(v.loss, st.seconds, st.tokens, st.grad_norm, st.memory_age, st.skips, st.crossed);
     validated_now = false;
     if (state_.step % cfg_.log_interval == 0) log_window();
     else update_live_line();
