@@ -100,6 +100,29 @@ grep -q "^| phases=p1+p2 | p1+p2 | [0-9.]* | [0-9.]* | [0-9]* | [0-9]*, [0-9]* |
 grep -q "2 of 2 runs finished" out || fail "$(cat out)"
 cmp -s runs/Makefile Makefile.emitted || fail "runs/Makefile differs from what --emit-makefile printed"
 
+step "SIGTERM to xl-ablate alone (kill, timeout, a batch system) stops the trainings; the next run resumes them"
+sed -e 's/^p1-steps = 5/p1-steps = 100000/' -e 's/^schedule-steps = 8/schedule-steps = 200000/' grid.ini >long.ini
+xl-ablate long.ini --tokens tokens.h5 --out long --jobs 2 --threads 1 >long.out 2>long.err &
+job=$!
+wait_for_lines "long/phases=p1/p1.jsonl" '"event":"checkpoint"' 1
+wait_for_lines "long/phases=p1+p2/p1.jsonl" '"event":"checkpoint"' 1
+STATUS=0
+kill -TERM "$job"
+for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$job" 2>/dev/null && {
+  pkill -f "long/phases=p1" || true
+  fail "xl-ablate still runs 30 s after SIGTERM"
+}
+wait "$job" || STATUS=$?
+[ "$STATUS" -eq 143 ] || fail "xl-ablate exited $STATUS after SIGTERM, not 143: $(cat long.err)"
+for r in "long/phases=p1" "long/phases=p1+p2"; do
+  grep -q '"reason":"signal 15"' "$r/p1.jsonl" || fail "$r's training was not stopped by the signal: $(tail -3 "$r/p1.log")"
+done
+! pgrep -f "long/phases=p1" >/dev/null || fail "trainings are left running: $(pgrep -fa "long/phases=p1")"
+timeout -s TERM 8 xl-ablate long.ini --tokens tokens.h5 --out long --jobs 2 --threads 1 >long2.out 2>long2.err || true
+grep -q "phases=p1: phase 1 (resuming)" long2.err || fail "the stopped training did not resume: $(cat long2.err)"
+! pgrep -f "long/phases=p1" >/dev/null || fail "trainings are left running after timeout(1): $(pgrep -fa "long/phases=p1")"
+
 step "report: md, tsv, jsonl and a plot"
 expect 0 xl-ablate report runs
 grep -q "^| run | phases | dev bpc | test bpc | parameters | ms/batch | wall time | peak RSS MB | status |" out ||

@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "xl/ablate/makefile_plan.h"
@@ -59,6 +61,7 @@ int run_make(const std::string& makefile, int jobs) {
   pid_t pid = fork();
   XL_CHECK(pid >= 0, kExitSoftware, "cannot start make: " << std::strerror(errno));
   if (pid == 0) {
+    setpgid(0, 0);
     signals::default_in_child();
     dup2(2, 1);
     std::vector<char*> argv;
@@ -68,10 +71,28 @@ int run_make(const std::string& makefile, int jobs) {
     std::fprintf(stderr, "xl-ablate: cannot run make: %s\n", std::strerror(errno));
     _exit(kExitUnavailable);
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    XL_CHECK(errno == EINTR, kExitSoftware, "waiting for make: " << std::strerror(errno));
-  if (int sig = signals::pending()) return 128 + sig;
+  // make and everything it starts form a process group of their own, which a stop signal that
+  // reached xl-ablate alone (kill, timeout, a batch system) is passed on to: the trainings save
+  // their checkpoints and make starts nothing more. (make itself would not pass SIGINT on.)
+  setpgid(pid, pid);
+  int status = 0, forwarded = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    XL_CHECK(done == 0 || errno == EINTR, kExitSoftware, "waiting for make: " << std::strerror(errno));
+    if (const int sig = signals::pending(); sig && !forwarded) {
+      forwarded = sig;
+      kill(-pid, sig);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (forwarded) {
+    // make ends before the trainings have saved (their recipe shells die of the signal at once):
+    // waiting until the group is gone (a minute at most) means a stopped xl-ablate leaves every
+    // checkpoint written.
+    for (int i = 0; i < 600 && kill(-pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return 128 + forwarded;
+  }
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
 }

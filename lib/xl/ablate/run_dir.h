@@ -14,7 +14,8 @@ namespace xl::ablate {
 void prepare_out_dir(const Grid& grid, const std::string& out);
 
 // make -f MAKEFILE -jN, stdout sent to stderr (stdout is for the tables). Returns make's status,
-// or 128+N after signal N (the trainings save their checkpoints on the same signal).
+// or 128+N after signal N, which it passes on to make and the trainings (they save their
+// checkpoints and stop).
 int run_make(const std::string& makefile, int jobs);
 
 // The exit status a failed run left in DIR/RUN/failed, and that run's name ({0, ""} for none).
