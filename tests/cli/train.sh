@@ -149,6 +149,18 @@ expect 0 $T --max-steps 17 --eval-interval 15 tokens.h5 -o split.h5
 expect 0 $T --max-steps 40 --resume tokens.h5 -o split.h5
 same_checkpoint whole.h5 split.h5 "resume after --max-steps"
 
+step "a resumed run refuses another architecture or data stream, and takes a new dropout with a note"
+expect 64 $T --max-steps 41 --resume --n-layer 2 tokens.h5 -o split.h5
+stderr_is_one_line "--n-layer = 2 is set for this run, but split.h5 holds a model with n-layer = 3"
+printf 'mem-len = 32\n' >longer-memory.ini
+expect 78 $T -c longer-memory.ini --max-steps 41 --resume tokens.h5 -o split.h5
+stderr_is_one_line "longer-memory.ini: mem-len = 32 is set for this run, but split.h5 was trained with mem-len = 16"
+cp split.h5 dropout.h5
+expect 0 $T --max-steps 41 --resume --dropout 0.3 tokens.h5 -o dropout.h5
+grep -q "resuming with dropout = 0.3 (dropout.h5 has 0.1)" "$TMP/err" || fail "no note of the new dropout: $(cat "$TMP/err")"
+[ "$(xl-inspect --json dropout.h5 | json /dev/stdin 'j["checkpoint"]["model_config"]["dropout"]')" = 0.3 ] ||
+  fail "the resumed run did not take --dropout 0.3"
+
 step "a run resumes on the training split it read; phase 2 on other data starts its cursor afresh"
 head -c 100000 "$corpus" | xl-tokenize -q --mode byte --split 0.9,0.05,0.05 - -o other-text.h5
 expect 65 $T --max-steps 50 --resume other-text.h5 -o split.h5

@@ -51,9 +51,9 @@ TrainConfig merge_given(const TrainConfig& base, const TrainConfig& given_values
   return TrainConfig::from_json(j, "settings");
 }
 
-// The model options given, checked against a checkpoint's model: behaviour may change, the
-// architecture may not.
-model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig saved, const std::string& file,
+// The model options given, checked against a checkpoint's model: behaviour may change (with a
+// note), the architecture may not. `resuming`: the run continues, else phase 2 starts.
+model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig saved, const std::string& file, bool resuming,
                                  std::vector<std::string>* notes) {
   model::ModelConfig given = req.model;
   given.fit_to_vocab(saved.n_token);
@@ -64,11 +64,13 @@ model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig sav
     const std::string option = parse::kebab_case(field);
     if (listed(kModelBehaviour, field)) {
       merged[field] = want[field];
-      notes->push_back("phase 2: " + option + " = " + want[field].dump() + " (" + file + " has " + have[field].dump() + ")");
+      notes->push_back((resuming ? "resuming with " : "phase 2: ") + option + " = " + want[field].dump() + " (" + file +
+                       " has " + have[field].dump() + ")");
       continue;
     }
     req.origins.fail(field, "= " + want[field].dump() + " is set for this run, but " + file + " holds a model with " + option +
-                                " = " + have[field].dump() + " (phase 2 trains the model phase 1 made)");
+                                " = " + have[field].dump() +
+                                (resuming ? " (a resumed run trains the model it made)" : " (phase 2 trains the model phase 1 made)"));
   }
   return model::ModelConfig::from_json(merged, file, req.origins.with_rest(file));
 }
@@ -165,7 +167,7 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
   c.phase = "phase2";
   c.skip_schedule = "none";
   c.validate(req.origins.with_rest(file));
-  p.model = checked_model(req, model::ModelConfig::from_json(from.model_config, file), file, &p.notes);
+  p.model = checked_model(req, model::ModelConfig::from_json(from.model_config, file), file, false, &p.notes);
   p.state = from.state;
   p.state.train_data = train_data_of(tokens, c.train_split);
   p.state.best_loss.reset();
@@ -260,16 +262,19 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
   std::set<std::string> given = req.given;
   if (saved.phase == "phase2")  // a shared config's phase-1 keys
     for (const char* f : {"skip_schedule", "skip_p", "skipped_layers_in_adam"}) given.erase(f);
+  const nlohmann::json had = saved.to_json(), wants = req.train.to_json();
   for (const char* f : kFrozenOnResume)
-    XL_CHECK(!given.count(f) || saved.to_json()[f] == req.train.to_json()[f], kExitUsage,
-             "cannot change " << f << " when resuming (the data cursor and memories depend on it)");
+    if (given.count(f) && had[f] != wants[f])
+      req.origins.fail(f, "= " + wants[f].dump() + " is set for this run, but " + file + " was trained with " +
+                              parse::kebab_case(f) + " = " + had[f].dump() +
+                              ": a resumed run keeps it (its data cursor and memories depend on it)");
   p.config = merge_given(saved, req.train, given);
   p.config.validate(req.origins.with_rest(file));
-  const nlohmann::json before = saved.to_json(), after = p.config.to_json();
-  for (const auto& [key, value] : after.items())
-    if (before[key] != value)
-      p.notes.push_back("resuming with " + key + " = " + value.dump() + " (the run had " + before[key].dump() + ")");
-  p.model = model::ModelConfig::from_json(latest.model_config, file);
+  const nlohmann::json now = p.config.to_json();
+  for (const auto& [key, value] : now.items())
+    if (had[key] != value)
+      p.notes.push_back("resuming with " + parse::kebab_case(key) + " = " + value.dump() + " (the run had " + had[key].dump() + ")");
+  p.model = checked_model(req, model::ModelConfig::from_json(latest.model_config, file), file, true, &p.notes);
   p.state = latest.state;
   const auto data = train_data_of(tokens, p.config.train_split);
   XL_CHECK(!data || !p.state.train_data || *data == *p.state.train_data, kExitDataErr,
