@@ -155,6 +155,8 @@ stderr_is_one_line "--n-layer = 2 is set for this run, but split.h5 holds a mode
 printf 'mem-len = 32\n' >longer-memory.ini
 expect 78 $T -c longer-memory.ini --max-steps 41 --resume tokens.h5 -o split.h5
 stderr_is_one_line "longer-memory.ini: mem-len = 32 is set for this run, but split.h5 was trained with mem-len = 16"
+expect 64 xl-train-phase2 -c small.ini --threads 1 --max-steps 41 --resume tokens.h5 -o split.h5
+stderr_is_one_line "split.h5 is a phase1 run: resume it with xl-train-phase1 --resume, or start phase 2 from it with xl-train-phase2 --init split.h5"
 cp split.h5 dropout.h5
 expect 0 $T --max-steps 41 --resume --dropout 0.3 tokens.h5 -o dropout.h5
 grep -q "resuming with dropout = 0.3 (dropout.h5 has 0.1)" "$TMP/err" || fail "no note of the new dropout: $(cat "$TMP/err")"

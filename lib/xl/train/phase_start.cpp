@@ -259,6 +259,10 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
                       const h5::TokensFile& tokens) {
   PhaseStart p;
   const TrainConfig saved = TrainConfig::from_json(latest.train_config, file);
+  // Each tool resumes its own phase: xl-train-phase2 would otherwise go on skipping layers.
+  XL_CHECK(saved.phase == req.train.phase, kExitUsage,
+           file << " is a " << saved.phase << " run: resume it with xl-train-" << saved.phase << " --resume"
+                << (saved.phase == "phase1" ? ", or start phase 2 from it with xl-train-phase2 --init " + file : std::string()));
   std::set<std::string> given = req.given;
   if (saved.phase == "phase2")  // a shared config's phase-1 keys
     for (const char* f : {"skip_schedule", "skip_p", "skipped_layers_in_adam"}) given.erase(f);
