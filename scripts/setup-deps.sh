@@ -13,6 +13,7 @@ packages=(
   help2man man-db         # man pages from --help
   gnuplot-nox             # plots of pruning curves and ablations
   curl unzip              # Makefile.pipeline downloads full corpora for real users
+  xz-utils zstd           # the tests' compressed corpora
   bible-kjv               # the public-domain King James Bible: the offline demo corpus
   python3-h5py            # checks that our HDF5 files read from Python
   python3-torch           # checks that exported state_dicts load in PyTorch

@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   return xl::cli::run_tool("xl-build-vocab", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli({"xl-build-vocab", "Count the pieces of a text and write a vocab (TSV).", "[OPTIONS] [INPUT...]",
-                          "Reads text (files or - for stdin; gzip and bzip2 are detected) and writes a vocab:\n"
+                          "Reads text (files or - for stdin; gzip, bzip2 and xz are detected) and writes a vocab:\n"
                           "byte (256 fixed ids, the enwik8 convention), char (Unicode code points) or word\n"
                           "(whitespace tokens with <eos> at every line end). Specials come first, then pieces\n"
                           "by falling count, ties by byte order: identical input gives an identical file.",

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     cli.add("Generation")
         ("checkpoint", po::value<std::string>(), "checkpoint (HDF5; - is stdin)")
         ("prompt", po::value<std::string>(), "prompt TEXT")
-        ("prompt-file", po::value<std::string>(), "read the prompt from FILE (- is stdin; gzip/bzip2 detected)")
+        ("prompt-file", po::value<std::string>(), "read the prompt from FILE (- is stdin; gzip/bzip2/xz detected)")
         ("length,n", po::value<int64_t>()->default_value(200), "tokens to generate")
         ("temperature", xl::cli::real_value(1.0), "divide log-probabilities by T (0: greedy)")
         ("top-k", po::value<int64_t>()->default_value(0), "sample among the k most likely tokens (0: all; 1: greedy)")

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   return xl::cli::run_tool("xl-tokenize", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli({"xl-tokenize", "Turn text into an xl tokens file (HDF5), or decode one.", "[OPTIONS] [INPUT]",
                           "Tokenizes one INPUT cut into train/valid/test by --split, or separate --train/--valid/\n"
-                          "--test inputs. Inputs are files or - (stdin), plain, gzip or bzip2. The vocab comes from\n"
+                          "--test inputs. Inputs are files or - (stdin), plain, gzip, bzip2 or xz. The vocab comes from\n"
                           "--vocab (a TSV, or the vocab a tokens file or checkpoint embeds), or is built from the\n"
                           "train split with --mode. The output (an HDF5 file, also through a pipe) embeds the vocab.\n"
                           "Pieces missing from the vocab become <unk> and are counted. --decode turns a split of a\n"

@@ -116,13 +116,15 @@ for s in train valid test; do
   cmp -s <(xl-tokenize --decode "$s" b.h5) <(xl-tokenize --decode "$s" b2.h5) || fail "split $s differs between two runs"
 done
 
-step "gzip and bzip2 inputs (found by their magic bytes) give the same splits"
+step "gzip, bzip2 and xz inputs (found by their magic bytes) give the same splits"
 gzip -9 -c mixed.txt >mixed.gzdata
 bzip2 -9 -c mixed.txt >mixed.bzdata
+xz -c mixed.txt >mixed.xzdata
 expect 0 xl-tokenize --vocab v1.byte.tsv mixed.txt -o plain.h5
 expect 0 xl-tokenize --vocab v1.byte.tsv mixed.gzdata -o gz.h5
 expect 0 xl-tokenize --vocab v1.byte.tsv - -o bz.h5 <mixed.bzdata
-for f in gz bz; do
+xl-tokenize -q --vocab v1.byte.tsv - -o xz.h5 <mixed.xzdata || fail "xz through a pipe"
+for f in gz bz xz; do
   expect 0 xl-inspect --json $f.h5
   [ "$(json out 'j["attributes"]["source_sha256"]')" = "$SHA" ] || fail "$f: source_sha256 is not that of the decompressed text"
   [ "$(json out '" ".join(str(s["tokens"]) for s in j["splits"])')" = "$lengths" ] || fail "$f: other split lengths"
@@ -133,6 +135,17 @@ done
 head -c 1000 mixed.gzdata >broken.gzdata
 expect 65 xl-tokenize --vocab v1.byte.tsv broken.gzdata -o broken.h5
 stderr_is_one_line broken.gzdata gzip
+head -c 1000 mixed.xzdata >broken.xzdata
+expect 65 xl-tokenize --vocab v1.byte.tsv broken.xzdata -o broken.h5
+stderr_is_one_line "broken.xzdata: corrupt xz data"
+# Boost's zstd filter ends a truncated stream silently (0 tokens, exit 0): zstd is refused, with
+# the command that decompresses it; a zip archive holds files, not a text.
+zstd -q -c mixed.txt >mixed.zstdata
+expect 65 xl-tokenize --vocab v1.byte.tsv mixed.zstdata -o zst.h5
+stderr_is_one_line "mixed.zstdata: zstd data; give it decompressed (zstd -dc mixed.zstdata | ...)"
+printf 'PK\003\004rest of an archive' >corpus.zip
+expect 65 xl-tokenize --vocab v1.byte.tsv - -o zip.h5 <corpus.zip
+stderr_is_one_line "<stdin>: a zip archive; give its text (unzip -p FILE | ...)"
 
 step "char mode: vocab from train only, byte-exact round trip"
 expect 0 xl-tokenize --mode char mixed.txt -o c.h5

@@ -87,7 +87,7 @@ text::Vocab load_vocab(const std::string& path) {
   // A tokens file or checkpoint on disk: its vocab alone is read, not the whole file (a wt103
   // tokens file is 420 MB, a base checkpoint with its optimizer 500 MB).
   if (is_hdf5_file(path)) return embedded_vocab(File::open(path, kVocabSources));
-  return vocab_of_bytes(io::read_text(path), io::display_name(path));
+  return vocab_of_bytes(io::read_text(path, io::ZipArchives::kAsStored), io::display_name(path));
 }
 
 void write_tokens(File& file, const text::Vocab& vocab, const std::vector<TokenSplit>& splits,

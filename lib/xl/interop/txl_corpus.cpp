@@ -154,7 +154,7 @@ text::Vocab vocab_from_torch(const TorchFile& f, const std::string& file, const 
 
 text::Vocab import_vocab(const std::string& path, const std::string& dataset, std::optional<bool> lower_case) {
   if (h5::is_hdf5_file(path)) return h5::load_vocab(path);  // the vocab alone, not the file's bytes
-  std::string bytes = io::read_text(path);
+  std::string bytes = io::read_text(path, io::ZipArchives::kAsStored);
   const std::string name = io::display_name(path);
   if (is_torch_zip(bytes) || is_torch_legacy(bytes) || is_plain_pickle(bytes))
     return vocab_from_torch(parse_torch_file(bytes, "", name), name, dataset, lower_case);

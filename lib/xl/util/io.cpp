@@ -19,6 +19,7 @@
 #include <boost/iostreams/copy.hpp>
 #include <boost/iostreams/filter/bzip2.hpp>
 #include <boost/iostreams/filter/gzip.hpp>
+#include <boost/iostreams/filter/lzma.hpp>
 #include <boost/iostreams/filtering_stream.hpp>
 
 #include "xl/util/byte_blocks.h"
@@ -114,13 +115,28 @@ class HeadThenFile {
   std::FILE* file_;
 };
 
-enum class Packing { kNone, kGzip, kBzip2 };
+enum class Packing { kNone, kGzip, kBzip2, kXz, kZstd, kZip };
 
 Packing packing_of(const std::string& h) {  // h: the input's first bytes
-  if (h.size() >= 2 && static_cast<unsigned char>(h[0]) == 0x1f && static_cast<unsigned char>(h[1]) == 0x8b)
-    return Packing::kGzip;
-  if (h.size() >= 3 && h.compare(0, 3, "BZh") == 0) return Packing::kBzip2;
+  auto starts = [&](const char* magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };
+  if (starts("\x1f\x8b", 2)) return Packing::kGzip;
+  if (starts("BZh", 3)) return Packing::kBzip2;
+  if (starts("\xfd" "7zXZ\0", 6)) return Packing::kXz;
+  if (starts("\x28\xb5\x2f\xfd", 4)) return Packing::kZstd;
+  if (starts("PK\x03\x04", 4)) return Packing::kZip;
   return Packing::kNone;
+}
+
+const char* name_of(Packing p) {
+  switch (p) {
+    case Packing::kGzip: return "gzip";
+    case Packing::kBzip2: return "bzip2";
+    case Packing::kXz: return "xz";
+    case Packing::kZstd: return "zstd";
+    case Packing::kZip: return "zip";
+    case Packing::kNone: break;
+  }
+  return "plain";
 }
 
 }  // namespace
@@ -135,27 +151,34 @@ std::string read_head(const std::string& path, size_t n) {
   return head;
 }
 
-std::string read_text(const std::string& path) {
+std::string read_text(const std::string& path, ZipArchives zip) {
   namespace bio = boost::iostreams;
   // The first bytes say whether the input is compressed; it is then decompressed as it is read,
   // from a file or a pipe alike.
   const Input input = open_input(path);
-  std::string head(3, '\0');
+  std::string head(6, '\0');
   head.resize(std::fread(head.data(), 1, head.size(), input.file.get()));
   check_no_read_error(input);
   const Packing packing = packing_of(head);
-  if (packing == Packing::kNone) return read_rest(input, std::move(head));
+  if (packing == Packing::kNone || (packing == Packing::kZip && zip == ZipArchives::kAsStored))
+    return read_rest(input, std::move(head));
+  // Boost's zstd filter ends a truncated stream without an error, so zstd goes through its own
+  // tool, which checks.
+  const std::string file = input.name == "<stdin>" ? "FILE" : input.name;
+  XL_CHECK(packing != Packing::kZip, kExitDataErr, input.name << ": a zip archive; give its text (unzip -p " << file << " | ...)");
+  XL_CHECK(packing != Packing::kZstd, kExitDataErr,
+           input.name << ": zstd data; give it decompressed (zstd -dc " << file << " | ...)");
   ByteBlocks out;
   try {
     bio::filtering_istream in;
     if (packing == Packing::kGzip) in.push(bio::gzip_decompressor());
-    else in.push(bio::bzip2_decompressor());
+    else if (packing == Packing::kBzip2) in.push(bio::bzip2_decompressor());
+    else in.push(bio::lzma_decompressor());
     in.push(HeadThenFile(head, input.file.get()));
     bio::copy(in, boost::ref(out));
   } catch (const std::exception& e) {
     check_no_read_error(input);
-    XL_FAIL(kExitDataErr, input.name << ": corrupt " << (packing == Packing::kGzip ? "gzip" : "bzip2") << " data ("
-                                     << e.what() << ")");
+    XL_FAIL(kExitDataErr, input.name << ": corrupt " << name_of(packing) << " data (" << e.what() << ")");
   }
   return out.take();
 }

@@ -18,8 +18,12 @@ std::string display_name(const std::string& path);
 std::string read_raw(const std::string& path);
 // Reads the first n bytes of the file at PATH (fewer when it is shorter; none when unreadable).
 std::string read_head(const std::string& path, size_t n);
-// Reads the whole input, decompressing gzip or bzip2 when its first bytes say so.
-std::string read_text(const std::string& path);
+// What read_text does with a zip archive: refuse it (65: a text is wanted, and which of its files
+// that is is the user's to say), or return its bytes as stored (torch.save files are zip archives).
+enum class ZipArchives { kRefuse, kAsStored };
+// Reads the whole input, decompressing gzip, bzip2 or xz when its first bytes say so; zstd is
+// refused (65) with the command that decompresses it.
+std::string read_text(const std::string& path, ZipArchives zip = ZipArchives::kRefuse);
 
 // An output written to PATH.tmp.PID and renamed onto PATH by commit(), so a reader never sees a
 // half-written file and a killed process leaves nothing behind. "-" writes to stdout. A PATH that
