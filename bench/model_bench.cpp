@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
     const int64_t mem_len = train ? bc.mem_len : eval_mem && *eval_mem ? std::atoll(eval_mem) : 2 * bc.tgt_len;
     // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
     const bool kv_cache = !train && env_or("XL_BENCH_KV_CACHE", "on") == "on" &&
-                          xl::eval::kv_cache_bytes(model, b, mem_len, tgt) <= xl::eval::EvalSettings{}.kv_cache_bytes;
+                          xl::eval::kv_cache_bytes(model, b, mem_len, tgt, precision) <= xl::eval::EvalSettings{}.kv_cache_bytes;
     std::vector<std::pair<std::string, torch::Tensor>> params;
     for (const auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
     // Adam's moments exist only when training (eval's peak RSS must not count them).

@@ -258,6 +258,34 @@ TEST(Eval, KeptKeyValueProjectionsAreThoseOfTheMemory) {
   }
 }
 
+TEST(Eval, KvCacheBytesAreWhatTheKeptProjectionsTake) {
+  // The budget's estimate against the buffers an evaluation really holds, in each product dtype.
+  for (auto [dtype, precision] : {std::pair{torch::kFloat64, xl::model::Precision::kFp32},
+                                  {torch::kFloat32, xl::model::Precision::kFp32},
+                                  {torch::kFloat32, xl::model::Precision::kBf16}}) {
+    SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + xl::model::to_string(precision));
+    const ModelConfig c = eval_config();
+    auto m = eval_model(c, dtype);
+    m->eval();
+    auto in = torch::tensor(std::vector<int64_t>{1, 5, 2, 7, 3, 3, 9, 0, 4, 12, 6, 8}, torch::kLong).view({2, 6});
+    xl::model::ForwardOptions o;
+    o.mem_len = 9;
+    o.cache_kv = true;
+    auto kept = m->new_memory();
+    {
+      torch::NoGradGuard ng;
+      xl::model::AutocastScope autocast(precision, torch::kCPU);
+      for (int seg = 0; seg < 3; ++seg) m->hidden(in, kept, o);
+    }
+    int64_t held = 0;
+    for (const auto& lm : kept.layers) {
+      ASSERT_FALSE(lm.kv.empty());
+      held += static_cast<int64_t>(lm.kv.rows().storage().nbytes());
+    }
+    EXPECT_EQ(held, xl::eval::kv_cache_bytes(m, 2, 9, 6, precision));
+  }
+}
+
 TEST(Eval, KeptProjectionsChangeNoLoss) {
   // Also for MGK (its extra keys are kept beside keys and values) and adaptive span (memory trimmed
   // to the span, kept projections with it).
@@ -286,7 +314,7 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
       s.precision = precision;
       s.kv_cache_bytes = 0;
       auto projected = per_token(m, ids, s);
-      s.kv_cache_bytes = xl::eval::kv_cache_bytes(m, 3, 9, 6);  // exactly enough
+      s.kv_cache_bytes = xl::eval::kv_cache_bytes(m, 3, 9, 6, precision);  // exactly enough
       auto kept = per_token(m, ids, s);
       ASSERT_EQ(kept.size(), projected.size());
       const double tolerance = dtype == torch::kFloat64 ? 1e-12 : precision == xl::model::Precision::kBf16 ? 2e-2 : 2e-5;

@@ -82,12 +82,16 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
 
 }  // namespace
 
-int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len) {
+int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len,
+                       model::Precision precision) {
   const auto& c = model->config;
   int64_t width = 0;  // keys (MGK: all of a mixture's) and values of every head of every layer
   const int64_t parts = c.attention == "mgk" ? 1 + c.mgk_keys : 2;
   for (int64_t l = 0; l < c.n_layer; ++l) width += parts * c.heads_in_layer(l) * c.d_head;
-  return streams * model::row_window_capacity(mem_len, tgt_len) * width * static_cast<int64_t>(sizeof(float));
+  const int64_t element = precision == model::Precision::kFp32
+                              ? static_cast<int64_t>(model->parameters().front().element_size())
+                              : 2;  // bf16 or fp16
+  return streams * model::row_window_capacity(mem_len, tgt_len) * width * element;
 }
 
 EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids, const EvalSettings& s,
@@ -146,7 +150,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   model::ForwardOptions opts;
   opts.mem_len = mem_len;
   if (s.head_mask.defined()) opts.head_mask = s.head_mask.to(device, dtype);
-  opts.cache_kv = mem_len > 0 && kv_cache_bytes(model, last - first, mem_len, s.tgt_len) <= s.kv_cache_bytes;
+  opts.cache_kv = mem_len > 0 && kv_cache_bytes(model, last - first, mem_len, s.tgt_len, s.precision) <= s.kv_cache_bytes;
   model::Memory memory = model->new_memory();
 
   EvalResult result;

@@ -80,9 +80,11 @@ bool effective_same_length(const model::TransformerXL& model, const EvalSettings
 // The clamp_len actually in force (0: off).
 int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSettings& s);
 
-// The bytes the key/value projections of a full memory take for `streams` streams (fp32), with the
-// room that segments of tgt_len tokens grow into (model::row_window_capacity).
-int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len);
+// The bytes the key/value projections of a full memory take for `streams` streams, in the dtype of
+// the products (`precision`'s, or the model's for fp32), with the room that segments of tgt_len
+// tokens grow into (model::row_window_capacity).
+int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len,
+                       model::Precision precision);
 
 // The number of parallel streams `evaluate` uses for a split of n tokens.
 int64_t stream_count(int64_t n, int64_t batch_size);
