@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "xl/util/error.h"
-#include "xl/util/io.h"
 
 namespace xl::interop {
 namespace {
@@ -120,10 +119,6 @@ checkpoint::TensorList parse_safetensors(const std::string& bytes, const std::st
     out.emplace_back(e.name, is_bool ? t.ne(0) : t);
   }
   return out;
-}
-
-checkpoint::TensorList read_safetensors(const std::string& path) {
-  return parse_safetensors(io::read_raw(path), io::display_name(path));
 }
 
 }  // namespace xl::interop

@@ -12,12 +12,10 @@ namespace xl::interop {
 // '{'); a torch.save file never does.
 bool is_safetensors(const std::string& bytes);
 
-// The tensors of the file at `path` ("-": stdin), on the CPU in their stored dtype, in byte order. Fails with 65 and one line naming
-// the file: a header that runs past the end or is not a JSON object of tensors, a dtype xl does not
-// read (unsigned 16-64 bit, 8-bit floats), byte ranges that do not match their shapes, overlap,
-// leave holes or miss the end (the format forbids all three).
-checkpoint::TensorList read_safetensors(const std::string& path);
-// The same from the file's bytes; `display` names it in errors.
+// The tensors of a file's bytes, on the CPU in their stored dtype, in byte order. Fails with 65
+// and one line naming the file (`display`): a header that runs past the end or is not a JSON object
+// of tensors, a dtype xl does not read (unsigned 16-64 bit, 8-bit floats), byte ranges that do not
+// match their shapes, overlap, leave holes or miss the end (the format forbids all three).
 checkpoint::TensorList parse_safetensors(const std::string& bytes, const std::string& display);
 
 }  // namespace xl::interop
