@@ -121,6 +121,30 @@ stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]
 expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 5)) --resume tokens.h5 -o killed.h5
 no_temp_files .
 
+step "a launcher killed with SIGKILL: its ranks save and stop rather than train on orphaned"
+$T --nproc-per-node 2 --max-steps 100000 --schedule-steps 100000 --save-every 10 --log-interval 1 --metrics orphaned.jsonl \
+  tokens.h5 -o orphaned.h5 2>orphaned.err &
+job=$!
+wait_for_lines orphaned.jsonl '"event":"checkpoint"' 1
+ranks=$(pgrep -P "$job" | sort -n)
+kill -9 "$job"
+wait "$job" 2>/dev/null || true
+for _ in $(seq 1 100); do
+  alive=0
+  for r in $ranks; do ! kill -0 "$r" 2>/dev/null || alive=1; done
+  [ "$alive" = 0 ] && break
+  sleep 0.1
+done
+[ "$alive" = 0 ] || {
+  kill -9 $ranks 2>/dev/null || true
+  fail "the ranks of a killed launcher still run 10 s later"
+}
+grep -q '"reason":"signal 15"' orphaned.jsonl || fail "the ranks did not stop as on SIGTERM: $(tail -3 orphaned.err)"
+stopped=$(xl-inspect --json orphaned.h5 | json /dev/stdin 'j["attributes"]["step"]')
+[ "$stopped" = "$(grep '"event":"done"' orphaned.jsonl | json /dev/stdin 'j["step"]')" ] ||
+  fail "the checkpoint is not of the step the ranks stopped at"
+expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 3)) --schedule-steps 100000 --resume tokens.h5 -o orphaned.h5
+
 # Without a launcher (ranks started as torchrun starts them), rank 0 itself notices: the launcher
 # above may stop it before it does.
 step "ranks started by hand: rank 0 names a dead rank 1 and stops"

@@ -80,6 +80,10 @@ const char* const kLauncherVariable = "XL_LAUNCHER_PID";
 
 bool started_by_launcher() { return std::getenv(kLauncherVariable) != nullptr; }
 
+void stop_with_launcher() {
+  if (const char* pid = std::getenv(kLauncherVariable)) signals::stop_when_parent_dies(std::atoi(pid));
+}
+
 bool stdin_spooled_by_launcher() { return started_by_launcher() && std::getenv(kSpooledStdinVariable) != nullptr; }
 
 int launch_local_ranks(char** argv, int nproc, bool spool) {

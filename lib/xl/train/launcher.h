@@ -14,6 +14,9 @@ int launch_local_ranks(char** argv, int nproc, bool spool_stdin);
 
 // Whether this process is a rank that launch_local_ranks started (its argv still asks for ranks).
 bool started_by_launcher();
+// In such a rank: should the launcher die (even of SIGKILL), save and stop as on SIGTERM rather
+// than train on orphaned.
+void stop_with_launcher();
 // Whether this rank's stdin is its own copy of the launcher's (so "-" may be read by every rank).
 bool stdin_spooled_by_launcher();
 

@@ -586,6 +586,7 @@ int run_training(const TrainRequest& request, char** argv) {
                  << dist.rank << " of " << dist.world << " (started by torchrun, srun or mpirun): drop one of the two");
     return launch_local_ranks(argv, request.nproc_per_node, piped);
   }
+  stop_with_launcher();
   if (!dist.single()) {
     log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
     if (dist.rank > 0 && log::level() == log::Level::kInfo) log::set_level(log::Level::kQuiet);  // rank 0 speaks

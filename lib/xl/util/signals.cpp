@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <mutex>
 #include <thread>
@@ -83,6 +84,13 @@ void default_in_child() {
   for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+void stop_when_parent_dies(int parent) {
+  std::thread([parent] {
+    while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(getpid(), SIGTERM);
+  }).detach();
 }
 
 }  // namespace xl::signals

@@ -13,5 +13,9 @@ int pending();
 // In a child after fork, before exec: the stop signals as a new process has them (default action,
 // not blocked; the parent blocks them in all its threads and takes them on a thread of its own).
 void default_in_child();
+// From now on, once process `parent` is no longer this process's parent (it died, even of
+// SIGKILL), the process stops as on one SIGTERM. (PR_SET_PDEATHSIG would send one signal for each
+// of a multithreaded parent's threads as they die, and a second signal stops at once.)
+void stop_when_parent_dies(int parent);
 
 }  // namespace xl::signals
