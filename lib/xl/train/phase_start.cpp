@@ -38,12 +38,6 @@ std::string describe(const checkpoint::TrainData& d) {
   return "text sha256 " + d.sha256.substr(0, 12) + ", " + std::to_string(d.tokens) + " tokens";
 }
 
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
-
 TrainConfig merge_given(const TrainConfig& base, const TrainConfig& given_values, const std::set<std::string>& given) {
   nlohmann::json j = base.to_json(), g = given_values.to_json();
   for (const auto& f : given)
@@ -86,7 +80,7 @@ int64_t budgeted_steps(const TrainConfig& c, const checkpoint::RunState& state, 
   if (c.time_budget > 0 && steps_per_s > 0) {
     const double budget = c.budget_from == "run" ? c.time_budget - state.elapsed() : c.time_budget;  // phase 2's record is new
     *how = "an estimate: its --time-budget of " + parse::format_duration(budget) + " at phase 1's " +
-           number(steps_per_s) + " steps/s; --schedule-steps or --max-steps sets it exactly";
+           parse::format_number(steps_per_s) + " steps/s; --schedule-steps or --max-steps sets it exactly";
     return static_cast<int64_t>(std::max(0.0, budget) * steps_per_s);
   }
   return 0;
@@ -219,7 +213,7 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
     XL_CHECK(end < 0 || at < end, kExitUsage,
              "phase 2: phase 1 ended at step " << at << " of its " << p.schedule.kind << " schedule, whose "
                                               << c.schedule_steps << " steps are over: with --schedule-from run phase 2 would train at eta-min ("
-                                              << number(c.eta_min) << ") throughout; let it have a schedule of its own "
+                                              << parse::format_number(c.eta_min) << ") throughout; let it have a schedule of its own "
                                                  "(--schedule-from phase, the default) or give --schedule-steps");
     p.notes.push_back("phase 2: phase 1's " + c.lr_schedule + " schedule continues at its step " + std::to_string(at) +
                       " (--schedule-from run)");
@@ -240,15 +234,15 @@ PhaseStart start_phase2(const TrainRequest& req, const checkpoint::Checkpoint& f
     // a schedule from there would train at (nearly) eta-min for the whole phase.
     const bool annealed = c.lr - c.eta_min <= 0.01 * (saved.lr - c.eta_min);
     XL_CHECK(!annealed || schedule_given.count("lr") || c.lr_schedule == "constant", kExitUsage,
-             "phase 2: phase 1 ended annealed, at learning rate " << number(c.lr) << " (eta-min " << number(c.eta_min)
+             "phase 2: phase 1 ended annealed, at learning rate " << parse::format_number(c.lr) << " (eta-min " << parse::format_number(c.eta_min)
                                                                  << "): a schedule from there would stay at eta-min for the whole phase; give phase 2 a starting --lr (phase 1 started at "
-                                                                 << number(saved.lr) << ")");
+                                                                 << parse::format_number(saved.lr) << ")");
     XL_CHECK(c.lr > 0, kExitUsage, "phase 2: a learning rate of 0 would not train; give --lr");
     p.state.schedule_origin = p.state.step;
     p.schedule = c.schedule(c.schedule_steps);
-    p.notes.push_back("phase 2: " + c.lr_schedule + " schedule of its own from lr " + number(c.lr) +
+    p.notes.push_back("phase 2: " + c.lr_schedule + " schedule of its own from lr " + parse::format_number(c.lr) +
                       (schedule_given.count("lr") ? " (--lr)" : have_end_lr ? " (where phase 1 ended)" : "") + " to " +
-                      number(c.eta_min) + (c.lr_schedule == "cosine" ? " over " + std::to_string(c.schedule_steps) + " steps (" + how + ")" : "") +
+                      parse::format_number(c.eta_min) + (c.lr_schedule == "cosine" ? " over " + std::to_string(c.schedule_steps) + " steps (" + how + ")" : "") +
                       (c.warmup_steps > 0 ? ", " + std::to_string(c.warmup_steps) + " warm-up steps" : ""));
   }
   record_schedule(&p);

@@ -504,7 +504,7 @@ int Trainer::run() {
   progress_.print(std::string(req_.resume ? "resuming " : "starting ") + cfg_.phase + " at step " + std::to_string(state_.step) +
                   ": " + std::to_string(model_->parameter_count()) + " parameters" +
                   (phase1_ ? ", skip schedule " + cfg_.skip_schedule : std::string()) +
-                  ", SCH beta " + std::to_string(cfg_.sch_beta).substr(0, 4) + ", on " + device_.str() + " in " +
+                  ", SCH beta " + parse::format_number(cfg_.sch_beta) + ", on " + device_.str() + " in " +
                   cfg_.precision + (dist_.single() ? "" : ", " + std::to_string(dist_.world) + " ranks"));
 
   // A cosine down to 0 ends the phase with it: later steps would not change the weights.
@@ -531,7 +531,7 @@ int Trainer::run() {
     if (cfg_.eval_interval > 0 && state_.step % cfg_.eval_interval == 0) {
       validated_now = true;
       if (validate()) {
-        reason = "validation improved by less than " + std::to_string(cfg_.stop_min_delta) + " over " +
+        reason = "validation improved by less than " + parse::format_number(cfg_.stop_min_delta) + " over " +
                  std::to_string(cfg_.stop_window) + " steps";
         break;
       }

@@ -128,6 +128,12 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+std::string format_number(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", value);
+  return buf;
+}
+
 std::string format_hms(double seconds) {
   const long long s = std::llround(std::max(0.0, seconds));
   char buf[48];

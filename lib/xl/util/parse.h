@@ -32,5 +32,7 @@ std::string kebab_case(std::string name);
 std::string format_duration(double seconds);
 // 3723 -> "1:02:03" (tables).
 std::string format_hms(double seconds);
+// A setting's value for a message, in at most 4 significant digits: 0.5, 0.125, 1e-05.
+std::string format_number(double value);
 
 }  // namespace xl::parse
