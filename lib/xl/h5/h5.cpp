@@ -104,10 +104,25 @@ bool is_hdf5_file(const std::string& path) {
   return !io::is_stdio(path) && io::is_file(path) && has_hdf5_signature(io::read_head(path, 8));
 }
 
+namespace {
+
+// File access without HDF5's file locks: xl writes a new file and renames it, never changes one in
+// place, so the locks guard nothing, and on file systems without them (NFS homes on clusters)
+// every open failed with "unable to lock file" (the HDF5_USE_FILE_LOCKING=FALSE of h5py users).
+Handle access_without_locks() {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(fapl, false, true);
+#endif
+  return fapl;
+}
+
+}  // namespace
+
 File File::create(const std::string& path, const std::string& display_name) {
   File f;
   f.name_ = display_name;
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  Handle fapl = access_without_locks();
   std::string name = path;
   // Files on disk in the 1.8 format: fixed-length attributes above 64 KiB (a long validation
   // history) go to dense storage; any HDF5 from 1.8 on reads it. (An in-memory image of that
@@ -138,7 +153,8 @@ File File::open(const std::string& path, const std::string& what) {
     fail(path, kExitDataErr, "not an HDF5 file (expected " + what + ")");
   File f;
   f.name_ = path;
-  f.handle_ = Handle(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, kExitDataErr,
+  const Handle fapl = access_without_locks();
+  f.handle_ = Handle(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, kExitDataErr,
                            "truncated or corrupt HDF5 file (expected " + what + ")"));
   return f;
 }
