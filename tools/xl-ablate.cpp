@@ -1,7 +1,6 @@
 // xl-ablate: runs an ablation grid (the paper's Tables 5-10) through a generated Makefile, and
 // turns its run directories into tables.
 #include <filesystem>
-#include <thread>
 
 #include "xl/ablate/grid.h"
 #include "xl/ablate/makefile_plan.h"
@@ -13,6 +12,7 @@
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/resources.h"
 
 namespace po = xl::cli::po;
 namespace fs = std::filesystem;
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     if (jobs < 1) cli.fail("jobs", "must be at least 1");
     int threads = cli.get<int>("threads");
     if (threads < 0) cli.fail("threads", "must not be negative");
-    if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / jobs);
+    if (threads == 0) threads = std::max(1, xl::usable_cores() / jobs);
 
     const std::string bin = exe_dir();
     XL_CHECK(!bin.empty(), kExitSoftware, "cannot find the directory of xl-ablate (/proc/self/exe)");

@@ -78,6 +78,13 @@ done
 no_temp_files "$A"
 no_temp_files "$B"
 
+# --threads 0 shares the cores this process may use (its affinity: a Slurm or taskset allotment).
+if command -v taskset >/dev/null && [ "$(nproc --all)" -gt 1 ]; then
+  taskset -c 0 xl-ablate grid.ini --tokens tokens.h5 --out runs-one-core --emit-makefile >one-core.mk 2>/dev/null ||
+    fail "--emit-makefile failed under taskset"
+  grep -qx "THREADS ?= 1" one-core.mk || fail "one allotted core, but: $(grep '^THREADS' one-core.mk)"
+fi
+
 step "a second make does nothing"
 sum1=$(cat "$A"/*.jsonl "$B"/*.jsonl | md5sum)
 make -f - -j2 <Makefile.emitted >make2.log 2>&1 || fail "second make failed: $(cat make2.log)"

@@ -1,28 +1,16 @@
 #include "xl/options/compute_options.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 #include "xl/model/device.h"
 #include "xl/model/precision.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
+#include "xl/util/resources.h"
 
 namespace xl::options {
 namespace po = cli::po;
-namespace {
-
-int usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-}  // namespace
-
 void add_compute_options(cli::Options& cli, ComputeFlags flags) {
   auto group = cli.add("Compute");
   group("threads", po::value<int>()->default_value(0), "CPU threads (0: one per core, shared by the ranks on this machine)");

@@ -8,6 +8,7 @@
 
 #include "xl/text/segmenter.h"
 #include "xl/util/error.h"
+#include "xl/util/resources.h"
 #include "xl/util/utf8.h"
 
 namespace xl::text {
@@ -483,7 +484,7 @@ size_t pretokenize_lines(std::string_view text, size_t begin, size_t end, std::s
 std::string moses_pretokenize(std::string_view text, const std::string& source, size_t chunks) {
   if (chunks == 0) {
     constexpr size_t kMinChunk = size_t{1} << 20;
-    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const size_t cores = static_cast<size_t>(usable_cores());
     chunks = std::max<size_t>(1, std::min(cores, text.size() / kMinChunk));
   }
   std::vector<size_t> bounds{0};  // chunks end at line ends

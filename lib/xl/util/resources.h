@@ -1,7 +1,11 @@
-// What the process has used so far, for reports and metrics.
+// What the process has used so far, for reports and metrics, and the cores it may use.
 #pragma once
 
 namespace xl {
+
+// The cores this process may run on: its CPU affinity (what Slurm, taskset or a container's
+// cpuset allot), not the machine's count; at least 1.
+int usable_cores();
 
 // Peak resident set size in MB (2^20 bytes).
 double peak_rss_mb();
