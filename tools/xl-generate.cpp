@@ -16,6 +16,7 @@
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/log.h"
 #include "xl/util/rng.h"
 
 namespace po = xl::cli::po;
@@ -88,6 +89,8 @@ int main(int argc, char** argv) {
     if (gs.length < 0) cli.fail("length", "must not be negative");
     if (gs.tgt_len < 1) cli.fail("tgt-len", "must be at least 1");
     if (gs.mem_len < 0) cli.fail("mem-len", "must not be negative");
+    if (gs.mem_len == 0)
+      XL_WARN("--mem-len 0: each drawn token sees no earlier one (generation's context is its memory)");
     if (gs.sampling.temperature < 0) cli.fail("temperature", "must not be negative");
     if (gs.sampling.top_k < 0) cli.fail("top-k", "must not be negative");
     if (!(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1)) cli.fail("top-p", "must be in (0, 1]");
