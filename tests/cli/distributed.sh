@@ -205,7 +205,8 @@ RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --lr 0.01 --max-s
 R0=0
 wait $r0 || R0=$?
 [ "$STATUS" -eq 78 ] && [ "$R0" -eq 78 ] || fail "ranks with other settings exited $R0 and $STATUS, expected 78: $(cat r0.err r1.err)"
-grep -q "rank 1's settings differ from rank 0's" r0.err || fail "rank 0 does not name rank 1: $(cat r0.err)"
+grep -q "rank 1's settings differ from rank 0's: train.lr = 0.01 against rank 0's 0.002" r0.err ||
+  fail "rank 0 does not name rank 1 and the setting: $(cat r0.err)"
 [ "$(wc -l <r1.err)" -eq 1 ] || fail "rank 1 printed more than one line: $(cat r1.err)"
 [ ! -e bad.h5 ] || fail "a failed job left bad.h5"
 echo "all data-parallel checks passed"

@@ -10,6 +10,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -157,6 +159,24 @@ void guarded(c10d::Store& store, const DistConfig& config, const std::string& wh
   }
 }
 
+namespace {
+
+// The first setting in which two JSON objects differ, "model.n_token = 14 against rank 0's 66"
+// (`other` is rank r's); empty when they are not both objects or do not differ.
+std::string first_difference(const nlohmann::json& mine, const nlohmann::json& other, const std::string& at = "") {
+  if (!mine.is_object() || !other.is_object()) return "";
+  for (const auto& [key, value] : other.items()) {
+    const std::string path = at + key;
+    if (!mine.contains(key)) return path + " = " + value.dump() + ", which rank 0 lacks";
+    if (mine[key] == value) continue;
+    const std::string inner = first_difference(mine[key], value, path + ".");
+    return inner.empty() ? path + " = " + value.dump() + " against rank 0's " + mine[key].dump() : inner;
+  }
+  return "";
+}
+
+}  // namespace
+
 void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
                               const std::string& value, int serial) {
   const std::string key = store_prefix() + "same/" + std::to_string(serial) + "/";
@@ -165,9 +185,13 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
     store_set(store, key + std::to_string(config.rank), value);
     for (int r = 0; r < config.world; ++r) values.push_back(store_get(store, key + std::to_string(r)));
   });
-  for (int r = 1; r < config.world; ++r)
-    XL_CHECK(values[static_cast<size_t>(r)] == values[0], kExitConfig,
-             "rank " << r << "'s " << what << " differ from rank 0's (every rank must be started with the same settings and files)");
+  for (int r = 1; r < config.world; ++r) {
+    if (values[static_cast<size_t>(r)] == values[0]) continue;
+    const std::string how = first_difference(nlohmann::json::parse(values[0], nullptr, false),
+                                             nlohmann::json::parse(values[static_cast<size_t>(r)], nullptr, false));
+    XL_FAIL(kExitConfig, "rank " << r << "'s " << what << " differ from rank 0's" << (how.empty() ? "" : ": " + how)
+                                 << " (every rank must be started with the same settings and files)");
+  }
 }
 
 std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, const torch::Device& device) {

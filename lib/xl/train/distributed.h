@@ -56,8 +56,9 @@ class Communicator {
   virtual std::unique_ptr<Pending> start_all_reduce_sum(torch::Tensor& tensor, const std::string& what) = 0;
   // The tensor of every rank, in rank order (equal shapes on every rank).
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const std::string& what) = 0;
-  // Every rank must give the same `value` for `what` (a config, a vocab); 78 naming the first
-  // rank that differs from rank 0, on every rank.
+  // Every rank must give the same `value` for `what` (a config, a vocab): a JSON object, so that
+  // a difference is named by its first differing key; 78 naming the first rank that differs from
+  // rank 0, on every rank.
   virtual void check_same(const std::string& what, const std::string& value) = 0;
 
  protected:

@@ -196,9 +196,12 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   batcher_ = std::make_unique<StreamBatcher>(train_ids_, cfg_.batch_size, cfg_.tgt_len);
   window_ = std::make_unique<TrainWindow>(model_->config.n_layer);
   sync_ = std::make_unique<GradientSync>(*comm_, model_->parameters());
-  // Every rank must train the same run on the same data.
-  comm_->check_same("settings", cfg_.to_json().dump() + model_->config.to_json().dump());
-  comm_->check_same("tokens (vocab and training split)", vocab_.sha256() + " " + std::to_string(train_ids_.size()));
+  // Every rank must train the same run on the same data (the data first: another vocab also
+  // changes the model's settings).
+  nlohmann::json data = {{"vocab_sha256", vocab_.sha256()}, {"train_tokens", train_ids_.size()}};
+  if (state_.train_data) data["train_sha256"] = state_.train_data->sha256;
+  comm_->check_same("tokens", data.dump());
+  comm_->check_same("settings", nlohmann::json{{"train", cfg_.to_json()}, {"model", model_->config.to_json()}}.dump());
 }
 
 checkpoint::Checkpoint Trainer::snapshot() {
