@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
         ("pretokenize", xl::cli::po::value<std::string>(), "word: none (split lines at whitespace) or moses (tokenize raw text as Hugging Face's TransfoXL tokenizer does); default: what the vocab records, none for a new vocab");
     cli.positional("input", -1);
     cli.add_output("the vocab");
+    cli.files({"input"});
     if (!cli.parse(argc, argv)) return 0;
 
     xl::text::VocabOptions opts;

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
     cli.add_output("the result rows");
+    cli.files({"checkpoint", "tokens"}, {"per-token"});
     xl::options::add_compute_options(cli);
     if (!cli.parse(argc, argv)) return 0;
 

@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
     xl::options::add_model_options(cli, xl::options::ModelDefaults::kUnset);
     cli.positional("input", 1);
     cli.add_output("the checkpoint (the state_dict with --export)");
+    cli.files({"input", "vocab", "export", "corpus"});
     if (!cli.parse(argc, argv)) return 0;
 
     const std::string input = cli.get<std::string>("input");

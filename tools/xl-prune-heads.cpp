@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
     cli.add_output("a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
+    cli.files({"checkpoint", "compare", "tokens"}, {"plot"});
     options::add_compute_options(cli, {false, true});
     if (!cli.parse(argc, argv)) return 0;
     const auto compute = options::compute_settings(cli);

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
         ("decode", po::value<std::string>(), "write split NAME (or all) of the tokens file INPUT as text");
     cli.positional("input", 1);
     cli.add_output("the tokens file (text with --decode)");
+    cli.files({"input", "train", "valid", "test", "vocab"});
     if (!cli.parse(argc, argv)) return 0;
 
     const std::string input = cli.get<std::string>("input");

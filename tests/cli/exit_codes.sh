@@ -131,6 +131,24 @@ expect 0 xl-tokenize --decode all good.h5 -o from-file.txt
 same_bytes from-fifo.txt from-file.txt "a tokens file written through a FIFO"
 no_temp_files .
 
+step "64: an output that is one of the inputs is refused even with -f (the input would be lost)"
+cp text.txt own.txt
+expect 64 xl-tokenize -q --vocab v.tsv own.txt -o ./own.txt -f
+stderr_is_one_line "--output is ./own.txt, which is also INPUT"
+same_bytes own.txt text.txt "the input refused as its own output"
+cp good.h5 own.h5
+expect 64 xl-train-phase1 --max-steps 1 own.h5 -o own.h5 -f
+stderr_is_one_line "--output is own.h5, which is also TOKENS"
+same_bytes own.h5 good.h5 "a tokens file refused as the checkpoint"
+expect 64 xl-train-phase1 --max-steps 1 good.h5 -o ck.h5 --metrics ck.h5
+stderr_is_one_line "--metrics is ck.h5, which --output writes too"
+expect 64 xl-build-vocab text.txt own.txt -o own.txt -f
+stderr_is_one_line "which is also INPUT"
+ln -s own.txt link.txt
+expect 64 xl-build-vocab link.txt -o own.txt -f
+stderr_is_one_line "--output is own.txt, which is also INPUT"
+same_bytes own.txt text.txt "an input reached through a link"
+
 step "64: usage errors"
 for t in xl-build-vocab xl-tokenize xl-inspect; do
   expect 64 "$t" --no-such-option

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
 #include "xl/util/spelling.h"
@@ -44,6 +45,47 @@ void Options::add_output(const std::string& what) {
   add("Output")
       ("output,o", po::value<std::string>()->default_value("-"), ("write " + what + " to FILE (- is stdout)").c_str())
       ("force,f", po::bool_switch(), "overwrite an existing output file");
+}
+
+void Options::files(std::vector<std::string> inputs, std::vector<std::string> outputs) {
+  input_files_.insert(input_files_.end(), inputs.begin(), inputs.end());
+  output_files_.insert(output_files_.end(), outputs.begin(), outputs.end());
+}
+
+std::string Options::shown(const std::string& name) const {
+  for (unsigned i = 0; i < positional_.max_total_count() && i < 16; ++i)
+    if (positional_.name_for_position(i) == name) {
+      std::string upper = name;
+      for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      return upper;
+    }
+  return "--" + name;
+}
+
+std::vector<std::string> Options::paths(const std::string& name) const {
+  if (!has(name)) return {};
+  const auto& v = vm_[name].value();
+  if (v.type() == typeid(std::vector<std::string>)) return boost::any_cast<std::vector<std::string>>(v);
+  if (v.type() == typeid(std::string)) return {boost::any_cast<std::string>(v)};
+  return {};
+}
+
+void Options::check_files() const {
+  std::vector<std::string> outputs;
+  if (vm_.count("output")) outputs.push_back("output");
+  outputs.insert(outputs.end(), output_files_.begin(), output_files_.end());
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (const std::string& out : paths(outputs[i])) {
+      for (const std::string& in_name : input_files_)
+        for (const std::string& in : paths(in_name))
+          if (io::same_file(out, in))
+            fail(outputs[i], "is " + out + ", which is also " + shown(in_name) +
+                                 ": writing it would replace what is read (write to another file)");
+      for (size_t j = i + 1; j < outputs.size(); ++j)
+        for (const std::string& other : paths(outputs[j]))
+          if (io::same_file(out, other))
+            fail(outputs[j], "is " + other + ", which " + shown(outputs[i]) + " writes too (give each its own file)");
+    }
 }
 
 namespace {
@@ -151,6 +193,7 @@ bool Options::parse(int argc, char** argv) {
     std::cout << config_text();
     return false;
   }
+  check_files();
   return true;
 }
 

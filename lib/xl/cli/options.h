@@ -39,6 +39,10 @@ class Options {
 
   // -o/--output (default "-") and -f/--force.
   void add_output(const std::string& what);
+  // Options (or positional names) whose values are files this tool reads, and files it writes
+  // beside -o: parse() refuses an output that is one of the inputs, or two outputs that are one
+  // file, even with -f (an output replaces its file; a tokens file or text would be lost).
+  void files(std::vector<std::string> inputs, std::vector<std::string> outputs = {});
 
   // Returns false when --help, --version or --dump-config printed what was asked (exit 0).
   bool parse(int argc, char** argv);
@@ -98,8 +102,15 @@ class Options {
   std::set<std::string> command_line_;
   std::map<std::string, std::string> config_file_;  // option -> the config file its value came from
 
+  std::vector<std::string> input_files_, output_files_;
+
   void read_config_files(const std::vector<std::string>& files, const po::options_description& all);
   void finish_parse();
+  void check_files() const;
+  // "INPUT" for a positional argument, "--vocab" for an option.
+  std::string shown(const std::string& name) const;
+  // The paths an option holds: one, or a repeatable option's list; none when not given.
+  std::vector<std::string> paths(const std::string& name) const;
   std::string excess_argument_message(int argc, char** argv, const po::options_description& all) const;
 };
 

@@ -78,6 +78,7 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("dist-timeout", po::value<std::string>()->default_value("5m"), "how long a rank waits for the others before giving up");
   cli.positional("tokens", 1);
   cli.add_output("the checkpoint (the best one goes to NAME.best.h5)");
+  cli.files({"tokens", "init"}, {"metrics"});
   ComputeFlags compute_flags;
   compute_flags.training = true;
   add_compute_options(cli, compute_flags);

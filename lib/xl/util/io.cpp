@@ -44,6 +44,17 @@ bool is_dir(const std::string& path) {
 
 std::string display_name(const std::string& path) { return is_stdio(path) ? "<stdin>" : path; }
 
+bool same_file(const std::string& a, const std::string& b) {
+  if (is_stdio(a) || is_stdio(b) || a.empty() || b.empty()) return false;
+  struct stat sa, sb;
+  const bool has_a = ::stat(a.c_str(), &sa) == 0, has_b = ::stat(b.c_str(), &sb) == 0;
+  if (has_a && has_b) return S_ISREG(sa.st_mode) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (has_a || has_b) return false;
+  std::error_code ea, eb;
+  const auto pa = std::filesystem::weakly_canonical(a, ea), pb = std::filesystem::weakly_canonical(b, eb);
+  return !ea && !eb && pa == pb;
+}
+
 namespace {
 
 // An input opened for reading: stdin for "-"; its size when it is a regular file (0 otherwise).

@@ -13,6 +13,9 @@ bool is_file(const std::string& path);
 bool is_dir(const std::string& path);
 // A name for messages: "<stdin>" for "-".
 std::string display_name(const std::string& path);
+// Whether paths A and B name one regular file (the same device and inode), or, when neither exists
+// yet, the same place; never for "-" or a device.
+bool same_file(const std::string& a, const std::string& b);
 
 // Reads the whole input as it is stored.
 std::string read_raw(const std::string& path);
