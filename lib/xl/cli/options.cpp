@@ -53,7 +53,9 @@ void Options::files(std::vector<std::string> inputs, std::vector<std::string> ou
 }
 
 std::string Options::shown(const std::string& name) const {
-  for (unsigned i = 0; i < positional_.max_total_count() && i < 16; ++i)
+  // An unlimited positional argument (max_total_count ~0u) repeats its name: the first few tell.
+  const unsigned positions = std::min(positional_.max_total_count(), 8u);
+  for (unsigned i = 0; i < positions; ++i)
     if (positional_.name_for_position(i) == name) {
       std::string upper = name;
       for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));

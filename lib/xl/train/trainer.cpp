@@ -447,8 +447,11 @@ bool Trainer::validate() {
 }
 
 int Trainer::run() {
-  XL_CHECK(dist_.single() || ((!io::is_stdio(req_.tokens) && !io::is_stdio(req_.init)) || stdin_spooled_by_launcher()),
-           kExitUsage, "ranks started by torchrun, srun or mpirun read files, not pipes (give TOKENS and --init as files, or start the ranks with --nproc-per-node)");
+  // Ranks cannot share one pipe; --nproc-per-node hands each its own copy of it.
+  const bool piped = io::is_stdio(req_.tokens) || io::is_stdio(req_.init);
+  XL_CHECK(dist_.single() || !piped || stdin_spooled_by_launcher(), kExitUsage,
+           "ranks started by torchrun, srun or mpirun read files, not pipes (give TOKENS and --init as files, "
+           "or start the ranks with --nproc-per-node)");
   // One GPU per local rank; every rank meets the others before anything can fail alone.
   device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
