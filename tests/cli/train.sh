@@ -157,6 +157,10 @@ expect 78 $T -c longer-memory.ini --max-steps 41 --resume tokens.h5 -o split.h5
 stderr_is_one_line "longer-memory.ini: mem-len = 32 is set for this run, but split.h5 was trained with mem-len = 16"
 expect 64 xl-train-phase2 -c small.ini --threads 1 --max-steps 41 --resume tokens.h5 -o split.h5
 stderr_is_one_line "split.h5 is a phase1 run: resume it with xl-train-phase1 --resume, or start phase 2 from it with xl-train-phase2 --init split.h5"
+# A script may pass --init always and --resume once the output exists: the run goes on, and says so.
+expect 0 xl-train-phase2 -c small.ini --threads 1 --init split.h5 --max-steps 2 tokens.h5 -o p2-again.h5
+expect 0 xl-train-phase2 -c small.ini --threads 1 --init split.h5 --max-steps 3 --resume tokens.h5 -o p2-again.h5
+grep -q -- "--resume continues p2-again.h5; --init split.h5 is not read" "$TMP/err" || fail "no note of the unread --init: $(cat "$TMP/err")"
 cp split.h5 dropout.h5
 expect 0 $T --max-steps 41 --resume --dropout 0.3 tokens.h5 -o dropout.h5
 grep -q "resuming with dropout = 0.3 (dropout.h5 has 0.1)" "$TMP/err" || fail "no note of the new dropout: $(cat "$TMP/err")"

@@ -475,6 +475,9 @@ int Trainer::run() {
   tokens_ = std::make_unique<h5::TokensFile>(h5::TokensFile::open(req_.tokens));
   const checkpoint::ExpectedVocab vocab{tokens_->vocab().sha256(), tokens_->name()};
   if (req_.resume) {
+    // Scripts may pass --init always and --resume once the output exists: the run goes on.
+    if (!req_.init.empty())
+      XL_INFO("--resume continues " << req_.output << "; --init " << io::display_name(req_.init) << " is not read");
     const auto ckpt = checkpoint::load(req_.output, vocab);
     if (ckpt.state.world_size != dist_.world)
       XL_INFO(req_.output << " was written by " << ckpt.state.world_size << " rank(s), this run has " << dist_.world
