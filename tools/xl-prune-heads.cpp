@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
     is.head_mask = es.head_mask;
     is.precision = es.precision;
     const std::string score_split = cli.get<std::string>("importance-split");
-    auto score_ids = score_split == request.split ? ids : tokens.read_split(score_split, "--importance-split picks another", eval::kMinEvalTokens);
+    auto score_ids = score_split == request.split
+                         ? ids
+                         : tokens.read_split(score_split, "--importance-split picks another", eval::kMinEvalTokens);
 
     if (mode == "importance") {
       torch::Tensor scores = analysis::head_importance(model, score_ids, is);

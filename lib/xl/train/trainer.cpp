@@ -447,11 +447,6 @@ bool Trainer::validate() {
 }
 
 int Trainer::run() {
-  // Ranks cannot share one pipe; --nproc-per-node hands each its own copy of it.
-  const bool piped = io::is_stdio(req_.tokens) || io::is_stdio(req_.init);
-  XL_CHECK(dist_.single() || !piped || stdin_spooled_by_launcher(), kExitUsage,
-           "ranks started by torchrun, srun or mpirun read files, not pipes (give TOKENS and --init as files, "
-           "or start the ranks with --nproc-per-node)");
   // One GPU per local rank; every rank meets the others before anything can fail alone.
   device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
@@ -599,6 +594,10 @@ int run_training(const TrainRequest& request, char** argv) {
   if (!dist.single()) {
     log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
     if (dist.rank > 0 && log::level() == log::Level::kInfo) log::set_level(log::Level::kQuiet);  // rank 0 speaks
+    // Ranks cannot share one pipe; --nproc-per-node (above) hands each its own copy of it.
+    XL_CHECK(!piped || stdin_spooled_by_launcher(), kExitUsage,
+             "ranks started by torchrun, srun or mpirun read files, not pipes (give TOKENS and --init as files, "
+             "or start the ranks with --nproc-per-node)");
   }
   Trainer t(request, dist);
   return t.run();
