@@ -273,9 +273,33 @@ expect 64 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line skip-schedule
 expect 73 $T --max-steps 1 tokens.h5 -o p1.h5
 stderr_is_one_line "already exists"
-# A run whose checkpoints and metrics go nowhere: /dev/null needs no -f and stays the device.
-expect 0 $T --max-steps 1 --eval-interval 0 tokens.h5 -o /dev/null --metrics /dev/null
+# The best checkpoint beside -o is an output too: phase 2 from p1.best.h5 with -o p1.h5 -f would
+# replace the model it starts from; a best one left by an earlier run needs -f.
+cp p1.best.h5 best-before.h5
+expect 64 xl-train-phase2 --init p1.best.h5 --max-steps 2 tokens.h5 -o p1.h5 -f
+stderr_is_one_line "--output writes the best checkpoint to p1.best.h5, which is also --init"
+same_bytes p1.best.h5 best-before.h5 "the refused phase 2"
+cp p1.best.h5 stale.best.h5
+expect 73 $T --max-steps 1 tokens.h5 -o stale.h5
+stderr_is_one_line "stale.best.h5: already exists" "-f"
+same_bytes stale.best.h5 best-before.h5 "the refused fresh run"
+# A run whose checkpoints and metrics go nowhere: /dev/null needs no -f, stays the device, and
+# gets no best checkpoint beside it (it made /dev/null.best as root, and failed without).
+touch before-null
+expect 0 $T --max-steps 2 --eval-interval 1 tokens.h5 -o /dev/null --metrics /dev/null
 [ -c /dev/null ] || fail "training to -o /dev/null replaced the device"
+[ ! /dev/null.best -nt before-null ] || fail "training to -o /dev/null wrote /dev/null.best"
+# A FIFO gets one checkpoint, the last: a reader sees one whole file (each validation opened it
+# again, and the second open waited for a reader that had gone).
+mkfifo ck.fifo
+cat ck.fifo > from-fifo.h5 &
+reader=$!
+expect 0 timeout 60 $T --max-steps 3 --eval-interval 1 tokens.h5 -o ck.fifo
+wait $reader
+expect 0 xl-inspect --verify from-fifo.h5
+[ "$(xl-inspect --json from-fifo.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 3 ] || fail "the FIFO's checkpoint is not step 3's"
+[ ! -e ck.fifo.best ] || fail "a best checkpoint was written beside the FIFO"
+rm ck.fifo
 expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "phase-1"
 expect 64 xl-train-phase2 --max-steps 1 tokens.h5 -o bad.h5

@@ -52,6 +52,11 @@ void Options::files(std::vector<std::string> inputs, std::vector<std::string> ou
   output_files_.insert(output_files_.end(), outputs.begin(), outputs.end());
 }
 
+void Options::output_beside(std::string what, std::function<std::string(const std::string&)> name_for) {
+  beside_what_ = std::move(what);
+  beside_name_ = std::move(name_for);
+}
+
 std::string Options::shown(const std::string& name) const {
   // An unlimited positional argument (max_total_count ~0u) repeats its name: the first few tell.
   const unsigned positions = std::min(positional_.max_total_count(), 8u);
@@ -73,21 +78,31 @@ std::vector<std::string> Options::paths(const std::string& name) const {
 }
 
 void Options::check_files() const {
-  std::vector<std::string> outputs;
-  if (vm_.count("output")) outputs.push_back("output");
-  outputs.insert(outputs.end(), output_files_.begin(), output_files_.end());
-  for (size_t i = 0; i < outputs.size(); ++i)
-    for (const std::string& out : paths(outputs[i])) {
-      for (const std::string& in_name : input_files_)
-        for (const std::string& in : paths(in_name))
-          if (io::same_file(out, in))
-            fail(outputs[i], "is " + out + ", which is also " + shown(in_name) +
-                                 ": writing it would replace what is read (write to another file)");
-      for (size_t j = i + 1; j < outputs.size(); ++j)
-        for (const std::string& other : paths(outputs[j]))
-          if (io::same_file(out, other))
-            fail(outputs[j], "is " + other + ", which " + shown(outputs[i]) + " writes too (give each its own file)");
+  struct Output {
+    std::string option, path;
+    std::string beside;  // what the file is when the tool names it after -o, else empty
+    std::string shown(const Options& o) const { return o.shown(option) + (beside.empty() ? "" : " (" + beside + ")"); }
+  };
+  std::vector<Output> outputs;
+  std::vector<std::string> names = output_files_;
+  if (vm_.count("output")) names.insert(names.begin(), "output");
+  for (const std::string& name : names)
+    for (const std::string& path : paths(name)) {
+      outputs.push_back({name, path, ""});
+      if (name == "output" && beside_name_)
+        if (std::string beside = beside_name_(path); !beside.empty()) outputs.push_back({name, beside, beside_what_});
     }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Output& out = outputs[i];
+    for (const std::string& in_name : input_files_)
+      for (const std::string& in : paths(in_name))
+        if (io::same_file(out.path, in))
+          fail(out.option, (out.beside.empty() ? "is " : "writes " + out.beside + " to ") + out.path + ", which is also " +
+                               shown(in_name) + ": writing it would replace what is read (write to another file)");
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (io::same_file(out.path, outputs[j].path))
+        fail(outputs[j].option, "is " + outputs[j].path + ", which " + out.shown(*this) + " writes too (give each its own file)");
+  }
 }
 
 namespace {

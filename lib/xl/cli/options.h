@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -43,6 +44,9 @@ class Options {
   // beside -o: parse() refuses an output that is one of the inputs, or two outputs that are one
   // file, even with -f (an output replaces its file; a tokens file or text would be lost).
   void files(std::vector<std::string> inputs, std::vector<std::string> outputs = {});
+  // A file the tool also writes, named after -o ("run.h5" -> "run.best.h5"; "" when there is
+  // none, for stdout or a device): checked as the outputs are, described as `what`.
+  void output_beside(std::string what, std::function<std::string(const std::string&)> name_for);
 
   // Returns false when --help, --version or --dump-config printed what was asked (exit 0).
   bool parse(int argc, char** argv);
@@ -103,6 +107,8 @@ class Options {
   std::map<std::string, std::string> config_file_;  // option -> the config file its value came from
 
   std::vector<std::string> input_files_, output_files_;
+  std::string beside_what_;
+  std::function<std::string(const std::string&)> beside_name_;
 
   void read_config_files(const std::vector<std::string>& files, const po::options_description& all);
   void finish_parse();

@@ -3,6 +3,7 @@
 #include "xl/options/compute_options.h"
 #include "xl/options/model_options.h"
 #include "xl/train/distributed.h"
+#include "xl/train/trainer.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
 
@@ -79,6 +80,7 @@ void add_training_options(cli::Options& cli, Phase phase) {
   cli.positional("tokens", 1);
   cli.add_output("the checkpoint (the best one goes to NAME.best.h5)");
   cli.files({"tokens", "init"}, {"metrics"});
+  cli.output_beside("the best checkpoint", train::best_path);
   ComputeFlags compute_flags;
   compute_flags.training = true;
   add_compute_options(cli, compute_flags);

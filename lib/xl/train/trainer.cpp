@@ -38,6 +38,7 @@
 namespace xl::train {
 
 std::string best_path(const std::string& output) {
+  if (io::is_stream(output)) return "";
   const std::string ext = ".h5";
   if (output.size() > ext.size() && parse::ends_with(output, ext))
     return output.substr(0, output.size() - ext.size()) + ".best.h5";
@@ -241,13 +242,13 @@ checkpoint::Checkpoint Trainer::snapshot() {
 }
 
 void Trainer::save(bool best) {
-  if (io::is_stdio(req_.output)) return;  // a checkpoint on stdout is written once, at the end
+  if (io::is_stream(req_.output)) return;  // a checkpoint on stdout or a FIFO is written once, at the end
   auto ck = snapshot();
   if (!leader()) return;
   try {
     // A failed write leaves the previous file as it was (temp file + rename).
     checkpoint::save(req_.output, ck, true);
-    if (best) checkpoint::save(best_path(req_.output), ck, true);
+    if (best && !best_path(req_.output).empty()) checkpoint::save(best_path(req_.output), ck, true);
   } catch (const Error& e) {
     if (e.code() != kExitIoErr || cfg_.on_save_error != "continue") throw;
     save_failed_ = true;
@@ -260,7 +261,7 @@ void Trainer::save(bool best) {
   save_failed_ = false;
   saved_step_ = state_.step;
   nlohmann::json ev = {{"step", state_.step}, {"path", req_.output}};
-  if (best) ev["best"] = best_path(req_.output);
+  if (best && !best_path(req_.output).empty()) ev["best"] = best_path(req_.output);
   metrics_.write("checkpoint", ev);
 }
 
@@ -458,12 +459,16 @@ int Trainer::run() {
               "training keeps LibTorch's attention kernel");
   comm_ = Communicator::connect(dist_, device_);
   if (req_.resume) {
-    XL_CHECK(!io::is_stdio(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
+    XL_CHECK(!io::is_stream(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
   } else if (leader()) {
     // A device (/dev/null) is written through, never replaced.
     XL_CHECK(req_.force || io::is_stdio(req_.output) || !io::is_file(req_.output), kExitCantCreat,
              req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
+    const std::string best = best_path(req_.output);
+    XL_CHECK(req_.force || best.empty() || !io::exists(best), kExitCantCreat,
+             best << ": already exists, the best checkpoint of an earlier run with -o " << req_.output
+                  << " (use -f to overwrite it)");
     // The directory must be writable, and stdout not a terminal, now, not in an hour.
     io::AtomicOutput probe(req_.output, true, true);
   }
@@ -548,7 +553,7 @@ int Trainer::run() {
       check_last_save();
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
       progress_.print("stopped by signal " + std::to_string(sig) + " at step " + std::to_string(state_.step) +
-                      (io::is_stdio(req_.output) ? "" : "; resume with --resume -o " + req_.output));
+                      (io::is_stream(req_.output) ? "" : "; resume with --resume -o " + req_.output));
       return 128 + sig;
     }
     // A wall-clock budget may run out on one rank a step before another: all stop together.
@@ -563,9 +568,9 @@ int Trainer::run() {
   const bool saved_now = saved_once_ && !save_failed_ && saved_step_ == state_.step;  // by --save-every
   if ((!validated_now || valid_ids_.empty()) && !saved_now) save(false);
   check_last_save();
-  if (io::is_stdio(req_.output)) {
+  if (io::is_stream(req_.output)) {
     auto ck = snapshot();
-    if (leader()) checkpoint::save("-", ck, true);
+    if (leader()) checkpoint::save(req_.output, ck, true);
   }
   const double rss = peak_rss_mb();
   metrics_.write("done", {{"step", state_.step}, {"reason", reason}, {"tokens", state_.tokens_seen},

@@ -9,7 +9,8 @@
 
 namespace xl::train {
 
-// "run.h5" -> "run.best.h5"
+// Where the best checkpoint goes: "run.h5" -> "run.best.h5"; "" for stdout or a device or FIFO
+// (/dev/null), which are written through and have no file beside them.
 std::string best_path(const std::string& output);
 
 // Runs to a budget or stopping rule. Returns 0, or 128+N after signal N (a checkpoint is saved

@@ -42,6 +42,11 @@ bool is_dir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool is_stream(const std::string& path) {
+  struct stat st;
+  return is_stdio(path) || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
+}
+
 std::string display_name(const std::string& path) { return is_stdio(path) ? "<stdin>" : path; }
 
 bool same_file(const std::string& a, const std::string& b) {

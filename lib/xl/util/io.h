@@ -11,6 +11,9 @@ inline bool is_stdio(const std::string& path) { return path == "-"; }
 bool exists(const std::string& path);
 bool is_file(const std::string& path);
 bool is_dir(const std::string& path);
+// Whether an output at PATH is a stream written once rather than a file that can be replaced:
+// stdout ("-"), a device (/dev/null) or a FIFO.
+bool is_stream(const std::string& path);
 // A name for messages: "<stdin>" for "-".
 std::string display_name(const std::string& path);
 // Whether paths A and B name one regular file (the same device and inode), or, when neither exists
