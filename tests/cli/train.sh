@@ -273,6 +273,25 @@ expect 64 $T --skip-schedule sometimes --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line skip-schedule
 expect 73 $T --max-steps 1 tokens.h5 -o p1.h5
 stderr_is_one_line "already exists"
+# --start-or-resume, for jobs a scheduler requeues: the same command starts the run, then continues
+# it; a metrics file left by a run killed before its first checkpoint is appended to.
+echo '{"event":"start","step":0}' > sor.jsonl
+expect 0 $T --max-steps 4 --eval-interval 0 --start-or-resume tokens.h5 -o sor.h5 --metrics sor.jsonl
+expect 0 $T --max-steps 8 --eval-interval 0 --start-or-resume tokens.h5 -o sor.h5 --metrics sor.jsonl
+python3 - sor.jsonl <<'PY' || fail "--start-or-resume did not start, then resume: $(cat sor.jsonl)"
+import json, sys
+ev = list(map(json.loads, open(sys.argv[1])))
+starts = [(e["step"], e.get("resumed")) for e in ev if e["event"] == "start"]
+assert starts == [(0, None), (0, False), (4, True)], starts
+assert [e["step"] for e in ev if e["event"] == "done"] == [4, 8]
+PY
+for bad in --resume -f; do
+  expect 64 $T --max-steps 1 --start-or-resume $bad tokens.h5 -o sor.h5
+  stderr_is_one_line "--start-or-resume" "drop $bad"
+done
+expect 64 $T --max-steps 1 --start-or-resume tokens.h5 -o -
+stderr_is_one_line "--start-or-resume needs -o FILE"
+
 # The best checkpoint beside -o is an output too: phase 2 from p1.best.h5 with -o p1.h5 -f would
 # replace the model it starts from; a best one left by an earlier run needs -f.
 cp p1.best.h5 best-before.h5

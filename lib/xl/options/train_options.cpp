@@ -5,6 +5,7 @@
 #include "xl/train/distributed.h"
 #include "xl/train/trainer.h"
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 #include "xl/util/parse.h"
 
 namespace xl::options {
@@ -72,7 +73,9 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("log-interval", po::value<int64_t>()->default_value(d.log_interval), "log every N steps")
       ("metrics", po::value<std::string>()->default_value(""), "write JSON Lines events to FILE")
       ("progress", po::value<std::string>()->default_value("auto"), "auto (live line on a terminal), always or never")
-      ("resume", po::bool_switch(), "continue the run whose latest checkpoint is -o");
+      ("resume", po::bool_switch(), "continue the run whose latest checkpoint is -o")
+      ("start-or-resume", po::bool_switch(),
+       "continue the run if -o exists, else start it (for jobs a scheduler may requeue; metrics append)");
   cli.add("Data parallel (torchrun, Slurm and mpirun start ranks through the environment)")
       ("nproc-per-node", po::value<int>()->default_value(1), "start this many ranks of this training on this machine")
       ("dist-backend", po::value<std::string>()->default_value("auto"), "auto (NCCL on GPUs, Gloo on CPUs), gloo or nccl")
@@ -94,6 +97,13 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   r.output = cli.output();
   r.force = cli.force();
   r.resume = cli.get<bool>("resume");
+  r.start_or_resume = cli.get<bool>("start-or-resume");
+  if (r.start_or_resume) {
+    if (r.resume) cli.fail("start-or-resume", "resumes when -o exists already: drop --resume");
+    if (r.force) cli.fail("start-or-resume", "continues what -f would overwrite: drop -f");
+    if (io::is_stream(r.output)) cli.fail("start-or-resume", "needs -o FILE, the run's checkpoint");
+    r.resume = io::is_file(r.output);
+  }
   r.metrics = cli.get<std::string>("metrics");
   r.progress = cli.get<std::string>("progress");
   train::TrainConfig& t = r.train;

@@ -16,6 +16,7 @@ struct TrainRequest {
   std::string output;               // latest checkpoint; the best one goes beside it (see best_path)
   bool force = false;
   bool resume = false;              // continue the run whose latest checkpoint is `output`
+  bool start_or_resume = false;     // resume set when `output` exists: a job a scheduler may requeue
   std::string init;                 // phase 2: the phase-1 checkpoint to start from
   bool reset_optimizer = false;     // phase 2: fresh Adam moments
   model::ModelConfig model;         // ModelConfig's defaults overridden by the model options given
