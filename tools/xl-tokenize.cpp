@@ -13,8 +13,12 @@ namespace po = xl::cli::po;
 namespace {
 
 int decode(const xl::cli::Options& cli, const std::string& input) {
+  const std::string which = cli.get<std::string>("decode");
+  // `--decode FILE` reads like "decode FILE", but the value is the split: FILE would be taken as a
+  // split name and the tokens read from stdin.
+  if (xl::io::is_stdio(input) && xl::io::is_file(which))
+    cli.fail("decode", "takes the split to write (train, valid, test or all), not the file: xl-tokenize --decode all " + which);
   auto tokens = xl::h5::TokensFile::open(input);
-  std::string which = cli.get<std::string>("decode");
   std::vector<std::string> splits = which == "all" ? tokens.split_names() : std::vector<std::string>{which};
   const auto pretokenizer = xl::text::pretokenizer_for(tokens.vocab(), cli.get_optional<std::string>("pretokenize"));
   xl::text::Tokenizer tokenizer(tokens.vocab(), false, pretokenizer);

@@ -110,6 +110,9 @@ for s in train valid test; do xl-tokenize --decode "$s" b.h5 >>concat.txt || fai
 same_bytes concat.txt mixed.txt "train+valid+test decoded one by one"
 xl-tokenize --mode byte - <mixed.txt | xl-tokenize --decode all - >back-pipe.txt || fail "tokenize | decode pipe failed"
 same_bytes back-pipe.txt mixed.txt "tokenize | decode through a pipe"
+# `--decode FILE` reads as "decode FILE": it took the file as a split name and waited on stdin.
+expect 64 xl-tokenize --decode b.h5 </dev/null
+stderr_is_one_line "--decode takes the split to write" "xl-tokenize --decode all b.h5"
 # Deterministic content: two runs give the same ids (files differ only in created_utc).
 expect 0 xl-tokenize --mode byte mixed.txt -o b2.h5
 for s in train valid test; do
