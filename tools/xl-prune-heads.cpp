@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
         ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
         ("importance-max-tokens", po::value<std::string>()->default_value("50000"), "tokens used for importance scores (0: all)")
         ("normalize-layers", po::bool_switch(), "divide each layer's scores by their L2 norm")
-        ("step", cli::real_value(10), "iterative: % of all heads pruned per step")
+        ("step", cli::real_value(10), "iterative: % of all heads pruned per step (at least one)")
         ("max-fraction", cli::real_value(1.0), "iterative: stop once this share of heads is pruned")
         ("prune-heads", po::value<int64_t>()->default_value(-1), "iterative: prune exactly this many heads in one step")
         ("rescore", po::bool_switch(), "iterative: recompute importance after each step")

@@ -137,6 +137,15 @@ TEST(HeadStudy, IterativePruningFollowsImportanceAndRefusesTooMany) {
   ASSERT_EQ(r.curve.size(), 3u);  // 0, 3 and 6 of 6 heads
   EXPECT_EQ(r.curve[1].pruned, 3);
   EXPECT_EQ(r.keep.sum().item<int64_t>(), 0);
+  // A step of less than one head prunes one a step, to --max-fraction: 10% of 6 heads is 0.6,
+  // and 2 x 0.6 rounded is one head again.
+  sched.step_percent = 10;
+  sched.max_fraction = 0.5;
+  auto fine = analysis::prune_iteratively(m, ids, es, ids, is, sched);
+  std::vector<int64_t> counts;
+  for (const auto& p : fine.curve) counts.push_back(p.pruned);
+  EXPECT_EQ(counts, (std::vector<int64_t>{0, 1, 2, 3}));
+  sched.max_fraction = 1;
   // The three least important heads go first.
   sched.exact_heads = 3;
   auto first = analysis::prune_iteratively(m, ids, es, ids, is, sched);

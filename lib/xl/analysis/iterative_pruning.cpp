@@ -37,11 +37,14 @@ IterativePruning prune_iteratively(model::TransformerXL& model, const std::vecto
   out.importance = importance.clone();
   out.curve.push_back(evaluate(0));
   int64_t pruned = 0;
+  const int64_t most = static_cast<int64_t>(std::floor(sched.max_fraction * total + 1e-9));
   for (int step = 1;; ++step) {
+    // At least one head a step: a step of under half a head (4% of 16) rounded to none, and ended
+    // the curve there.
     int64_t target = sched.exact_heads >= 0
                          ? sched.exact_heads
-                         : std::min<int64_t>(total, static_cast<int64_t>(std::llround(step * sched.step_percent / 100.0 * total)));
-    target = std::min<int64_t>(target, static_cast<int64_t>(std::floor(sched.max_fraction * total + 1e-9)));
+                         : std::max<int64_t>(pruned + 1, std::llround(step * sched.step_percent / 100.0 * total));
+    target = std::min({target, total, most});
     if (target <= pruned) break;
     // The least important kept heads go first (ties: lower layer, then lower head).
     std::vector<std::tuple<float, int64_t, int64_t>> order;
