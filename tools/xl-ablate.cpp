@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
         ("format", po::value<std::string>()->default_value("md"), "jsonl, md (Markdown tables) or tsv")
         ("plot", po::value<std::string>(), "also draw the validation curves of all runs to FILE.png (gnuplot)");
     cli.positional("args", -1);
+    cli.files({"args", "tokens", "tokens-text"}, {"plot"});
     if (!cli.parse(argc, argv)) return 0;
 
     const auto args = cli.has("args") ? cli.get<std::vector<std::string>>("args") : std::vector<std::string>();

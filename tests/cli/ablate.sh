@@ -176,6 +176,11 @@ expect 66 xl-ablate grid.ini --tokens missing.h5 --out runs3
 stderr_is_one_line "missing.h5"
 expect 64 xl-ablate grid.ini --tokens tokens.h5
 stderr_is_one_line "--out"
+# The plot is an output: given the grid's or the tokens' name, it would replace them.
+cp grid.ini grid-before.ini
+expect 64 xl-ablate grid.ini --tokens tokens.h5 --out runs4 --plot grid.ini
+stderr_is_one_line "--plot is grid.ini, which is also"
+same_bytes grid.ini grid-before.ini "the grid after a refused --plot"
 expect 66 xl-ablate report nowhere
 stderr_is_one_line "nowhere"
 
