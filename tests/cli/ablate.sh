@@ -130,6 +130,25 @@ timeout -s TERM 8 xl-ablate long.ini --tokens tokens.h5 --out long --jobs 2 --th
 grep -q "phases=p1: phase 1 (resuming)" long2.err || fail "the stopped training did not resume: $(cat long2.err)"
 ! pgrep -f "long/phases=p1" >/dev/null || fail "trainings are left running after timeout(1): $(pgrep -fa "long/phases=p1")"
 
+step "SIGKILL to xl-ablate: the trainings it started save and stop, and make starts nothing more"
+# Nothing can pass SIGKILL on: make and the trainings trained the grid to its end unwatched.
+starts=$(grep -c '"event":"start"' "long/phases=p1/p1.jsonl")
+starts2=$(grep -c '"event":"start"' "long/phases=p1+p2/p1.jsonl")
+stops=$(cat long/phases=p1*/p1.jsonl | grep -c '"reason":"signal 15"')
+xl-ablate long.ini --tokens tokens.h5 --out long --jobs 2 --threads 1 >long3.out 2>long3.err &
+job=$!
+wait_for_lines "long/phases=p1/p1.jsonl" '"event":"start"' $((starts + 1))
+wait_for_lines "long/phases=p1+p2/p1.jsonl" '"event":"start"' $((starts2 + 1))
+sleep 1
+kill -KILL "$job"
+for _ in $(seq 1 150); do pgrep -f "long/phases=p1" >/dev/null || break; sleep 0.1; done
+! pgrep -f "long/phases=p1" >/dev/null || {
+  pkill -f "long/phases=p1" || true
+  fail "trainings still run 15 s after xl-ablate was killed"
+}
+[ "$(cat long/phases=p1*/p1.jsonl | grep -c '"reason":"signal 15"')" -eq $((stops + 2)) ] ||
+  fail "the trainings did not save and stop as on SIGTERM: $(tail -2 long/phases=p1*/p1.log)"
+
 step "report: md, tsv, jsonl and a plot"
 expect 0 xl-ablate report runs
 grep -q "^| run | phases | dev bpc | test bpc | parameters | ms/batch | wall time | peak RSS MB | status |" out ||

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,9 @@ int run_make(const std::string& makefile, int jobs) {
   std::vector<std::string> args = {"make", "--no-print-directory", "-f", makefile, "-j" + std::to_string(jobs)};
   XL_INFO("running " << args[0] << " " << args[2] << " " << args[3] << " " << args[4]);
   signals::catch_stop();
+  // A SIGKILLed xl-ablate cannot pass a signal on: the tools make starts watch it instead, and
+  // stop (the trainings save) once it has gone, so make starts nothing more.
+  setenv(signals::kStopWithVariable, std::to_string(getpid()).c_str(), 1);
   pid_t pid = fork();
   XL_CHECK(pid >= 0, kExitSoftware, "cannot start make: " << std::strerror(errno));
   if (pid == 0) {

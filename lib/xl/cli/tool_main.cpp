@@ -1,6 +1,7 @@
 #include "xl/cli/tool_main.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -14,6 +15,7 @@ namespace xl::cli {
 int run_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body) {
   log::set_tool_name(name);
   signals::remove_temps_and_die_on_stop();
+  if (const char* pid = std::getenv(signals::kStopWithVariable)) signals::stop_when_process_ends(std::atoi(pid));
   // Errors carry the name as the body leaves it: a training's ranks add "rank N".
   try {
     return body(argc, argv);

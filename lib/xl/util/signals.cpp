@@ -1,7 +1,11 @@
 #include "xl/util/signals.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <chrono>
@@ -89,7 +93,31 @@ void default_in_child() {
 void stop_when_parent_dies(int parent) {
   std::thread([parent] {
     while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (!pending()) kill(getpid(), SIGTERM);  // (a second signal would stop a save under way)
+  }).detach();
+}
+
+const char* const kStopWithVariable = "XL_STOP_WITH_PID";
+
+void stop_when_process_ends(int pid) {
+  if (pid <= 0) return;
+  int fd = -1;
+#ifdef SYS_pidfd_open
+  fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#endif
+  if (fd < 0 && errno == ESRCH) {
     kill(getpid(), SIGTERM);
+    return;
+  }
+  std::thread([pid, fd] {
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};
+      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
+    } else {  // a kernel before 5.3
+      while (kill(pid, 0) == 0 || errno == EPERM) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (!pending()) kill(getpid(), SIGTERM);
   }).detach();
 }
 

@@ -17,5 +17,11 @@ void default_in_child();
 // SIGKILL), the process stops as on one SIGTERM. (PR_SET_PDEATHSIG would send one signal for each
 // of a multithreaded parent's threads as they die, and a second signal stops at once.)
 void stop_when_parent_dies(int parent);
+// From now on, once process `pid` has ended (even of SIGKILL), this process stops as on one
+// SIGTERM; at once when it has ended already. A pidfd tells, so a reused pid cannot deceive it.
+void stop_when_process_ends(int pid);
+// The environment variable through which a program asks the xl tools it starts, however deep
+// (make, a recipe's shell), to stop when it ends: its pid. run_tool() obeys it.
+extern const char* const kStopWithVariable;
 
 }  // namespace xl::signals
