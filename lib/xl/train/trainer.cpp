@@ -477,7 +477,8 @@ int Trainer::run() {
   if (req_.resume) {
     // Scripts may pass --init always and --resume once the output exists: the run goes on.
     if (!req_.init.empty())
-      XL_INFO((req_.start_or_resume ? "--start-or-resume" : "--resume") << " continues " << req_.output << "; --init " << io::display_name(req_.init) << " is not read");
+      XL_INFO((req_.start_or_resume ? "--start-or-resume" : "--resume")
+              << " continues " << req_.output << "; --init " << io::display_name(req_.init) << " is not read");
     const auto ckpt = checkpoint::load(req_.output, vocab);
     if (ckpt.state.world_size != dist_.world)
       XL_INFO(req_.output << " was written by " << ckpt.state.world_size << " rank(s), this run has " << dist_.world
@@ -490,7 +491,9 @@ int Trainer::run() {
   } else {
     build(start_new_run(req_, *tokens_), nullptr, "");
   }
-  if (!req_.metrics.empty() && leader()) metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume || req_.start_or_resume, req_.force);
+  // --start-or-resume appends to the metrics of a run killed before its first checkpoint.
+  if (!req_.metrics.empty() && leader())
+    metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume || req_.start_or_resume, req_.force);
   start_step_ = state_.step;
   // A resumed run's output already holds the checkpoint of this step.
   saved_once_ = req_.resume;
