@@ -121,6 +121,33 @@ stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]
 expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 5)) --resume tokens.h5 -o killed.h5
 no_temp_files .
 
+step "SIGUSR1 to the launcher: every rank takes part in one checkpoint, and they train on"
+# Validating at every step as well: the request then falls on a step rank 0 has saved already,
+# which rank 1 did not know, so it alone saved and waited for rank 0 until --dist-timeout.
+for every in 0 1; do
+  rm -f asked.h5 asked.jsonl
+  $T --nproc-per-node 2 --max-steps 100000 --schedule-steps 100000 --eval-interval $every --eval-max-tokens 200 \
+    --log-interval 1 --metrics asked.jsonl --dist-timeout 20s tokens.h5 -o asked.h5 2>asked.err &
+  job=$!
+  wait_for_lines asked.jsonl '"event":"train"' 3
+  kill -USR1 "$job"
+  if [ "$every" = 0 ]; then  # a checkpoint can only come from SIGUSR1
+    wait_for_lines asked.jsonl '"event":"checkpoint"' 1
+    grep -q '"event":"checkpoint"' asked.jsonl || fail "no checkpoint after SIGUSR1: $(tail -3 asked.err)"
+  else
+    sleep 1
+  fi
+  asked=$(xl-inspect --json asked.h5 | json /dev/stdin 'j["attributes"]["step"]')
+  wait_for_lines asked.jsonl '"event":"train"' $((asked + 3))
+  kill -TERM "$job"
+  STATUS=0
+  wait "$job" || STATUS=$?
+  [ "$STATUS" -eq 143 ] || fail "the ranks stopped with $STATUS, not 143 on SIGTERM, after SIGUSR1: $(tail -3 asked.err)"
+  grep -q '"event":"done"' asked.jsonl || fail "the ranks did not stop together after SIGUSR1: $(tail -3 asked.err)"
+  [ "$(grep '"event":"done"' asked.jsonl | json /dev/stdin 'j["step"]')" -gt "$asked" ] ||
+    fail "the ranks did not train on after the checkpoint SIGUSR1 asked for"
+done
+
 step "a launcher killed with SIGKILL: its ranks save and stop rather than train on orphaned"
 $T --nproc-per-node 2 --max-steps 100000 --schedule-steps 100000 --save-every 10 --log-interval 1 --metrics orphaned.jsonl \
   tokens.h5 -o orphaned.h5 2>orphaned.err &

@@ -180,6 +180,13 @@ STATUS=0
 $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 tokens.h5 -o killed.h5 --metrics killed.jsonl -q &
 pid=$!
 wait_for_lines killed.jsonl '"event":"train"' 25
+# SIGUSR1 asks for a checkpoint (Slurm's --signal=USR1@T before a time limit); the run trains on.
+kill -USR1 $pid
+wait_for_lines killed.jsonl '"event":"checkpoint"' 1
+grep -q '"event":"checkpoint"' killed.jsonl || fail "no checkpoint after SIGUSR1"
+kill -0 $pid 2>/dev/null || fail "SIGUSR1 stopped the training"
+asked=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
+wait_for_lines killed.jsonl '"event":"train"' $((asked + 5))
 kill -TERM $pid
 wait $pid || STATUS=$?
 [ "$STATUS" -eq 143 ] || fail "expected exit 143 after SIGTERM, got $STATUS"

@@ -125,7 +125,7 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
   signals::catch_stop();
   int result = 0, running = nproc;
   bool stopping = false, forwarded = false;
-  auto stop_all = [&](int sig) {
+  auto signal_all = [&](int sig) {
     for (pid_t p : pids)
       if (p > 0) kill(p, sig);
   };
@@ -148,18 +148,19 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
           std::fprintf(stderr, "%s: rank %d %s; stopping the other ranks\n", log::tool_name().c_str(), rank,
                        describe(status).c_str());
           stopping = true;
-          stop_all(SIGTERM);
+          signal_all(SIGTERM);
           deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
         }
       }
       continue;
     }
+    if (signals::take_checkpoint_request()) signal_all(SIGUSR1);  // each rank asks for a checkpoint
     if (const int sig = signals::pending(); sig && !forwarded) {
       forwarded = true;  // the ranks save and exit 128+N themselves
-      stop_all(sig);
+      signal_all(sig);
       if (result == 0) result = 128 + sig;
     }
-    if (std::chrono::steady_clock::now() > deadline) stop_all(SIGKILL);
+    if (std::chrono::steady_clock::now() > deadline) signal_all(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return result;

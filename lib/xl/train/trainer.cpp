@@ -87,8 +87,9 @@ class Trainer {
     double loss = 0;   // mean over the ranks
     bool stop = false; // a signal or a spent budget on any rank
     int signal = 0;
+    bool checkpoint = false;  // SIGUSR1 on any rank
   };
-  Vote vote(double loss, int signal, bool budget_spent);
+  Vote vote(double loss, int signal, bool budget_spent, bool checkpoint);
 
   TrainRequest req_;
   DistConfig dist_;
@@ -122,6 +123,10 @@ class Trainer {
   double used_at_start_ = 0;  // the fraction of the budget spent when this process started
   bool saved_once_ = false, save_failed_ = false, warned_schedule_end_ = false;
   int64_t saved_step_ = 0;  // of the last checkpoint written
+  // The step of the last save every rank took part in. Whether to save is decided by each rank
+  // (saving gathers from all of them), so it must rest on what all know alike: saved_step_ and
+  // save_failed_ are rank 0's alone.
+  int64_t snapshot_step_ = -1;
   std::unique_ptr<TrainWindow> window_;
 };
 
@@ -244,6 +249,7 @@ checkpoint::Checkpoint Trainer::snapshot() {
 void Trainer::save(bool best) {
   if (io::is_stream(req_.output)) return;  // a checkpoint on stdout or a FIFO is written once, at the end
   auto ck = snapshot();
+  snapshot_step_ = state_.step;
   if (!leader()) return;
   try {
     // A failed write leaves the previous file as it was (temp file + rename).
@@ -360,16 +366,18 @@ Trainer::Step Trainer::train_step() {
 
 // One all-reduce per step: the mean loss for the logs, and the stop decisions, so that every rank
 // validates, saves and stops at the same step (wall clocks and signals differ between processes).
-Trainer::Vote Trainer::vote(double loss, int signal, bool budget_spent) {
+Trainer::Vote Trainer::vote(double loss, int signal, bool budget_spent, bool checkpoint) {
   Vote v;
-  if (dist_.single()) return {loss, signal != 0 || budget_spent, signal};
+  if (dist_.single()) return {loss, signal != 0 || budget_spent, signal, checkpoint};
   std::vector<torch::Tensor> t = {torch::tensor({loss, static_cast<double>(signal), budget_spent ? 1.0 : 0.0,
-                                                 std::isfinite(loss) ? 0.0 : 1.0}, torch::kDouble)};
+                                                 std::isfinite(loss) ? 0.0 : 1.0, checkpoint ? 1.0 : 0.0},
+                                                torch::kDouble)};
   comm_->all_reduce_sum(t, "the step's vote");
   auto a = t[0].accessor<double, 1>();
   v.loss = a[3] > 0 ? NAN : a[0] / dist_.world;
   v.signal = a[1] > 0 ? (signal ? signal : SIGTERM) : 0;
   v.stop = a[1] > 0 || a[2] > 0;
+  v.checkpoint = a[4] > 0;
   return v;
 }
 
@@ -498,6 +506,7 @@ int Trainer::run() {
   // A resumed run's output already holds the checkpoint of this step.
   saved_once_ = req_.resume;
   saved_step_ = state_.step;
+  if (req_.resume) snapshot_step_ = state_.step;
   used_at_start_ = budget_used(cfg_, state_, elapsed_before_);
   started_ = Clock::now();
   signals::catch_stop();
@@ -531,7 +540,7 @@ int Trainer::run() {
   while (reason.empty()) {
     const Step st = train_step();
     const std::string spent = budget_reached(cfg_, state_, phase_elapsed());
-    const Vote v = vote(st.loss, signals::pending(), !spent.empty());
+    const Vote v = vote(st.loss, signals::pending(), !spent.empty(), signals::take_checkpoint_request());
     if (!std::isfinite(v.loss)) {
       const std::string keep = saved_once_ ? "; the last good checkpoint is " + req_.output : "";
       XL_FAIL(kExitDataErr, "training diverged at step " << state_.step << ": the loss is " << v.loss << keep);
@@ -549,6 +558,12 @@ int Trainer::run() {
       }
     } else if (cfg_.save_every > 0 && state_.step % cfg_.save_every == 0) {
       save(false);
+    }
+    if (v.checkpoint && !v.signal && snapshot_step_ != state_.step) {
+      save(false);
+      progress_.print(io::is_stream(req_.output)
+                          ? std::string("SIGUSR1 asked for a checkpoint, but -o is a stream: it gets the last one alone")
+                          : "checkpoint of step " + std::to_string(state_.step) + " written, as SIGUSR1 asked");
     }
     if (const int sig = v.signal) {
       log_window();
@@ -568,7 +583,9 @@ int Trainer::run() {
     validated_now = true;
     validate();
   }
-  const bool saved_now = saved_once_ && !save_failed_ && saved_step_ == state_.step;  // by --save-every
+  // By --save-every or SIGUSR1. A failed write is tried again in one process; with ranks, rank 0
+  // alone knows of it (check_last_save reports it).
+  const bool saved_now = snapshot_step_ == state_.step && (dist_.single() ? !save_failed_ : true);
   if ((!validated_now || valid_ids_.empty()) && !saved_now) save(false);
   check_last_save();
   if (io::is_stream(req_.output)) {

@@ -20,12 +20,13 @@ namespace {
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM set the flag
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+std::atomic<bool> g_checkpoint{false};  // and SIGUSR1 this one
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
-sigset_t stop_signals() {
+sigset_t handled_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : kStopSignals) sigaddset(&set, sig);
+  for (int sig : kHandledSignals) sigaddset(&set, sig);
   return set;
 }
 
@@ -42,6 +43,10 @@ sigset_t stop_signals() {
 }
 
 void on_signal(int sig) {
+  if (g_catch.load() && sig == SIGUSR1) {
+    g_checkpoint = true;
+    return;
+  }
   if (g_catch.load() && sig != SIGHUP && g_signal.exchange(sig) == 0) return;  // a second one stops at once
   die(sig);
 }
@@ -50,8 +55,8 @@ void on_signal(int sig) {
 // whichever thread the signal found, and oneDNN 2.x's JIT GEMM kernels point the stack pointer into
 // the heap while they run, so the kernel's signal frame landed on the heap (oneDNN issue 4845):
 // "corrupted size vs. prev_size" or a segfault in a few percent of SIGTERMs during training.
-void wait_for_stop_signals() {
-  const sigset_t set = stop_signals();
+void wait_for_signals() {
+  const sigset_t set = handled_signals();
   for (;;) {
     int sig = 0;
     if (sigwait(&set, &sig) == 0) on_signal(sig);
@@ -61,13 +66,13 @@ void wait_for_stop_signals() {
 void start_waiting() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const sigset_t set = stop_signals();
+    const sigset_t set = handled_signals();
     // Threads inherit the mask: this runs at a tool's start, before OpenMP and oneDNN start theirs.
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    std::thread(wait_for_stop_signals).detach();
+    std::thread(wait_for_signals).detach();
   });
   // A thread started before this one (none in xl's tools) still gets a handler that does the same.
-  for (int sig : kStopSignals) std::signal(sig, on_signal);
+  for (int sig : kHandledSignals) std::signal(sig, on_signal);
 }
 
 }  // namespace
@@ -84,9 +89,11 @@ void catch_stop() {
 
 int pending() { return g_signal.load(); }
 
+bool take_checkpoint_request() { return g_checkpoint.exchange(false); }
+
 void default_in_child() {
-  for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
-  const sigset_t set = stop_signals();
+  for (int sig : kHandledSignals) std::signal(sig, SIG_DFL);
+  const sigset_t set = handled_signals();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
 

@@ -1,5 +1,6 @@
 // SIGINT, SIGTERM and SIGHUP. By default they remove the process's registered temp files and kill
 // it; a long job (training) asks to be told instead, finishes its step, saves and exits 128+N.
+// SIGUSR1 asks that job for a checkpoint (Slurm's --signal=USR1@120 before a time limit).
 #pragma once
 
 namespace xl::signals {
@@ -10,6 +11,9 @@ void remove_temps_and_die_on_stop();
 void catch_stop();
 // The signal caught since catch_stop(), or 0.
 int pending();
+// SIGUSR1 asks a process that called catch_stop() for a checkpoint, and it trains on (elsewhere
+// SIGUSR1 stops a tool as the stop signals do). Whether one came since the last call.
+bool take_checkpoint_request();
 // In a child after fork, before exec: the stop signals as a new process has them (default action,
 // not blocked; the parent blocks them in all its threads and takes them on a thread of its own).
 void default_in_child();
