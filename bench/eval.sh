@@ -61,7 +61,7 @@ make_ckpt() {
 # measure NAME TGT MEM BATCH SEGMENTS [KV_BUDGET]: RUNS fresh processes scoring SEGMENTS segments
 # at full memory (KV_BUDGET: --kv-cache-budget, default the tool's).
 measure() {
-  local name=$1 tgt=$2 mem=$3 batch=$4 segs=$5 kv=${6:-4G} r
+  local name=$1 tgt=$2 mem=$3 batch=$4 segs=$5 kv=${6:-auto} r
   echo "bench/eval.sh: $name tgt_len $tgt mem_len $mem batch $batch kv-cache-budget $kv ($RUNS runs)" >&2
   for ((r = 0; r < RUNS; r++)); do
     xl-eval-longctx -q --threads "$THREADS" --split test --tgt-len "$tgt" --mem-len "$mem" --batch-size "$batch" \

@@ -222,6 +222,29 @@ stderr_is_one_line "--attention-probs must be auto, keep or recompute, not 'drop
 expect 64 $T --max-steps 1 --attention-probs-budget lots tokens.h5 -o bad.h5
 stderr_is_one_line "--attention-probs-budget: not a number: 'lots'"
 
+step "the budgets' auto is a quarter of the memory the process may use: a cgroup's limit (Slurm's --mem)"
+# They were 4 GB on any machine: a 2 GB allocation kept 4 GB of attention probabilities.
+cg=""
+if memory=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup) && [ -n "$memory" ] &&
+  mkdir "/sys/fs/cgroup/memory$memory/xl-test-$$" 2>/dev/null; then
+  cg="/sys/fs/cgroup/memory$memory/xl-test-$$"
+  limit_file=memory.limit_in_bytes
+elif unified=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup) && [ -n "$unified" ] &&
+  grep -qw memory "/sys/fs/cgroup$unified/cgroup.subtree_control" 2>/dev/null &&
+  mkdir "/sys/fs/cgroup$unified/xl-test-$$" 2>/dev/null; then
+  cg="/sys/fs/cgroup$unified/xl-test-$$"
+  limit_file=memory.max
+fi
+if [ -n "$cg" ] && echo 2000000000 >"$cg/$limit_file" 2>/dev/null; then
+  want=$(($(cat "$cg/$limit_file") / 4 / 1000000))
+  bash -c "echo \$\$ > '$cg/cgroup.procs' && exec $T --max-steps 1 -v tokens.h5 -o /dev/null" >/dev/null 2>cg.err || true
+  rmdir "$cg" 2>/dev/null || true
+  grep -q "the budget is $want MB)" cg.err || fail "under a 2 GB cgroup the budget is not $want MB: $(grep budget cg.err)"
+else
+  [ -z "$cg" ] || rmdir "$cg" 2>/dev/null || true
+  echo "no memory cgroup can be made here: the cgroup check is skipped"
+fi
+
 step "empirical skip and cross-head rates follow the schedule and beta"
 expect 0 xl-train-phase1 -c small.ini --threads 1 --n-layer 4 --d-model 16 --d-head 8 --d-inner 16 --tgt-len 2 --mem-len 2 \
   --skip-schedule no-first-last --skip-p 0.5 --sch-beta 0.3 --max-steps 400 --log-interval 400 tokens.h5 -o skip.h5 --metrics skip.jsonl

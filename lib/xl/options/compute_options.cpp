@@ -25,8 +25,9 @@ void add_compute_options(cli::Options& cli, ComputeFlags flags) {
           "keep (the fastest), recompute (the CPU attention's probabilities computed again in backward "
           "instead of kept: the same results in less memory; base training a quarter less, 6% slower) "
           "or auto (keep while they fit --attention-probs-budget)");
-    group("attention-probs-budget", po::value<std::string>()->default_value("4G"),
-          "bytes the attention probabilities one process keeps in a step may take under --attention-probs auto (K, M, G)");
+    group("attention-probs-budget", po::value<std::string>()->default_value("auto"),
+          (std::string("bytes the attention probabilities one process keeps in a step may take under "
+                       "--attention-probs auto (K, M, G; ") + kMemoryBudgetHelp + ")").c_str());
   }
 }
 
@@ -51,9 +52,18 @@ Compute compute_settings(const cli::Options& cli) {
     if (probs != "auto" && probs != "keep" && probs != "recompute")
       cli.fail("attention-probs", "must be auto, keep or recompute, not '" + probs + "'");
     c.attention_probs = probs;
-    c.attention_probs_budget = static_cast<int64_t>(cli.count("attention-probs-budget"));
+    c.attention_probs_budget = memory_budget(cli, "attention-probs-budget");
   }
   return c;
+}
+
+const char* const kMemoryBudgetHelp = "auto: a quarter of the memory this process may use, at most 4G";
+
+int64_t memory_budget(const cli::Options& cli, const std::string& name) {
+  if (cli.get<std::string>(name) != "auto") return static_cast<int64_t>(cli.count(name));
+  constexpr int64_t kMost = 4000000000;
+  const int64_t usable = usable_memory_bytes();
+  return usable > 0 ? std::min(kMost, usable / 4) : kMost;
 }
 
 }  // namespace xl::options

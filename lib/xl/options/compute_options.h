@@ -26,4 +26,10 @@ struct Compute {
 };
 Compute compute_settings(const cli::Options& cli);
 
+// A memory budget option (--attention-probs-budget, --kv-cache-budget) in bytes: a size with K/M/G,
+// or auto, a quarter of the memory this process may use (its cgroup's limit where lower than the
+// machine's), at most 4 GB, so that a laptop or a small Slurm allocation is not filled by default.
+int64_t memory_budget(const cli::Options& cli, const std::string& name);
+extern const char* const kMemoryBudgetHelp;  // "auto: a quarter of ..."
+
 }  // namespace xl::options

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "xl/options/compute_options.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
 
@@ -20,9 +21,10 @@ void add_eval_options(cli::Options& cli, const std::string& default_split, MemLe
       ("batch-size", po::value<int64_t>()->default_value(10), "parallel streams")
       ("warmup", po::bool_switch(), "score only segments whose memory is full (NVIDIA's convention)")
       ("max-tokens", po::value<std::string>()->default_value("0"), "stop after about this many scored tokens (0: all; K, M suffixes)")
-      ("kv-cache-budget", po::value<std::string>()->default_value("4G"),
-       "bytes the memories may take to keep their key/value projections in place of their inputs,\n"
-       "which spares each segment projecting its memory again (0: never; K, M, G)")
+      ("kv-cache-budget", po::value<std::string>()->default_value("auto"),
+       (std::string("bytes the memories may take to keep their key/value projections in place of their inputs, "
+                    "which spares each segment projecting its memory again (0: never; K, M, G; ") +
+        kMemoryBudgetHelp + ")").c_str())
       ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask");
 }
 
@@ -36,7 +38,7 @@ EvalRequest eval_request(const cli::Options& cli, MemLens mem_lens) {
   if (cli.has("same-length")) s.same_length = cli.get<bool>("same-length");
   s.warmup = cli.get<bool>("warmup");
   s.max_tokens = static_cast<int64_t>(cli.count("max-tokens"));
-  s.kv_cache_bytes = static_cast<int64_t>(cli.count("kv-cache-budget"));
+  s.kv_cache_bytes = memory_budget(cli, "kv-cache-budget");
   r.ignore_head_mask = cli.get<bool>("ignore-head-mask");
   if (s.tgt_len < 1) cli.fail("tgt-len", "must be at least 1");
   if (s.batch_size < 1) cli.fail("batch-size", "must be at least 1");

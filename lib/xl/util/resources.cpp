@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 
 namespace xl {
@@ -14,6 +18,58 @@ int usable_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+namespace {
+
+// The lowest memory limit on the way from cgroup directory `dir` up to `root` ("max" and
+// v1's 2^63-ish "unlimited" are no limit); -1 when there is none.
+int64_t cgroup_limit(std::filesystem::path dir, const std::filesystem::path& root, const char* file) {
+  int64_t lowest = -1;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) dir = root;  // a namespaced container's own root
+  for (;;) {
+    std::ifstream in(dir / file);
+    std::string text;
+    if (in >> text && text != "max") {
+      const long long v = std::atoll(text.c_str());
+      if (v > 0 && v < (1LL << 62) && (lowest < 0 || v < lowest)) lowest = v;
+    }
+    if (dir == root || !dir.has_parent_path() || dir.parent_path() == dir) break;
+    dir = dir.parent_path();
+  }
+  return lowest;
+}
+
+}  // namespace
+
+int64_t usable_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  int64_t usable = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  std::ifstream cgroups("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroups, line)) {
+    // "0::/PATH" (cgroup v2) or "4:memory:/PATH" (v1's memory controller)
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::filesystem::path root;
+    const char* file = nullptr;
+    std::error_code ec;
+    if (controllers.empty()) {
+      root = std::filesystem::exists("/sys/fs/cgroup/unified/cgroup.controllers", ec) ? "/sys/fs/cgroup/unified"
+                                                                                       : "/sys/fs/cgroup";
+      file = "memory.max";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      root = "/sys/fs/cgroup/memory";
+      file = "memory.limit_in_bytes";
+    } else {
+      continue;
+    }
+    const int64_t limit = cgroup_limit(root / std::filesystem::path(path).relative_path(), root, file);
+    if (limit > 0 && (usable == 0 || limit < usable)) usable = limit;
+  }
+  return usable;
 }
 
 double peak_rss_mb() {

@@ -1,11 +1,16 @@
 // What the process has used so far, for reports and metrics, and the cores it may use.
 #pragma once
+#include <cstdint>
 
 namespace xl {
 
 // The cores this process may run on: its CPU affinity (what Slurm, taskset or a container's
 // cpuset allot), not the machine's count; at least 1.
 int usable_cores();
+
+// The memory this process may use, in bytes: the machine's, or its cgroup's limit where lower
+// (Slurm's --mem, a container's); 0 when neither can be read.
+int64_t usable_memory_bytes();
 
 // Peak resident set size in MB (2^20 bytes).
 double peak_rss_mb();
