@@ -110,6 +110,9 @@ for s in train valid test; do xl-tokenize --decode "$s" b.h5 >>concat.txt || fai
 same_bytes concat.txt mixed.txt "train+valid+test decoded one by one"
 xl-tokenize --mode byte - <mixed.txt | xl-tokenize --decode all - >back-pipe.txt || fail "tokenize | decode pipe failed"
 same_bytes back-pipe.txt mixed.txt "tokenize | decode through a pipe"
+xl-tokenize -q --mode byte mixed.txt -o /dev/stdout >via-stdout.h5 || fail "xl-tokenize -o /dev/stdout > FILE failed"
+cmp -s <(xl-tokenize --decode all via-stdout.h5) mixed.txt || fail "-o /dev/stdout > FILE wrote another tokens file"
+[ -L /dev/stdout ] || fail "/dev/stdout is no longer a link"
 # `--decode FILE` reads as "decode FILE": it took the file as a split name and waited on stdin.
 expect 64 xl-tokenize --decode b.h5 </dev/null
 stderr_is_one_line "--decode takes the split to write" "xl-tokenize --decode all b.h5"

@@ -349,6 +349,13 @@ expect 0 xl-inspect --verify from-fifo.h5
 [ "$(xl-inspect --json from-fifo.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 3 ] || fail "the FIFO's checkpoint is not step 3's"
 [ ! -e ck.fifo.best ] || fail "a best checkpoint was written beside the FIFO"
 rm ck.fifo
+# /dev/stdout redirected to a file is a stream too: it was "already exists", and with -f the
+# rename replaced the /dev/stdout link itself, leaving the file empty.
+$T --max-steps 3 --eval-interval 1 tokens.h5 -o /dev/stdout --metrics /dev/stderr >via-stdout.h5 2>via-stderr.jsonl ||
+  fail "training to -o /dev/stdout > FILE failed: $(tail -2 via-stderr.jsonl)"
+[ -L /dev/stdout ] || fail "/dev/stdout is no longer a link"
+expect 0 xl-inspect --verify via-stdout.h5
+grep -q '"event":"done"' via-stderr.jsonl || fail "--metrics /dev/stderr wrote no done event"
 expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "phase-1"
 expect 64 xl-train-phase2 --max-steps 1 tokens.h5 -o bad.h5

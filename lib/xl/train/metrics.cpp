@@ -1,22 +1,22 @@
 #include "xl/train/metrics.h"
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cstring>
 #include <ctime>
 
 #include "xl/util/clock.h"
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 
 namespace xl::train {
 
 MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool append, bool force)
     : path_(path), tool_(tool) {
-  struct stat st;
-  XL_CHECK(append || force || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode), kExitCantCreat,
+  XL_CHECK(append || force || io::is_stream(path) || !io::is_file(path), kExitCantCreat,
            path << ": already exists (use -f to overwrite, or --resume to append)");
-  out_ = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
+  // A stream (--metrics /dev/stderr) is appended to: truncating it would erase what the shell's
+  // file already holds.
+  out_ = std::make_unique<std::ofstream>(path, append || io::is_stream(path) ? std::ios::app : std::ios::trunc);
   XL_CHECK(*out_, kExitCantCreat, "cannot create " << path << ": " << std::strerror(errno));
 }
 

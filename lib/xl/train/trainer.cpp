@@ -471,7 +471,7 @@ int Trainer::run() {
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
   } else if (leader()) {
     // A device (/dev/null) is written through, never replaced.
-    XL_CHECK(req_.force || io::is_stdio(req_.output) || !io::is_file(req_.output), kExitCantCreat,
+    XL_CHECK(req_.force || io::is_stream(req_.output) || !io::is_file(req_.output), kExitCantCreat,
              req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
     const std::string best = best_path(req_.output);
     XL_CHECK(req_.force || best.empty() || !io::exists(best), kExitCantCreat,

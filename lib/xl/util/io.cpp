@@ -42,9 +42,29 @@ bool is_dir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+namespace {
+
+// Whether PATH, or a symlink on the way from it (/dev/stdout -> /proc/self/fd/1), names a file
+// descriptor: replacing such a path by rename would replace the link (/dev/stdout itself, as root).
+bool names_descriptor(std::string path) {
+  for (int hop = 0; hop < 8; ++hop) {
+    if (path.rfind("/proc/", 0) == 0 || path.rfind("/dev/fd/", 0) == 0 || path == "/dev/stdout" || path == "/dev/stderr")
+      return true;
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::read_symlink(path, ec);
+    if (ec) return false;
+    path = (target.is_absolute() ? target : std::filesystem::path(path).parent_path() / target).lexically_normal();
+  }
+  return false;
+}
+
+}  // namespace
+
 bool is_stream(const std::string& path) {
   struct stat st;
-  return is_stdio(path) || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
+  if (is_stdio(path)) return true;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  return (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) || names_descriptor(path);
 }
 
 std::string display_name(const std::string& path) { return is_stdio(path) ? "<stdin>" : path; }
@@ -207,8 +227,9 @@ AtomicOutput::AtomicOutput(std::string path, bool force, bool binary) : path_(st
   }
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0) {
-    // Renaming a file over /dev/null would replace the device for every program on the machine.
-    write_through_ = !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+    // Renaming a file over /dev/null would replace the device for every program on the machine,
+    // and over /dev/stdout the link, leaving the file the shell redirected to empty.
+    write_through_ = is_stream(path_);
     XL_CHECK(force || write_through_, kExitCantCreat, path_ << ": already exists (use -f to overwrite)");
     XL_CHECK(!S_ISDIR(st.st_mode), kExitCantCreat, path_ << ": is a directory");
   }
