@@ -113,6 +113,11 @@ same_bytes back-pipe.txt mixed.txt "tokenize | decode through a pipe"
 xl-tokenize -q --mode byte mixed.txt -o /dev/stdout >via-stdout.h5 || fail "xl-tokenize -o /dev/stdout > FILE failed"
 cmp -s <(xl-tokenize --decode all via-stdout.h5) mixed.txt || fail "-o /dev/stdout > FILE wrote another tokens file"
 [ -L /dev/stdout ] || fail "/dev/stdout is no longer a link"
+# HDF5 inputs through a pipe by name (/dev/stdin, bash's <(...)), as "-" is read: they failed as
+# "truncated or corrupt HDF5 file".
+xl-inspect /dev/stdin <b.h5 >/dev/null || fail "xl-inspect /dev/stdin < FILE failed"
+cat b.h5 | xl-inspect --verify /dev/stdin >/dev/null || fail "cat | xl-inspect --verify /dev/stdin failed"
+cmp -s <(xl-tokenize --decode all <(cat b.h5)) mixed.txt || fail "xl-tokenize --decode all <(cat b.h5) differs"
 # `--decode FILE` reads as "decode FILE": it took the file as a split name and waited on stdin.
 expect 64 xl-tokenize --decode b.h5 </dev/null
 stderr_is_one_line "--decode takes the split to write" "xl-tokenize --decode all b.h5"

@@ -66,6 +66,9 @@ h5diff -q two1.h5 piped1.h5 /model /model >/dev/null || fail "2 ranks trained an
 xl-train-phase2 --threads 1 -q --nproc-per-node 2 --init - --max-steps 20 tokens.h5 -o piped2.h5 <two1.h5 ||
   fail "phase 2's ranks could not start from a piped --init"
 h5diff -q two2.h5 piped2.h5 /model /model >/dev/null || fail "phase 2 from a piped --init trained another model"
+# A pipe by name is read by one rank alone: refused with the way round it (it failed as a corrupt file).
+expect 64 $T --nproc-per-node 2 --max-steps 5 <(cat tokens.h5) -o bad.h5
+stderr_is_one_line "is a pipe, which several ranks cannot each read" "pipe it to - (stdin)"
 
 step "torchrun starts the same 2 ranks"
 # Debian's torchrun (PyTorch 1.13 on Python 3.11) cannot parse its default --redirects/--tee

@@ -609,6 +609,10 @@ int run_training(const TrainRequest& request, char** argv) {
   const bool piped = io::is_stdio(request.tokens) || io::is_stdio(request.init);
   XL_CHECK(!(io::is_stdio(request.tokens) && io::is_stdio(request.init)), kExitUsage,
            "the tokens and --init cannot both come from stdin");
+  // A pipe by name (<(zcat t.h5.gz), a FIFO) is read by the first rank that opens it alone.
+  for (const std::string& in : {request.tokens, request.init})
+    XL_CHECK((request.nproc_per_node == 1 && dist.single()) || io::is_stdio(in) || !io::exists(in) || io::is_file(in),
+             kExitUsage, in << " is a pipe, which several ranks cannot each read: give a file, or pipe it to - (stdin)");
   if (request.nproc_per_node > 1 && !started_by_launcher()) {
     XL_CHECK(dist.single(), kExitUsage,
              "--nproc-per-node starts ranks itself, but this process already is rank "
