@@ -3,6 +3,7 @@
 
 #include "xl/cli/options.h"
 #include "xl/cli/tool_main.h"
+#include "xl/text/segmenter.h"
 #include "xl/text/vocab.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     for (const auto& path : cli.get<std::vector<std::string>>("input")) {
       texts.push_back(xl::io::read_text(path));
       names.push_back(xl::io::display_name(path));
+      xl::text::warn_byte_order_mark(texts.back(), opts.type, names.back());
     }
     for (const auto& t : texts) views.emplace_back(t);
     // A char or word vocab of specials alone would make every piece <unk>.

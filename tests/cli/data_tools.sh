@@ -118,6 +118,17 @@ cmp -s <(xl-tokenize --decode all via-stdout.h5) mixed.txt || fail "-o /dev/stdo
 xl-inspect /dev/stdin <b.h5 >/dev/null || fail "xl-inspect /dev/stdin < FILE failed"
 cat b.h5 | xl-inspect --verify /dev/stdin >/dev/null || fail "cat | xl-inspect --verify /dev/stdin failed"
 cmp -s <(xl-tokenize --decode all <(cat b.h5)) mixed.txt || fail "xl-tokenize --decode all <(cat b.h5) differs"
+# A byte-order mark is kept, as Transformer-XL keeps it, with a warning that says how to drop it.
+printf '\xef\xbb\xbfthe cat\nthe dog\n' >bom.txt
+expect 0 xl-build-vocab --mode word bom.txt -o bom.tsv
+grep -q "bom.txt: starts with a UTF-8 byte-order mark (U+FEFF)" "$TMP/err" || fail "no byte-order mark warning: $(cat "$TMP/err")"
+grep -q "$(printf '\t\xef\xbb\xbfthe\t')" bom.tsv || fail "the marked first word is not kept as Transformer-XL keeps it"
+sed_line=$(grep -o "sed -i '1s/[^']*//'" "$TMP/err")
+expect 0 xl-tokenize --mode byte --split 1,0,0 bom.txt -o /dev/null
+! grep -q "byte-order mark" "$TMP/err" || fail "byte mode warned of a byte-order mark"
+eval "$sed_line bom.txt"
+expect 0 xl-build-vocab --mode word bom.txt -o bom2.tsv
+! grep -q "byte-order mark" "$TMP/err" || fail "the warning's sed did not drop the mark"
 # `--decode FILE` reads as "decode FILE": it took the file as a split name and waited on stdin.
 expect 64 xl-tokenize --decode b.h5 </dev/null
 stderr_is_one_line "--decode takes the split to write" "xl-tokenize --decode all b.h5"

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "xl/text/moses.h"
+#include "xl/text/segmenter.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -137,6 +138,7 @@ Corpus tokenize_corpus(const CorpusRequest& req) {
     texts.push_back(io::read_text(path));
     names.push_back(io::display_name(path));
     XL_INFO("read " << io::display_name(path) << ": " << texts.back().size() << " bytes");
+    text::warn_byte_order_mark(texts.back(), build ? req.build.type : req.vocab->type(), names.back());
   };
   if (!req.whole_input.empty()) read(req.whole_input);
   for (const auto& in : req.inputs) read(in.path);

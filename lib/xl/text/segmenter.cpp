@@ -2,6 +2,7 @@
 
 #include "xl/util/utf8.h"
 #include "xl/util/error.h"
+#include "xl/util/log.h"
 
 namespace xl::text {
 
@@ -86,6 +87,13 @@ bool Segmenter::next(std::string_view* piece, Kind* kind) {
   *kind = Kind::kPiece;
   line_open_ = true;
   return true;
+}
+
+void warn_byte_order_mark(std::string_view text, VocabType type, const std::string& name) {
+  if (type == VocabType::kByte || text.substr(0, 3) != "\xEF\xBB\xBF") return;
+  XL_WARN(name << ": starts with a UTF-8 byte-order mark (U+FEFF), which stays in the text as Transformer-XL keeps it"
+               << (type == VocabType::kWord ? ", glued to the first word" : ", a character of its own")
+               << "; drop it with sed -i '1s/^\\xEF\\xBB\\xBF//' " << name);
 }
 
 }  // namespace xl::text

@@ -17,6 +17,11 @@ bool python_space(char32_t c);
 // lone \r, 2 for \r\n, 0 for none.
 size_t line_end_length(std::string_view text, size_t pos);
 
+// Warns when a char or word text starts with a UTF-8 byte-order mark (Windows editors write one):
+// Transformer-XL keeps U+FEFF as text, so it becomes a character of its own, or part of the first
+// word ("\uFEFFThe" beside "The"); xl keeps it too, for the same vocab, and says how to drop it.
+void warn_byte_order_mark(std::string_view text, VocabType type, const std::string& name);
+
 class Segmenter {
  public:
   enum class Kind { kPiece, kEos, kInvalid };
