@@ -186,10 +186,15 @@ wait_for_lines killed.jsonl '"event":"checkpoint"' 1
 grep -q '"event":"checkpoint"' killed.jsonl || fail "no checkpoint after SIGUSR1"
 kill -0 $pid 2>/dev/null || fail "SIGUSR1 stopped the training"
 asked=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
+# A second training on the same -o (a job started twice) is refused, naming the first: each
+# replaced the other's checkpoints.
+expect 73 $T --max-steps 5 --start-or-resume tokens.h5 -o killed.h5
+stderr_is_one_line "killed.h5: another training writes it (pid $pid on "
 wait_for_lines killed.jsonl '"event":"train"' $((asked + 5))
 kill -TERM $pid
 wait $pid || STATUS=$?
 [ "$STATUS" -eq 143 ] || fail "expected exit 143 after SIGTERM, got $STATUS"
+[ ! -e killed.h5.lock ] || fail "a stopped training left its lock"
 stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
 [ "$stopped" -ge 25 ] || fail "checkpoint after SIGTERM is at step $stopped"
 target=$((stopped + 7))
@@ -332,6 +337,10 @@ cp p1.best.h5 stale.best.h5
 expect 73 $T --max-steps 1 tokens.h5 -o stale.h5
 stderr_is_one_line "stale.best.h5: already exists" "-f"
 same_bytes stale.best.h5 best-before.h5 "the refused fresh run"
+# The lock a SIGKILLed training leaves is held by no one: the next run takes it, and removes it.
+echo "pid 1 on elsewhere" >left.h5.lock
+expect 0 $T --max-steps 1 tokens.h5 -o left.h5
+[ ! -e left.h5.lock ] || fail "a lock left by a killed run stays"
 # A run whose checkpoints and metrics go nowhere: /dev/null needs no -f, stays the device, and
 # gets no best checkpoint beside it (it made /dev/null.best as root, and failed without).
 touch before-null

@@ -30,6 +30,7 @@
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/output_lock.h"
 #include "xl/util/parse.h"
 #include "xl/util/progress.h"
 #include "xl/util/resources.h"
@@ -94,6 +95,7 @@ class Trainer {
   TrainRequest req_;
   DistConfig dist_;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<io::OutputLock> output_lock_;  // rank 0's, while it writes -o
   std::unique_ptr<GradientSync> sync_;
   Progress progress_;
   MetricsLog metrics_;
@@ -466,6 +468,8 @@ int Trainer::run() {
     log::warn("XL_KERNELS=own: xl's attention backward needs XL_DETERMINISTIC=0 (its sums are atomic); "
               "training keeps LibTorch's attention kernel");
   comm_ = Communicator::connect(dist_, device_);
+  // One training per output, taken before its checkpoint is read or replaced.
+  if (leader() && !io::is_stream(req_.output)) output_lock_ = std::make_unique<io::OutputLock>(req_.output);
   if (req_.resume) {
     XL_CHECK(!io::is_stream(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");

@@ -1,0 +1,64 @@
+#include "xl/util/output_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "xl/util/error.h"
+#include "xl/util/io.h"
+
+namespace xl::io {
+
+OutputLock::OutputLock(const std::string& path) : lock_path_(path + ".lock") {
+  // The holder removes the file as it ends: a lock taken on a file since removed is retried on the
+  // new one, so that two waiters never both hold one.
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const int fd = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    XL_CHECK(fd >= 0, kExitCantCreat, "cannot create " << path << " (its lock " << lock_path_ << "): " << std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err == ENOLCK || err == EOPNOTSUPP) {
+        ::close(fd);
+        lock_path_.clear();
+        return;
+      }
+      char holder[256] = {0};
+      const ssize_t got = ::pread(fd, holder, sizeof holder - 1, 0);
+      ::close(fd);
+      std::string who(holder, got > 0 ? static_cast<size_t>(got) : 0);
+      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+      XL_FAIL(kExitCantCreat, path << ": another training writes it" << (who.empty() ? "" : " (" + who + ")")
+                                   << "; stop it first, or give this one another -o (the lock is " << lock_path_
+                                   << ")");
+    }
+    struct stat held, named;
+    if (::fstat(fd, &held) == 0 && ::stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      char host[256] = {0};
+      ::gethostname(host, sizeof host - 1);
+      const std::string me = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
+        // The name of the holder is a courtesy: the lock holds without it.
+      }
+      fd_ = fd;
+      register_temp(lock_path_);  // removed too if a signal kills the process
+      return;
+    }
+    ::close(fd);  // its holder removed it as we locked it: take the new one
+  }
+  XL_FAIL(kExitCantCreat, lock_path_ << ": cannot take the lock (it is removed and made again as fast as it is taken)");
+}
+
+OutputLock::~OutputLock() {
+  if (fd_ < 0) return;
+  ::unlink(lock_path_.c_str());
+  unregister_temp(lock_path_);
+  ::close(fd_);
+}
+
+}  // namespace xl::io
