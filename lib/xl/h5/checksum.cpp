@@ -1,6 +1,5 @@
 #include "xl/h5/checksum.h"
 
-
 #include <exception>
 #include <vector>
 

@@ -480,7 +480,7 @@ int Trainer::run() {
     const std::string best = best_path(req_.output);
     XL_CHECK(req_.force || best.empty() || !io::exists(best), kExitCantCreat,
              best << ": already exists, the best checkpoint of an earlier run with -o " << req_.output
-                  << " (use -f to overwrite it)");
+                  << " (remove it, or use -f to overwrite it)");
     // The directory must be writable, and stdout not a terminal, now, not in an hour.
     io::AtomicOutput probe(req_.output, true, true);
   }

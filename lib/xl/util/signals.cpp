@@ -5,9 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <mutex>
@@ -109,10 +108,12 @@ const char* const kStopWithVariable = "XL_STOP_WITH_PID";
 void stop_when_process_ends(int pid) {
   if (pid <= 0) return;
   int fd = -1;
+  errno = 0;
 #ifdef SYS_pidfd_open
   fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
 #endif
-  if (fd < 0 && errno == ESRCH) {
+  const bool gone = fd < 0 && (errno == ESRCH || (kill(pid, 0) != 0 && errno == ESRCH));
+  if (gone) {
     kill(getpid(), SIGTERM);
     return;
   }
