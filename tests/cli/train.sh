@@ -190,6 +190,10 @@ asked=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
 # replaced the other's checkpoints.
 expect 73 $T --max-steps 5 --start-or-resume tokens.h5 -o killed.h5
 stderr_is_one_line "killed.h5: another training writes it (pid $pid on "
+# Phase 2 from a phase 1 that still trains starts from a checkpoint on the way: it says so.
+expect 0 xl-train-phase2 -c small.ini --threads 1 --progress never --init killed.h5 --max-steps 1 --eval-max-tokens 500 tokens.h5 -o early-p2.h5
+grep -q "warning: --init killed.h5 is still being trained (pid $pid on " "$TMP/err" ||
+  fail "no warning that --init is still being trained: $(cat "$TMP/err")"
 wait_for_lines killed.jsonl '"event":"train"' $((asked + 5))
 kill -TERM $pid
 wait $pid || STATUS=$?

@@ -497,6 +497,9 @@ int Trainer::run() {
                           << ": the streams and memories are re-sharded exactly");
     build(resume_run(req_, ckpt, req_.output, *tokens_), &ckpt, req_.output);
   } else if (!req_.init.empty()) {
+    if (const std::string who = io::OutputLock::holder(req_.init); !who.empty())
+      XL_WARN("--init " << req_.init << " is still being trained (" << who
+                        << "): this run starts from its latest checkpoint, not from its end");
     const auto ckpt = checkpoint::load(req_.init, vocab);
     const std::string file = io::display_name(req_.init);
     build(start_phase2(req_, ckpt, file, *tokens_), &ckpt, file);

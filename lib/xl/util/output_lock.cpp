@@ -14,6 +14,31 @@
 
 namespace xl::io {
 
+namespace {
+
+// The holder's name as the lock file gives it, without its line end.
+std::string read_holder(int fd) {
+  char text[256] = {0};
+  const ssize_t got = ::pread(fd, text, sizeof text - 1, 0);
+  std::string who(text, got > 0 ? static_cast<size_t>(got) : 0);
+  while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+  return who;
+}
+
+}  // namespace
+
+std::string OutputLock::holder(const std::string& path) {
+  const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string who;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    who = read_holder(fd);
+    if (who.empty()) who = "a training";
+  }
+  ::close(fd);  // (drops a shared lock taken)
+  return who;
+}
+
 OutputLock::OutputLock(const std::string& path) : lock_path_(path + ".lock") {
   // The holder removes the file as it ends: a lock taken on a file since removed is retried on the
   // new one, so that two waiters never both hold one.
@@ -27,11 +52,8 @@ OutputLock::OutputLock(const std::string& path) : lock_path_(path + ".lock") {
         lock_path_.clear();
         return;
       }
-      char holder[256] = {0};
-      const ssize_t got = ::pread(fd, holder, sizeof holder - 1, 0);
+      const std::string who = read_holder(fd);
       ::close(fd);
-      std::string who(holder, got > 0 ? static_cast<size_t>(got) : 0);
-      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
       XL_FAIL(kExitCantCreat, path << ": another training writes it" << (who.empty() ? "" : " (" + who + ")")
                                    << "; stop it first, or give this one another -o (the lock is " << lock_path_
                                    << ")");

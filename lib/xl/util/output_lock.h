@@ -13,6 +13,8 @@ class OutputLock {
   // system has no locks (ENOLCK, some NFS mounts) it goes on without one.
   explicit OutputLock(const std::string& path);
   ~OutputLock();  // removes PATH.lock
+  // Who holds PATH.lock ("pid 123 on host"), or "" when no one does: a training still writes PATH.
+  static std::string holder(const std::string& path);
   OutputLock(const OutputLock&) = delete;
   OutputLock& operator=(const OutputLock&) = delete;
 
