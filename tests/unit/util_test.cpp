@@ -230,3 +230,38 @@ TEST(Signals, StopSignalsAreBlockedInComputeThreadsAndStillSetTheFlag) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(xl::signals::pending(), SIGTERM);
 }
+
+// SIGUSR1 asks a training for a checkpoint: taken once, and the run is not stopped by it.
+TEST(Signals, Usr1AsksACatchingProcessForACheckpointAndDoesNotStopIt) {
+  xl::signals::catch_stop();
+  ASSERT_FALSE(xl::signals::take_checkpoint_request());
+  kill(getpid(), SIGUSR1);
+  bool asked = false;
+  for (int i = 0; i < 200 && !asked; ++i) {
+    asked = xl::signals::take_checkpoint_request();
+    if (!asked) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(asked);
+  EXPECT_FALSE(xl::signals::take_checkpoint_request());  // once per signal
+  EXPECT_EQ(xl::signals::pending(), 0);
+}
+
+// Outputs written through rather than replaced: a rename over /dev/stdout (a link to
+// /proc/self/fd/1) replaced the link; a regular file, or a link to one, is replaced as usual.
+TEST(Io, StreamsAreDevicesFifosAndDescriptorsHoweverNamed) {
+  xl::test::TempDir dir;
+  const std::string file = dir.write("f.h5", "x"), fifo = dir.file("p"), to_fd = dir.file("out"),
+                    chain = dir.file("chain"), to_file = dir.file("to_file");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(symlink("/proc/self/fd/1", to_fd.c_str()), 0);
+  ASSERT_EQ(symlink("out", chain.c_str()), 0);
+  ASSERT_EQ(symlink("f.h5", to_file.c_str()), 0);
+  EXPECT_TRUE(io::is_stream("-"));
+  EXPECT_TRUE(io::is_stream("/dev/null"));
+  EXPECT_TRUE(io::is_stream(fifo));
+  EXPECT_TRUE(io::is_stream(to_fd));
+  EXPECT_TRUE(io::is_stream(chain));
+  EXPECT_FALSE(io::is_stream(file));
+  EXPECT_FALSE(io::is_stream(to_file));
+  EXPECT_FALSE(io::is_stream(dir.path() + "/missing.h5"));
+}
