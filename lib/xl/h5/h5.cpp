@@ -141,7 +141,7 @@ File File::create(const std::string& path, const std::string& display_name) {
 File File::open(const std::string& path, const std::string& what) {
   if (io::is_stdio(path)) return open_image(io::read_raw(path), "<stdin>", what);
   // HDF5 seeks: a pipe given by name (bash's <(zcat t.h5.gz), /dev/stdin, a FIFO) is read whole.
-  if (io::exists(path) && !io::is_file(path) && !io::is_dir(path)) return open_image(io::read_raw(path), path, what);
+  if (io::is_stream(path)) return open_image(io::read_raw(path), path, what);
   // Sniff first so that a text file gets a clear message rather than an HDF5 error.
   std::FILE* fp = std::fopen(path.c_str(), "rb");
   XL_CHECK(fp, kExitNoInput, path << ": " << std::strerror(errno));

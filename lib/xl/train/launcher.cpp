@@ -81,7 +81,12 @@ const char* const kLauncherVariable = "XL_LAUNCHER_PID";
 bool started_by_launcher() { return std::getenv(kLauncherVariable) != nullptr; }
 
 void stop_with_launcher() {
-  if (const char* pid = std::getenv(kLauncherVariable)) signals::stop_when_parent_dies(std::atoi(pid));
+  const char* pid = std::getenv(kLauncherVariable);
+  if (!pid) return;
+  const int launcher = std::atoi(pid);
+  signals::stop_when_process_ends(launcher);
+  // No longer its child: it ended before it was watched (and its pid may be another's by now).
+  if (getppid() != launcher) kill(getpid(), SIGTERM);
 }
 
 bool stdin_spooled_by_launcher() { return started_by_launcher() && std::getenv(kSpooledStdinVariable) != nullptr; }

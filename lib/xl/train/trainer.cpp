@@ -253,10 +253,11 @@ void Trainer::save(bool best) {
   auto ck = snapshot();
   snapshot_step_ = state_.step;
   if (!leader()) return;
+  const std::string best_file = best ? best_path(req_.output) : "";
   try {
     // A failed write leaves the previous file as it was (temp file + rename).
     checkpoint::save(req_.output, ck, true);
-    if (best && !best_path(req_.output).empty()) checkpoint::save(best_path(req_.output), ck, true);
+    if (!best_file.empty()) checkpoint::save(best_file, ck, true);
   } catch (const Error& e) {
     if (e.code() != kExitIoErr || cfg_.on_save_error != "continue") throw;
     save_failed_ = true;
@@ -269,7 +270,7 @@ void Trainer::save(bool best) {
   save_failed_ = false;
   saved_step_ = state_.step;
   nlohmann::json ev = {{"step", state_.step}, {"path", req_.output}};
-  if (best && !best_path(req_.output).empty()) ev["best"] = best_path(req_.output);
+  if (!best_file.empty()) ev["best"] = best_file;
   metrics_.write("checkpoint", ev);
 }
 
@@ -618,7 +619,7 @@ int run_training(const TrainRequest& request, char** argv) {
            "the tokens and --init cannot both come from stdin");
   // A pipe by name (<(zcat t.h5.gz), a FIFO) is read by the first rank that opens it alone.
   for (const std::string& in : {request.tokens, request.init})
-    XL_CHECK((request.nproc_per_node == 1 && dist.single()) || io::is_stdio(in) || !io::exists(in) || io::is_file(in),
+    XL_CHECK((request.nproc_per_node == 1 && dist.single()) || io::is_stdio(in) || !io::is_stream(in),
              kExitUsage, in << " is a pipe, which several ranks cannot each read: give a file, or pipe it to - (stdin)");
   if (request.nproc_per_node > 1 && !started_by_launcher()) {
     XL_CHECK(dist.single(), kExitUsage,

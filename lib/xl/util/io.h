@@ -11,9 +11,9 @@ inline bool is_stdio(const std::string& path) { return path == "-"; }
 bool exists(const std::string& path);
 bool is_file(const std::string& path);
 bool is_dir(const std::string& path);
-// Whether an output at PATH is a stream written once rather than a file that can be replaced:
-// stdout ("-"), a device (/dev/null), a FIFO, or a file descriptor however named (/dev/stdout,
-// /dev/fd/3, /proc/self/fd/1), which may be a file a shell opened (> out.h5).
+// Whether PATH is a stream rather than a file: an output written once, never replaced; an input
+// read whole, never sought. "-", a device (/dev/null), a FIFO, or a file descriptor however named
+// (/dev/stdout, /dev/fd/63 from bash's <(...), /proc/self/fd/1), which may be a file a shell opened.
 bool is_stream(const std::string& path);
 // A name for messages: "<stdin>" for "-".
 std::string display_name(const std::string& path);

@@ -96,13 +96,6 @@ void default_in_child() {
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
 
-void stop_when_parent_dies(int parent) {
-  std::thread([parent] {
-    while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (!pending()) kill(getpid(), SIGTERM);  // (a second signal would stop a save under way)
-  }).detach();
-}
-
 const char* const kStopWithVariable = "XL_STOP_WITH_PID";
 
 void stop_when_process_ends(int pid) {

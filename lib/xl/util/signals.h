@@ -17,12 +17,10 @@ bool take_checkpoint_request();
 // In a child after fork, before exec: the stop signals as a new process has them (default action,
 // not blocked; the parent blocks them in all its threads and takes them on a thread of its own).
 void default_in_child();
-// From now on, once process `parent` is no longer this process's parent (it died, even of
-// SIGKILL), the process stops as on one SIGTERM. (PR_SET_PDEATHSIG would send one signal for each
-// of a multithreaded parent's threads as they die, and a second signal stops at once.)
-void stop_when_parent_dies(int parent);
 // From now on, once process `pid` has ended (even of SIGKILL), this process stops as on one
 // SIGTERM; at once when it has ended already. A pidfd tells, so a reused pid cannot deceive it.
+// (PR_SET_PDEATHSIG would send one signal for each of a multithreaded parent's threads as they
+// die, and a second signal stops at once without saving.)
 void stop_when_process_ends(int pid);
 // The environment variable through which a program asks the xl tools it starts, however deep
 // (make, a recipe's shell), to stop when it ends: its pid. run_tool() obeys it.
