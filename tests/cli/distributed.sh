@@ -151,6 +151,22 @@ for every in 0 1; do
     fail "the ranks did not train on after the checkpoint SIGUSR1 asked for"
 done
 
+step "Ctrl-C at a terminal (SIGINT to the launcher and its ranks at once): the ranks save the step they stop at"
+# Each rank gets the terminal's signal and then the launcher's copy of it, which killed them
+# unsaved. Steps long enough (about 0.1 s) for the copy to land inside one.
+setsid $T --nproc-per-node 2 --d-model 256 --d-inner 512 --n-head 4 --d-head 64 --tgt-len 128 --mem-len 128 \
+  --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics ctrlc.jsonl tokens.h5 -o ctrlc.h5 2>ctrlc.err &
+job=$!
+[ "$(ps -o pgid= -p "$job" | tr -d ' ')" = "$job" ] || fail "setsid did not give the launcher a process group of its own"
+wait_for_lines ctrlc.jsonl '"event":"train"' 2
+kill -INT -- -"$job"
+STATUS=0
+wait "$job" || STATUS=$?
+[ "$STATUS" -eq 130 ] || fail "the ranks stopped with $STATUS, not 130 on SIGINT: $(tail -3 ctrlc.err)"
+[ -f ctrlc.h5 ] || fail "Ctrl-C left no checkpoint: $(tail -3 ctrlc.err)"
+[ "$(xl-inspect --json ctrlc.h5 | json /dev/stdin 'j["attributes"]["step"]')" = \
+  "$(grep '"event":"done"' ctrlc.jsonl | json /dev/stdin 'j["step"]')" ] || fail "the checkpoint is not of the step the ranks stopped at"
+
 step "a launcher killed with SIGKILL: its ranks save and stop rather than train on orphaned"
 $T --nproc-per-node 2 --max-steps 100000 --schedule-steps 100000 --save-every 10 --log-interval 1 --metrics orphaned.jsonl \
   tokens.h5 -o orphaned.h5 2>orphaned.err &

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -244,6 +245,35 @@ TEST(Signals, Usr1AsksACatchingProcessForACheckpointAndDoesNotStopIt) {
   EXPECT_TRUE(asked);
   EXPECT_FALSE(xl::signals::take_checkpoint_request());  // once per signal
   EXPECT_EQ(xl::signals::pending(), 0);
+}
+
+// One stop often comes twice: Ctrl-C reaches a launcher and its ranks as a process group and the
+// launcher passes it on; timeout(1) signals the process and then its group. The copy killed the
+// ranks unsaved (4 of 4 Ctrl-Cs to a 2-rank training). A stop a second or more later still kills.
+TEST(Signals, CopiesOfAStopWithinASecondAreOneRequestALaterOneKillsAtOnce) {
+  xl::signals::catch_stop();
+  kill(getpid(), SIGTERM);
+  for (int i = 0; i < 200 && xl::signals::pending() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(xl::signals::pending(), SIGTERM);
+  kill(getpid(), SIGTERM);  // had this process die before the fix
+  kill(getpid(), SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(xl::signals::pending(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  const pid_t child = fork();  // the next stop would kill this test: a child takes it
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // no sigwait thread here: the handler takes it
+    kill(getpid(), SIGINT);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << "status " << status;
 }
 
 // Outputs written through rather than replaced: a rename over /dev/stdout (a link to

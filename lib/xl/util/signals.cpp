@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <mutex>
 #include <thread>
 
@@ -18,6 +19,17 @@ namespace xl::signals {
 namespace {
 
 std::atomic<int> g_signal{0};
+std::atomic<long long> g_first_stop_ns{0};  // when the caught stop signal came (CLOCK_MONOTONIC)
+// One stop often arrives more than once: Ctrl-C reaches a launcher and its ranks as one process
+// group and the launcher passes it on too; timeout(1) and `kill -- -PGID` signal the process and
+// its group. Copies this close to the first are the same request; a later one stops at once.
+constexpr long long kSameStopNs = 1'000'000'000;
+
+long long monotonic_ns() {  // async-signal-safe, unlike std::chrono
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<long long>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
 std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM set the flag
 std::atomic<bool> g_checkpoint{false};  // and SIGUSR1 this one
 constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
@@ -46,7 +58,16 @@ void on_signal(int sig) {
     g_checkpoint = true;
     return;
   }
-  if (g_catch.load() && sig != SIGHUP && g_signal.exchange(sig) == 0) return;  // a second one stops at once
+  if (g_catch.load() && sig != SIGHUP) {
+    const long long now = monotonic_ns();
+    int none = 0;
+    if (g_signal.compare_exchange_strong(none, sig)) {
+      g_first_stop_ns = now;
+      return;
+    }
+    const long long first = g_first_stop_ns.load();  // 0: the first is being recorded right now
+    if (first == 0 || now - first < kSameStopNs) return;
+  }
   die(sig);
 }
 
