@@ -369,6 +369,19 @@ $T --max-steps 3 --eval-interval 1 tokens.h5 -o /dev/stdout --metrics /dev/stder
 [ -L /dev/stdout ] || fail "/dev/stdout is no longer a link"
 expect 0 xl-inspect --verify via-stdout.h5
 grep -q '"event":"done"' via-stderr.jsonl || fail "--metrics /dev/stderr wrote no done event"
+# Stopped by a signal, a run to a stream still writes its last checkpoint there (it wrote nothing).
+$T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stopped-stream.jsonl tokens.h5 -o - \
+  >stopped-stream.h5 2>stopped-stream.err &
+job=$!
+wait_for_lines stopped-stream.jsonl '"event":"train"' 2
+kill -TERM "$job"
+STATUS=0
+wait "$job" || STATUS=$?
+[ "$STATUS" -eq 143 ] || fail "a run to stdout stopped with $STATUS on SIGTERM: $(tail -2 stopped-stream.err)"
+expect 0 xl-inspect --verify stopped-stream.h5
+[ "$(xl-inspect --json stopped-stream.h5 | json /dev/stdin 'j["attributes"]["step"]')" = \
+  "$(grep '"event":"done"' stopped-stream.jsonl | json /dev/stdin 'j["step"]')" ] || fail "stdout's checkpoint is not of the step the run stopped at"
+grep -q "its checkpoint went to <stdout>" stopped-stream.err || fail "no word of where the checkpoint went: $(tail -1 stopped-stream.err)"
 expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "phase-1"
 expect 64 xl-train-phase2 --max-steps 1 tokens.h5 -o bad.h5

@@ -68,6 +68,7 @@ class Trainer {
   Step train_step();  // this rank's mean loss
   bool validate();  // true when the stopping rule fires
   void save(bool best);
+  void save_to_stream();
   // After the run's last save: 74 when it failed (with --on-save-error continue it only warned).
   void check_last_save() const;
   checkpoint::Checkpoint snapshot();  // collective: every rank takes part
@@ -246,6 +247,12 @@ checkpoint::Checkpoint Trainer::snapshot() {
     for (int r = 0; r < dist_.world; ++r) ck.rng.emplace_back(Generators::rank_name(name, r), all[static_cast<size_t>(r)]);
   }
   return ck;
+}
+
+// The one checkpoint a stream (stdout, a FIFO) gets: the run's last, at its end or on a stop signal.
+void Trainer::save_to_stream() {
+  auto ck = snapshot();
+  if (leader()) checkpoint::save(req_.output, ck, true);
 }
 
 void Trainer::save(bool best) {
@@ -577,9 +584,11 @@ int Trainer::run() {
       log_window();
       save(false);
       check_last_save();
+      if (io::is_stream(req_.output)) save_to_stream();
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
       progress_.print("stopped by signal " + std::to_string(sig) + " at step " + std::to_string(state_.step) +
-                      (io::is_stream(req_.output) ? "" : "; resume with --resume -o " + req_.output));
+                      (io::is_stream(req_.output) ? "; its checkpoint went to " + (io::is_stdio(req_.output) ? std::string("<stdout>") : req_.output)
+                                                  : "; resume with --resume -o " + req_.output));
       return 128 + sig;
     }
     // A wall-clock budget may run out on one rank a step before another: all stop together.
@@ -596,10 +605,7 @@ int Trainer::run() {
   const bool saved_now = snapshot_step_ == state_.step && (dist_.single() ? !save_failed_ : true);
   if ((!validated_now || valid_ids_.empty()) && !saved_now) save(false);
   check_last_save();
-  if (io::is_stream(req_.output)) {
-    auto ck = snapshot();
-    if (leader()) checkpoint::save(req_.output, ck, true);
-  }
+  if (io::is_stream(req_.output)) save_to_stream();
   const double rss = peak_rss_mb();
   metrics_.write("done", {{"step", state_.step}, {"reason", reason}, {"tokens", state_.tokens_seen},
                           {"phase_steps", state_.step - state_.current()->start_step}, {"elapsed", phase_elapsed()},
