@@ -17,6 +17,7 @@
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/resources.h"
+#include "xl/util/signals.h"
 
 namespace po = xl::cli::po;
 
@@ -99,12 +100,27 @@ int main(int argc, char** argv) {
     std::unique_ptr<xl::eval::PerTokenFile> per_token;
     if (!per_token_path.empty()) per_token = std::make_unique<xl::eval::PerTokenFile>(per_token_path, cli.force());
     xl::eval::RowWriter rows(out.stream(), format);
+    // A stop (Ctrl-C, a batch system's limit) ends the setting under way and keeps the finished ones.
+    xl::signals::catch_stop();
+    base.stop_on_signal = true;
+    size_t finished = 0;
     for (int64_t mem_len : request.mem_lens) {
       xl::eval::EvalSettings s = base;
       s.mem_len = mem_len;
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
       xl::eval::ScoringClock clock;
       auto result = xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));
+      if (const int sig = result.stopped_by) {
+        XL_INFO("stopped by signal " << sig << " during --mem-len " << mem_len << ": "
+                << (finished ? "kept the " + std::to_string(finished) + " of " + std::to_string(request.mem_lens.size()) +
+                                   " settings finished before it"
+                             : std::string("nothing was finished")));
+        if (finished) {
+          if (per_token) per_token->commit();
+          out.commit();
+        }
+        return 128 + sig;
+      }
       const double scoring_seconds = clock.scoring_seconds();
       xl::eval::EvalRow row;
       row.split = split;
@@ -125,6 +141,7 @@ int main(int argc, char** argv) {
                                       << " tokens): nothing was scored");
       rows.write(row);
       if (per_token) per_token->write_group("mem_len_" + std::to_string(mem_len), row);
+      ++finished;
     }
     if (per_token) per_token->commit();
     out.commit();

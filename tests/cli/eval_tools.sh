@@ -106,6 +106,27 @@ EOF2
   done
 fi
 
+step "a stopped sweep keeps the settings it finished (a signal lost them all)"
+sweep=$(seq -s, 0 40)  # 41 settings of about a second each, one segment a token
+xl-eval-longctx --threads 1 --split valid --tgt-len 1 --batch-size 1 --mem-len "$sweep" --per-token stopped.h5 \
+  ckpt.h5 tokens.h5 >stopped.jsonl 2>stopped.err &
+job=$!
+wait_for_lines stopped.jsonl '"event":"eval"' 1
+kill -TERM "$job"
+STATUS=0
+wait "$job" || STATUS=$?
+[ "$STATUS" -eq 143 ] || fail "a stopped sweep exited $STATUS, not 143: $(cat stopped.err)"
+kept=$(grep -c '"event":"eval"' stopped.jsonl)
+[ "$kept" -ge 1 ] && [ "$kept" -lt 41 ] || fail "$kept rows from a sweep stopped early"
+grep -q "stopped by signal 15 during --mem-len $kept: kept the $kept of 41 settings finished before it" stopped.err ||
+  fail "no word of what was kept: $(cat stopped.err)"
+/usr/bin/python3 - stopped.h5 "$kept" <<'PY' || fail "the per-token file does not hold the finished settings"
+import h5py, sys
+groups = sorted(h5py.File(sys.argv[1], "r"), key=lambda g: int(g.split("_")[-1]))
+assert groups == ["mem_len_%d" % m for m in range(int(sys.argv[2]))], groups
+PY
+no_temp_files .
+
 step "refusals: another vocab, a missing split, bad values"
 expect 0 xl-tokenize --mode byte --split 0.8,0.1,0.1 text.txt -o bytes.h5
 expect 65 xl-eval-longctx ckpt.h5 bytes.h5

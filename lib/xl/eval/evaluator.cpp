@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "xl/util/error.h"
+#include "xl/util/signals.h"
 
 namespace xl::eval {
 
@@ -160,6 +161,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   int64_t consumed = 0, all_scored = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t pos = 0; pos < steps; pos += s.tgt_len) {
+    if (s.stop_on_signal && (result.stopped_by = signals::pending())) break;
     const int64_t t = std::min(s.tgt_len, steps - pos);
     bool scored = true;
     if (s.warmup && s.mem_len > 0)

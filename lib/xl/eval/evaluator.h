@@ -51,12 +51,16 @@ struct EvalSettings {
   // Data parallel: this process evaluates streams [b * shard / shards, b * (shard + 1) / shards)
   // of the b streams; the shards' sums add up to the whole evaluation.
   int shard = 0, shards = 1;
+  // A stop signal caught by the process (signals::catch_stop) ends the evaluation after its
+  // segment, with EvalResult::stopped_by set: the tools keep the settings finished before.
+  bool stop_on_signal = false;
 };
 
 struct EvalResult {
   double loss_sum = 0;       // sum of NLL (nats) over scored tokens
   int64_t tokens = 0;        // scored tokens
   double seconds = 0;
+  int stopped_by = 0;        // the signal that ended it early (stop_on_signal), or 0
   double loss() const;       // loss_sum / tokens (NaN when nothing was scored)
 };
 
