@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
     cli.positional("tokens", 1);
     cli.add_output("a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
     cli.files({"checkpoint", "compare", "tokens"}, {"plot"});
+    cli.input_list("checkpoint", [](const std::string& v) { return checkpoint_list(v, "CHECKPOINT"); });
+    cli.input_list("compare", [](const std::string& v) { return checkpoint_list(v, "--compare"); });
     options::add_compute_options(cli, {false, true});
     if (!cli.parse(argc, argv)) return 0;
     const auto compute = options::compute_settings(cli);

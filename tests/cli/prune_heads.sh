@@ -27,6 +27,13 @@ expect 0 xl-prune-heads --mode ablate-one --jobs 2 --compare base.h5,base2.h5 $E
 grep '"event":"layer_summary"' out | grep -q '"ci95"' || fail "no interval over the seeds"
 expect 64 xl-prune-heads --mode importance $E sch.h5,sch2.h5 tokens.h5
 stderr_is_one_line "one checkpoint"
+# An output that is one of a list's checkpoints is refused, even with -f (the rows replaced it).
+cp base2.h5 base2.before.h5
+expect 64 xl-prune-heads --mode ablate-one --compare base.h5,base2.h5 $E sch.h5,sch2.h5 tokens.h5 -o base2.h5 -f
+stderr_is_one_line "is base2.h5, which is also --compare"
+same_bytes base2.h5 base2.before.h5 "the refused study"
+expect 64 xl-prune-heads --mode ablate-one $E sch.h5,sch2.h5 tokens.h5 -o sch2.h5 -f
+stderr_is_one_line "is sch2.h5, which is also CHECKPOINT"
 
 step "importance, stored in the checkpoint with -o"
 expect 0 xl-prune-heads --mode importance --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o scored.h5

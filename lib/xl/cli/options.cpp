@@ -52,6 +52,10 @@ void Options::files(std::vector<std::string> inputs, std::vector<std::string> ou
   output_files_.insert(output_files_.end(), outputs.begin(), outputs.end());
 }
 
+void Options::input_list(const std::string& name, std::function<std::vector<std::string>(const std::string&)> split) {
+  input_lists_[name] = std::move(split);
+}
+
 void Options::output_beside(std::string what, std::function<std::string(const std::string&)> name_for) {
   beside_what_ = std::move(what);
   beside_name_ = std::move(name_for);
@@ -77,6 +81,15 @@ std::vector<std::string> Options::paths(const std::string& name) const {
   return {};
 }
 
+std::vector<std::string> Options::input_paths(const std::string& name) const {
+  std::vector<std::string> all = paths(name);
+  const auto list = input_lists_.find(name);
+  if (list == input_lists_.end()) return all;
+  for (const std::string& value : paths(name))
+    for (const std::string& path : list->second(value)) all.push_back(path);
+  return all;
+}
+
 void Options::check_files() const {
   struct Output {
     std::string option, path;
@@ -95,7 +108,7 @@ void Options::check_files() const {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Output& out = outputs[i];
     for (const std::string& in_name : input_files_)
-      for (const std::string& in : paths(in_name))
+      for (const std::string& in : input_paths(in_name))
         if (io::same_file(out.path, in))
           fail(out.option, (out.beside.empty() ? "is " : "writes " + out.beside + " to ") + out.path + ", which is also " +
                                shown(in_name) + ": writing it would replace what is read (write to another file)");

@@ -44,6 +44,9 @@ class Options {
   // beside -o: parse() refuses an output that is one of the inputs, or two outputs that are one
   // file, even with -f (an output replaces its file; a tokens file or text would be lost).
   void files(std::vector<std::string> inputs, std::vector<std::string> outputs = {});
+  // An input whose value lists files (a comma list of checkpoints): `split` gives them, and each
+  // is checked against the outputs.
+  void input_list(const std::string& name, std::function<std::vector<std::string>(const std::string&)> split);
   // A file the tool also writes, named after -o ("run.h5" -> "run.best.h5"; "" when there is
   // none, for stdout or a device): checked as the outputs are, described as `what`.
   void output_beside(std::string what, std::function<std::string(const std::string&)> name_for);
@@ -107,6 +110,7 @@ class Options {
   std::map<std::string, std::string> config_file_;  // option -> the config file its value came from
 
   std::vector<std::string> input_files_, output_files_;
+  std::map<std::string, std::function<std::vector<std::string>(const std::string&)>> input_lists_;
   std::string beside_what_;
   std::function<std::string(const std::string&)> beside_name_;
 
@@ -117,6 +121,8 @@ class Options {
   std::string shown(const std::string& name) const;
   // The paths an option holds: one, or a repeatable option's list; none when not given.
   std::vector<std::string> paths(const std::string& name) const;
+  // An input's paths, a list's files among them.
+  std::vector<std::string> input_paths(const std::string& name) const;
   std::string excess_argument_message(int argc, char** argv, const po::options_description& all) const;
 };
 
