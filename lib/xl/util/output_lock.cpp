@@ -47,8 +47,9 @@ OutputLock::OutputLock(const std::string& path) : lock_path_(path + ".lock") {
     XL_CHECK(fd >= 0, kExitCantCreat, "cannot create " << path << " (its lock " << lock_path_ << "): " << std::strerror(errno));
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
-      if (err == ENOLCK || err == EOPNOTSUPP) {
+      if (err == ENOLCK || err == EOPNOTSUPP) {  // a file system without locks: no one can hold this one
         ::close(fd);
+        ::unlink(lock_path_.c_str());
         lock_path_.clear();
         return;
       }
