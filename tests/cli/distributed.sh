@@ -79,6 +79,25 @@ if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
     --no_python "$(command -v xl-train-phase1)" -c dp.ini --threads 1 -q --max-steps 50 tokens.h5 -o torchrun1.h5 \
     >torchrun.out 2>&1 || fail "torchrun failed: $(tail -5 torchrun.out)"
   h5diff -q two1.h5 torchrun1.h5 /model /model >/dev/null || fail "torchrun's ranks trained another model than --nproc-per-node's"
+  # torchrun --max_restarts starts the ranks again when one dies; its agent keeps the store, and
+  # the new ranks read the dead ones' Gloo addresses from it and waited on them for good.
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --max_restarts 1 --master_port "$port" --redirects 1 \
+    --tee 1 --no_python "$(command -v xl-train-phase1)" -c dp.ini --threads 1 -q --max-steps 3000 --schedule-steps 3000 \
+    --save-every 20 --eval-interval 0 --metrics restarted.jsonl --start-or-resume tokens.h5 -o restarted.h5 >restarted.out 2>&1 &
+  job=$!
+  wait_for_lines restarted.jsonl '"event":"checkpoint"' 1
+  for p in $(pgrep -P "$job"); do ! tr '\0' '\n' <"/proc/$p/environ" | grep -qx RANK=1 || kill -9 "$p"; done
+  for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$job" 2>/dev/null && {
+    pkill -P "$job" || true
+    kill "$job" || true
+    fail "the ranks torchrun restarted still run a minute later: $(tail -3 restarted.out)"
+  }
+  wait "$job" || fail "torchrun's restarted ranks failed: $(tail -5 restarted.out)"
+  [ "$(grep -c '"event":"start"' restarted.jsonl)" = 2 ] || fail "expected a start and a resumed start: $(tail -5 restarted.out)"
+  grep '"event":"start"' restarted.jsonl | tail -1 | grep -q '"resumed":true' || fail "the restarted ranks did not resume"
+  grep -q '"event":"done".*"step":3000' restarted.jsonl || fail "the restarted ranks did not finish: $(tail -3 restarted.out)"
 else
   echo "  (no PyTorch for /usr/bin/python3: torchrun not tried)"
 fi

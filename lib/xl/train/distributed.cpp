@@ -7,6 +7,7 @@
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
 #endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -121,6 +122,10 @@ std::string store_prefix() {
   return std::string("xl/") + (restart ? restart : "0") + "/";
 }
 
+c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& store) {
+  return c10::make_intrusive<c10d::PrefixStore>(store_prefix() + "group", store);
+}
+
 std::string lost_rank(c10d::Store& store, const DistConfig& config) {
   const std::string me = hostname(), prefix = store_prefix();
   std::vector<std::pair<int, long>> local;  // the other ranks on this host, with their pids
@@ -228,7 +233,7 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
                                : loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                           : c10d::ProcessGroupGloo::createDefaultDevice());
     options->threads = 2;
-    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, config.rank, config.world, options);
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store(store), config.rank, config.world, options);
   });
   return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(config, store, group);
 }

@@ -17,6 +17,9 @@ namespace xl::train {
 std::string lost_rank(c10d::Store& store, const DistConfig& config);
 // The key prefix of this job in the store (torchrun restarts get fresh keys).
 std::string store_prefix();
+// The store a process group keeps its keys in: under store_prefix(), so that the ranks torchrun
+// restarts (its agent keeps the store) do not read the dead ranks' addresses and wait on them.
+c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& store);
 // Every rank publishes `value` under `what`; throws 78 on every rank when one differs from rank 0's.
 void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
                               const std::string& value, int serial);

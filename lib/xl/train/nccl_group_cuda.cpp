@@ -14,7 +14,7 @@ std::unique_ptr<Communicator> connect_nccl(const DistConfig& config, const c10::
   guarded(*store, config, "setting up the NCCL process group", [&] {
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = config.timeout;
-    group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, config.rank, config.world, options);
+    group = c10::make_intrusive<c10d::ProcessGroupNCCL>(group_store(store), config.rank, config.world, options);
   });
   return std::make_unique<GroupCommunicator<c10d::ProcessGroupNCCL>>(config, store, group);
 }
