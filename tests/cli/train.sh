@@ -185,6 +185,8 @@ kill -USR1 $pid
 wait_for_lines killed.jsonl '"event":"checkpoint"' 1
 grep -q '"event":"checkpoint"' killed.jsonl || fail "no checkpoint after SIGUSR1"
 kill -0 $pid 2>/dev/null || fail "SIGUSR1 stopped the training"
+# pkill, killall and top find a training by its name (it re-executes itself, and was "exe").
+pgrep -x xl-train-phase1 | grep -qx "$pid" || fail "the training's process name is '$(cat /proc/$pid/comm)'"
 asked=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]')
 # A second training on the same -o (a job started twice) is refused, naming the first: each
 # replaced the other's checkpoints.
