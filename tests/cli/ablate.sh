@@ -113,6 +113,14 @@ xl-ablate long.ini --tokens tokens.h5 --out long --jobs 2 --threads 1 >long.out 
 job=$!
 wait_for_lines "long/phases=p1/p1.jsonl" '"event":"checkpoint"' 1
 wait_for_lines "long/phases=p1+p2/p1.jsonl" '"event":"checkpoint"' 1
+# SIGUSR1 reaches the trainings alone (make and the recipes' shells would die of it): each writes
+# a checkpoint and trains on. It was ignored.
+kill -USR1 "$job"
+for r in "long/phases=p1" "long/phases=p1+p2"; do
+  wait_for_lines "$r/p1.log" "as SIGUSR1 asked" 1
+  grep -q "as SIGUSR1 asked" "$r/p1.log" || fail "$r's training wrote no checkpoint on SIGUSR1 to xl-ablate: $(tail -2 "$r/p1.log")"
+done
+kill -0 "$job" 2>/dev/null || fail "xl-ablate stopped on SIGUSR1: $(tail -3 long.err)"
 STATUS=0
 kill -TERM "$job"
 for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,28 @@ void write_file(const std::string& path, const std::string& text) {
   io::AtomicOutput out(path, true, false);
   out.stream() << text;
   out.commit();
+}
+
+// SIGUSR1 asks a training for a checkpoint, but kills make, a recipe's shell or an evaluation:
+// it goes to the trainings in process group `group` alone, found by name in /proc.
+void ask_trainings_for_checkpoints(pid_t group) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    // "PID (COMM) STATE PPID PGRP ...": COMM may hold spaces and parentheses; it ends at the last ')'.
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    const std::string comm = stat.substr(open + 1, close - open - 1);
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp) || pgrp != group) continue;
+    if (comm == "xl-train-phase1" || comm == "xl-train-phase2") kill(static_cast<pid_t>(std::stol(name)), SIGUSR1);
+  }
 }
 
 }  // namespace
@@ -88,6 +111,7 @@ int run_make(const std::string& makefile, int jobs) {
       forwarded = sig;
       kill(-pid, sig);
     }
+    if (signals::take_checkpoint_request() && !forwarded) ask_trainings_for_checkpoints(pid);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (forwarded) {
