@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
                           "or - for a pipe) comes from xl-tokenize. Settings come from INI files (-c, repeatable) and\n"
                           "flags. The checkpoint (-o) is written atomically at every validation (and --save-every),\n"
                           "the best one beside it as NAME.best.h5 (stdout or a FIFO gets the final one alone);\n"
-                          "SIGINT/SIGTERM save and exit 128+N, SIGUSR1 saves and trains on; --resume continues bit\n"
-                          "for bit. Metrics go to --metrics as JSON Lines, progress to stderr.",
+                          "SIGINT/SIGTERM/SIGHUP save and exit 128+N, SIGUSR1 saves and trains on; --resume continues\n"
+                          "bit for bit. Metrics go to --metrics as JSON Lines, progress to stderr.",
                           "  xl-tokenize --mode byte --split 0.9,0.05,0.05 enwik8 | xl-train-phase1 -c share/xl/configs/tiny.ini -o p1.h5\n"
                           "  xl-train-phase1 -c tiny.ini --skip-schedule linear --sch-beta 0.1 --time-budget 10m tokens.h5 -o p1.h5 --metrics p1.jsonl\n"
                           "  xl-train-phase1 --resume tokens.h5 -o p1.h5 --max-steps 20000"});

@@ -371,6 +371,17 @@ $T --max-steps 3 --eval-interval 1 tokens.h5 -o /dev/stdout --metrics /dev/stder
 [ -L /dev/stdout ] || fail "/dev/stdout is no longer a link"
 expect 0 xl-inspect --verify via-stdout.h5
 grep -q '"event":"done"' via-stderr.jsonl || fail "--metrics /dev/stderr wrote no done event"
+# SIGHUP (the terminal of an ssh session that dropped) saves and stops as SIGTERM does: it killed
+# the run, which lost the steps since its last checkpoint.
+$T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics hup.jsonl tokens.h5 -o hup.h5 2>hup.err &
+job=$!
+wait_for_lines hup.jsonl '"event":"train"' 2
+kill -HUP "$job"
+STATUS=0
+wait "$job" || STATUS=$?
+[ "$STATUS" -eq 129 ] || fail "SIGHUP stopped the run with $STATUS, not 129: $(tail -2 hup.err)"
+[ "$(xl-inspect --json hup.h5 | json /dev/stdin 'j["attributes"]["step"]')" = \
+  "$(grep '"event":"done"' hup.jsonl | json /dev/stdin 'j["step"]')" ] || fail "no checkpoint of the step SIGHUP stopped at"
 # Stopped by a signal, a run to a stream still writes its last checkpoint there (it wrote nothing).
 $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stopped-stream.jsonl tokens.h5 -o - \
   >stopped-stream.h5 2>stopped-stream.err &

@@ -30,7 +30,7 @@ long long monotonic_ns() {  // async-signal-safe, unlike std::chrono
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<long long>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
-std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM set the flag
+std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM/SIGHUP set the flag
 std::atomic<bool> g_checkpoint{false};  // and SIGUSR1 this one
 constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
@@ -58,7 +58,7 @@ void on_signal(int sig) {
     g_checkpoint = true;
     return;
   }
-  if (g_catch.load() && sig != SIGHUP) {
+  if (g_catch.load()) {
     const long long now = monotonic_ns();
     int none = 0;
     if (g_signal.compare_exchange_strong(none, sig)) {

@@ -7,7 +7,7 @@ namespace xl::signals {
 
 // The default: registered temp outputs are removed, then the signal kills the process.
 void remove_temps_and_die_on_stop();
-// From now on SIGINT/SIGTERM only set a flag. Another one a second or more later kills at once;
+// From now on SIGINT/SIGTERM/SIGHUP (a closed terminal) only set a flag. Another one a second or more later kills at once;
 // copies of the first within that second (a signal to the process and to its group) do not.
 void catch_stop();
 // The signal caught since catch_stop(), or 0.
