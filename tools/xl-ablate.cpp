@@ -12,6 +12,7 @@
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
+#include "xl/util/output_lock.h"
 #include "xl/util/resources.h"
 
 namespace po = xl::cli::po;
@@ -119,6 +120,13 @@ int main(int argc, char** argv) {
       io::write_stdout(makefile);
       return 0;
     }
+    // One xl-ablate per --out: a second would start the same trainings, which their output locks
+    // refuse (73), and mark those runs failed while the first still trains them.
+    const std::string lock = ms.out_dir + "/xl-ablate";
+    if (const std::string who = io::OutputLock::holder(lock); !who.empty())
+      XL_FAIL(kExitCantCreat, ms.out_dir << ": another xl-ablate runs this grid (" << who
+                                         << "); let it finish, or give this one another --out");
+    io::OutputLock running(lock);
     const std::string path = ms.out_dir + "/Makefile";
     {
       io::AtomicOutput out(path, true, false);

@@ -121,6 +121,11 @@ for r in "long/phases=p1" "long/phases=p1+p2"; do
   grep -q "as SIGUSR1 asked" "$r/p1.log" || fail "$r's training wrote no checkpoint on SIGUSR1 to xl-ablate: $(tail -2 "$r/p1.log")"
 done
 kill -0 "$job" 2>/dev/null || fail "xl-ablate stopped on SIGUSR1: $(tail -3 long.err)"
+# A second xl-ablate on the same --out is refused: its trainings were refused by the first's
+# output locks (73), and it marked those runs failed while they trained.
+expect 73 xl-ablate long.ini --tokens tokens.h5 --out long --jobs 2 --threads 1
+stderr_is_one_line "another xl-ablate runs this grid (pid $job on "
+[ ! -e "long/phases=p1/failed" ] || fail "the refused xl-ablate marked a run failed"
 STATUS=0
 kill -TERM "$job"
 for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
