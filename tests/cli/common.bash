@@ -34,6 +34,21 @@ wait_for_lines() {
   done
 }
 
+# signal_when FILE PATTERN N SIG PID: once FILE has N lines containing PATTERN, sends SIG to the
+# background job PID and waits for it; its exit status in $STATUS.
+signal_when() {
+  wait_for_lines "$1" "$2" "$3"
+  kill -"$4" "$5"
+  STATUS=0
+  wait "$5" || STATUS=$?
+}
+
+# stopped_step_saved CHECKPOINT METRICS: the checkpoint is of the step the run's done event gives.
+stopped_step_saved() {
+  [ "$(xl-inspect --json "$1" | json /dev/stdin 'j["attributes"]["step"]')" = \
+    "$(grep '"event":"done"' "$2" | json /dev/stdin 'j["step"]')" ]
+}
+
 # run CMD...: runs CMD with stdout in $TMP/out and stderr in $TMP/err; its status in $STATUS.
 run() {
   STATUS=0

@@ -183,8 +183,7 @@ STATUS=0
 wait "$job" || STATUS=$?
 [ "$STATUS" -eq 130 ] || fail "the ranks stopped with $STATUS, not 130 on SIGINT: $(tail -3 ctrlc.err)"
 [ -f ctrlc.h5 ] || fail "Ctrl-C left no checkpoint: $(tail -3 ctrlc.err)"
-[ "$(xl-inspect --json ctrlc.h5 | json /dev/stdin 'j["attributes"]["step"]')" = \
-  "$(grep '"event":"done"' ctrlc.jsonl | json /dev/stdin 'j["step"]')" ] || fail "the checkpoint is not of the step the ranks stopped at"
+stopped_step_saved ctrlc.h5 ctrlc.jsonl || fail "the checkpoint is not of the step the ranks stopped at"
 
 step "a launcher killed with SIGKILL: its ranks save and stop rather than train on orphaned"
 $T --nproc-per-node 2 --max-steps 100000 --schedule-steps 100000 --save-every 10 --log-interval 1 --metrics orphaned.jsonl \

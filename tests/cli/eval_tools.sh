@@ -110,11 +110,7 @@ step "a stopped sweep keeps the settings it finished (a signal lost them all)"
 sweep=$(seq -s, 0 40)  # 41 settings of about a second each, one segment a token
 xl-eval-longctx --threads 1 --split valid --tgt-len 1 --batch-size 1 --mem-len "$sweep" --per-token stopped.h5 \
   ckpt.h5 tokens.h5 >stopped.jsonl 2>stopped.err &
-job=$!
-wait_for_lines stopped.jsonl '"event":"eval"' 1
-kill -TERM "$job"
-STATUS=0
-wait "$job" || STATUS=$?
+signal_when stopped.jsonl '"event":"eval"' 1 TERM $!
 [ "$STATUS" -eq 143 ] || fail "a stopped sweep exited $STATUS, not 143: $(cat stopped.err)"
 kept=$(grep -c '"event":"eval"' stopped.jsonl)
 [ "$kept" -ge 1 ] && [ "$kept" -lt 41 ] || fail "$kept rows from a sweep stopped early"

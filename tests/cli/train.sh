@@ -374,26 +374,16 @@ grep -q '"event":"done"' via-stderr.jsonl || fail "--metrics /dev/stderr wrote n
 # SIGHUP (the terminal of an ssh session that dropped) saves and stops as SIGTERM does: it killed
 # the run, which lost the steps since its last checkpoint.
 $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics hup.jsonl tokens.h5 -o hup.h5 2>hup.err &
-job=$!
-wait_for_lines hup.jsonl '"event":"train"' 2
-kill -HUP "$job"
-STATUS=0
-wait "$job" || STATUS=$?
+signal_when hup.jsonl '"event":"train"' 2 HUP $!
 [ "$STATUS" -eq 129 ] || fail "SIGHUP stopped the run with $STATUS, not 129: $(tail -2 hup.err)"
-[ "$(xl-inspect --json hup.h5 | json /dev/stdin 'j["attributes"]["step"]')" = \
-  "$(grep '"event":"done"' hup.jsonl | json /dev/stdin 'j["step"]')" ] || fail "no checkpoint of the step SIGHUP stopped at"
+stopped_step_saved hup.h5 hup.jsonl || fail "no checkpoint of the step SIGHUP stopped at"
 # Stopped by a signal, a run to a stream still writes its last checkpoint there (it wrote nothing).
 $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stopped-stream.jsonl tokens.h5 -o - \
   >stopped-stream.h5 2>stopped-stream.err &
-job=$!
-wait_for_lines stopped-stream.jsonl '"event":"train"' 2
-kill -TERM "$job"
-STATUS=0
-wait "$job" || STATUS=$?
+signal_when stopped-stream.jsonl '"event":"train"' 2 TERM $!
 [ "$STATUS" -eq 143 ] || fail "a run to stdout stopped with $STATUS on SIGTERM: $(tail -2 stopped-stream.err)"
 expect 0 xl-inspect --verify stopped-stream.h5
-[ "$(xl-inspect --json stopped-stream.h5 | json /dev/stdin 'j["attributes"]["step"]')" = \
-  "$(grep '"event":"done"' stopped-stream.jsonl | json /dev/stdin 'j["step"]')" ] || fail "stdout's checkpoint is not of the step the run stopped at"
+stopped_step_saved stopped-stream.h5 stopped-stream.jsonl || fail "stdout's checkpoint is not of the step the run stopped at"
 grep -q "its checkpoint went to <stdout>" stopped-stream.err || fail "no word of where the checkpoint went: $(tail -1 stopped-stream.err)"
 expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "phase-1"
