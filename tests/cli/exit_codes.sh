@@ -148,6 +148,10 @@ ln -s own.txt link.txt
 expect 64 xl-build-vocab link.txt -o own.txt -f
 stderr_is_one_line "--output is own.txt, which is also INPUT"
 same_bytes own.txt text.txt "an input reached through a link"
+# A hard link is another name that replacing own.txt (by rename) leaves as it was: no conflict.
+ln own.txt hard.txt
+expect 0 xl-build-vocab -q hard.txt -o own.txt -f
+same_bytes hard.txt text.txt "the input, a hard link of the output"
 
 step "64: usage errors"
 for t in xl-build-vocab xl-tokenize xl-inspect; do

@@ -43,6 +43,16 @@ stored=$(xl-inspect --json p1.h5 | json /dev/stdin 'j["checkpoint"]["parameters"
 [ "$trained" = "$stored" ] || fail "xl-inspect counts $stored parameters in p1.h5, the trainer $trained"
 grep -q '"event":"done"' p1.jsonl || fail "no done event"
 [ -f p1.best.h5 ] || fail "no best checkpoint beside the latest"
+best_step=$(grep '"event":"valid"' p1.jsonl | tail -1 | json /dev/stdin 'j["best_step"]')
+[ "$(xl-inspect --json p1.best.h5 | json /dev/stdin 'j["attributes"]["step"]')" = "$best_step" ] ||
+  fail "p1.best.h5 is not of the best validation's step $best_step"
+# The best checkpoint is a second name of the file saved with it, not a second copy (0.5 GB
+# written again for base at each better validation; Io.LinkAs... checks that replacing the latest
+# leaves it as it was).
+expect 0 $T --max-steps 1 --eval-interval 1 tokens.h5 -o linked.h5
+[ "$(stat -c %i linked.h5)" = "$(stat -c %i linked.best.h5)" ] || fail "linked.best.h5 is a copy of linked.h5, not the same file"
+# Two names of one file are still two outputs: the same run again with -f is not "one file twice".
+expect 0 $T --max-steps 1 --eval-interval 1 tokens.h5 -o linked.h5 -f
 no_temp_files .
 
 step "phase 1 -> phase 2 through files"

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
@@ -274,6 +275,50 @@ TEST(Signals, CopiesOfAStopWithinASecondAreOneRequestALaterOneKillsAtOnce) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << "status " << status;
+}
+
+// Whether replacing one path (by rename) replaces what the other names: one directory entry
+// however spelt, but never two hard links (the latest checkpoint and the best one often are).
+TEST(Io, SameFileIsOneDirectoryEntryHoweverSpeltNotTwoHardLinks) {
+  xl::test::TempDir dir;
+  const std::string file = dir.write("a.txt", "x"), hard = dir.file("hard.txt"), soft = dir.file("soft.txt"),
+                    sub = dir.file("sub"), via_dir = dir.file("dirlink");
+  ASSERT_EQ(link(file.c_str(), hard.c_str()), 0);
+  ASSERT_EQ(symlink("a.txt", soft.c_str()), 0);
+  ASSERT_EQ(mkdir(sub.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(dir.path().c_str(), via_dir.c_str()), 0);
+  EXPECT_TRUE(io::same_file(file, dir.path() + "/sub/../a.txt"));
+  EXPECT_TRUE(io::same_file(file, soft));
+  EXPECT_TRUE(io::same_file(file, via_dir + "/a.txt"));
+  EXPECT_TRUE(io::same_file(dir.file("new.h5"), via_dir + "/new.h5"));  // neither exists yet
+  EXPECT_FALSE(io::same_file(file, hard));
+  EXPECT_FALSE(io::same_file(file, dir.file("new.h5")));
+  EXPECT_FALSE(io::same_file("/dev/null", "/dev/null"));
+  EXPECT_FALSE(io::same_file("-", "-"));
+}
+
+// The best checkpoint as a second name of the latest: outputs are replaced by rename, never
+// written in place, so replacing the latest later leaves the best one as it was.
+TEST(Io, LinkAsGivesASecondNameThatKeepsItsBytesWhenTheFirstIsReplaced) {
+  xl::test::TempDir dir;
+  const std::string latest = dir.write("r.h5", "step 1"), best = dir.file("r.best.h5");
+  ASSERT_TRUE(io::link_as(latest, best));
+  struct stat a {}, b {};
+  ASSERT_EQ(stat(latest.c_str(), &a), 0);
+  ASSERT_EQ(stat(best.c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_TRUE(io::link_as(latest, best));  // already that file: rename does nothing, no temp is left
+  {
+    io::AtomicOutput out(latest, true, false);
+    out.stream() << "step 2";
+    out.commit();
+  }
+  EXPECT_EQ(io::read_raw(best), "step 1");
+  EXPECT_EQ(io::read_raw(latest), "step 2");
+  EXPECT_FALSE(io::link_as(dir.file("missing.h5"), best));
+  EXPECT_EQ(io::read_raw(best), "step 1");
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
 // Outputs written through rather than replaced: a rename over /dev/stdout (a link to

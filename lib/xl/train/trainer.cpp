@@ -264,7 +264,9 @@ void Trainer::save(bool best) {
   try {
     // A failed write leaves the previous file as it was (temp file + rename).
     checkpoint::save(req_.output, ck, true);
-    if (!best_file.empty()) checkpoint::save(best_file, ck, true);
+    // The best checkpoint is this same file: a second name costs nothing, where a second copy
+    // wrote the whole checkpoint again (0.5 GB for base) at every improving validation.
+    if (!best_file.empty() && !io::link_as(req_.output, best_file)) checkpoint::save(best_file, ck, true);
   } catch (const Error& e) {
     if (e.code() != kExitIoErr || cfg_.on_save_error != "continue") throw;
     save_failed_ = true;

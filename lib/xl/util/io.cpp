@@ -69,15 +69,46 @@ bool is_stream(const std::string& path) {
 
 std::string display_name(const std::string& path) { return is_stdio(path) ? "<stdin>" : path; }
 
+namespace {
+
+// A directory entry however it is spelt: symlinks followed, its directory by device and inode
+// (a bind mount shows one directory under two paths), or by path while that does not exist.
+struct Entry {
+  bool known = false;
+  dev_t dev = 0;
+  ino_t dir_ino = 0;
+  std::string dir, name;
+  bool operator==(const Entry& o) const {
+    return known && o.known && name == o.name && (dir_ino ? dev == o.dev && dir_ino == o.dir_ino : dir == o.dir);
+  }
+};
+
+Entry entry_of(const std::string& path) {
+  Entry e;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  if (ec) return e;
+  e.known = true;
+  e.name = p.filename().string();
+  e.dir = p.parent_path().string();
+  struct stat d;
+  if (::stat(e.dir.c_str(), &d) == 0) {
+    e.dev = d.st_dev;
+    e.dir_ino = d.st_ino;
+  }
+  return e;
+}
+
+bool written_through(const std::string& path) {  // a device or a FIFO: never replaced
+  struct stat s;
+  return ::stat(path.c_str(), &s) == 0 && !S_ISREG(s.st_mode);
+}
+
+}  // namespace
+
 bool same_file(const std::string& a, const std::string& b) {
-  if (is_stdio(a) || is_stdio(b) || a.empty() || b.empty()) return false;
-  struct stat sa, sb;
-  const bool has_a = ::stat(a.c_str(), &sa) == 0, has_b = ::stat(b.c_str(), &sb) == 0;
-  if (has_a && has_b) return S_ISREG(sa.st_mode) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  if (has_a || has_b) return false;
-  std::error_code ea, eb;
-  const auto pa = std::filesystem::weakly_canonical(a, ea), pb = std::filesystem::weakly_canonical(b, eb);
-  return !ea && !eb && pa == pb;
+  if (is_stdio(a) || is_stdio(b) || a.empty() || b.empty() || written_through(a) || written_through(b)) return false;
+  return entry_of(a) == entry_of(b);
 }
 
 namespace {
@@ -295,6 +326,17 @@ void AtomicOutput::commit() {
   }
   unregister_temp(temp_path_);
   committed_ = true;
+}
+
+bool link_as(const std::string& existing, const std::string& path) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  ::unlink(temp.c_str());
+  if (::link(existing.c_str(), temp.c_str()) != 0) return false;
+  register_temp(temp);
+  const bool renamed = ::rename(temp.c_str(), path.c_str()) == 0;
+  ::unlink(temp.c_str());  // still there when PATH already named this file: rename does nothing then
+  unregister_temp(temp);
+  return renamed;
 }
 
 void write_stdout(const std::string& bytes) {

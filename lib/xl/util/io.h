@@ -17,8 +17,9 @@ bool is_dir(const std::string& path);
 bool is_stream(const std::string& path);
 // A name for messages: "<stdin>" for "-".
 std::string display_name(const std::string& path);
-// Whether paths A and B name one regular file (the same device and inode), or, when neither exists
-// yet, the same place; never for "-" or a device.
+// Whether paths A and B name one directory entry (links followed), so that replacing one (an output
+// is renamed onto its path) replaces the other; never for "-", a device or a FIFO. Two hard links
+// are two entries: replacing one leaves the other as it was.
 bool same_file(const std::string& a, const std::string& b);
 
 // Reads the whole input as it is stored.
@@ -59,6 +60,12 @@ class AtomicOutput {
   bool committed_ = false;
   bool write_through_ = false;  // PATH is a device or FIFO
 };
+
+// Makes PATH a second name of the file at EXISTING (a hard link, put in place by rename, so a
+// reader sees the old PATH or the new one). False where the file system has no hard links, and
+// PATH is left as it was. Sound for files only ever replaced, never written in place, as every
+// output here is: replacing EXISTING later leaves PATH with what it had.
+bool link_as(const std::string& existing, const std::string& path);
 
 // Writes bytes to stdout, failing with 74 on a write error.
 void write_stdout(const std::string& bytes);
