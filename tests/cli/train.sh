@@ -387,6 +387,17 @@ $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics hup.jso
 signal_when hup.jsonl '"event":"train"' 2 HUP $!
 [ "$STATUS" -eq 129 ] || fail "SIGHUP stopped the run with $STATUS, not 129: $(tail -2 hup.err)"
 stopped_step_saved hup.h5 hup.jsonl || fail "no checkpoint of the step SIGHUP stopped at"
+# Validating at every step, the stop falls on a step its validation saved: it is not written again.
+$T --max-steps 100000 --schedule-steps 100000 --eval-interval 1 --eval-max-tokens 100 --metrics once.jsonl tokens.h5 \
+  -o once.h5 2>once.err &
+signal_when once.jsonl '"event":"checkpoint"' 2 TERM $!
+[ "$STATUS" -eq 143 ] || fail "the run stopped with $STATUS, not 143: $(tail -2 once.err)"
+stopped_step_saved once.h5 once.jsonl || fail "no checkpoint of the step the run stopped at"
+/usr/bin/python3 - once.jsonl <<'PY' || fail "a checkpoint was written twice at one step"
+import collections, json, sys
+steps = collections.Counter(e["step"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "checkpoint")
+assert max(steps.values()) == 1, steps
+PY
 # Stopped by a signal, a run to a stream still writes its last checkpoint there (it wrote nothing).
 $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stopped-stream.jsonl tokens.h5 -o - \
   >stopped-stream.h5 2>stopped-stream.err &

@@ -71,6 +71,9 @@ class Trainer {
   void save_to_stream();
   // After the run's last save: 74 when it failed (with --on-save-error continue it only warned).
   void check_last_save() const;
+  // This step's checkpoint is written (by a validation, --save-every or SIGUSR1). A failed write
+  // is tried again in one process; with ranks, rank 0 alone knows of it (check_last_save).
+  bool saved_this_step() const { return snapshot_step_ == state_.step && (dist_.single() ? !save_failed_ : true); }
   checkpoint::Checkpoint snapshot();  // collective: every rank takes part
   // --attention-probs resolved for this run (auto: keep while a step's fit the budget); returns
   // keep or recompute, and sets it for the CPU's attention kernel ("" on a GPU, whose kernels
@@ -584,7 +587,7 @@ int Trainer::run() {
     }
     if (const int sig = v.signal) {
       log_window();
-      save(false);
+      if (!saved_this_step()) save(false);  // a stop at a validation step wrote it twice
       check_last_save();
       if (io::is_stream(req_.output)) save_to_stream();
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
@@ -602,10 +605,7 @@ int Trainer::run() {
     validated_now = true;
     validate();
   }
-  // By --save-every or SIGUSR1. A failed write is tried again in one process; with ranks, rank 0
-  // alone knows of it (check_last_save reports it).
-  const bool saved_now = snapshot_step_ == state_.step && (dist_.single() ? !save_failed_ : true);
-  if ((!validated_now || valid_ids_.empty()) && !saved_now) save(false);
+  if ((!validated_now || valid_ids_.empty()) && !saved_this_step()) save(false);
   check_last_save();
   if (io::is_stream(req_.output)) save_to_stream();
   const double rss = peak_rss_mb();
