@@ -591,9 +591,9 @@ int Trainer::run() {
       check_last_save();
       if (io::is_stream(req_.output)) save_to_stream();
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
+      const std::string where = io::is_stdio(req_.output) ? "<stdout>" : req_.output;
       progress_.print("stopped by signal " + std::to_string(sig) + " at step " + std::to_string(state_.step) +
-                      (io::is_stream(req_.output) ? "; its checkpoint went to " + (io::is_stdio(req_.output) ? std::string("<stdout>") : req_.output)
-                                                  : "; resume with --resume -o " + req_.output));
+                      (io::is_stream(req_.output) ? "; its checkpoint went to " + where : "; resume with --resume -o " + where));
       return 128 + sig;
     }
     // A wall-clock budget may run out on one rank a step before another: all stop together.

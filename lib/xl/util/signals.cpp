@@ -19,20 +19,21 @@ namespace xl::signals {
 namespace {
 
 std::atomic<int> g_signal{0};
-std::atomic<long long> g_first_stop_ns{0};  // when the caught stop signal came (CLOCK_MONOTONIC)
+std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM/SIGHUP set the flag
+std::atomic<bool> g_checkpoint{false};  // and SIGUSR1 this one
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+
 // One stop often arrives more than once: Ctrl-C reaches a launcher and its ranks as one process
 // group and the launcher passes it on too; timeout(1) and `kill -- -PGID` signal the process and
 // its group. Copies this close to the first are the same request; a later one stops at once.
 constexpr long long kSameStopNs = 1'000'000'000;
+std::atomic<long long> g_first_stop_ns{0};  // when the caught stop signal came (CLOCK_MONOTONIC)
 
 long long monotonic_ns() {  // async-signal-safe, unlike std::chrono
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<long long>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
-std::atomic<bool> g_catch{false};  // catch_stop() was called: SIGINT/SIGTERM/SIGHUP set the flag
-std::atomic<bool> g_checkpoint{false};  // and SIGUSR1 this one
-constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
 sigset_t handled_signals() {
   sigset_t set;
