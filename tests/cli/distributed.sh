@@ -260,6 +260,13 @@ grep -q "^xl-train-phase1 rank [01]: --d-model must be" "$TMP/err" &&
   fail "the ranks' refusals do not name their ranks: $(cat "$TMP/err")"
 grep -q "^xl-train-phase1: rank [01] exited with status 64; stopping the other ranks" "$TMP/err" ||
   fail "the launcher does not name the rank that stopped: $(cat "$TMP/err")"
+# An output the job may not write is the launcher's one line, before it starts a rank: it was rank
+# 0's refusal, every other rank's "rank 0 is gone" and the launcher's "rank 0 exited".
+echo taken >taken.h5
+expect 73 $T --nproc-per-node 2 --max-steps 5 tokens.h5 -o taken.h5
+stderr_is_one_line "xl-train-phase1: taken.h5: already exists"
+expect 66 $T --nproc-per-node 2 --max-steps 5 --resume tokens.h5 -o missing.h5
+stderr_is_one_line "xl-train-phase1: missing.h5: no checkpoint to resume from"
 # Ranks that disagree on their settings: both stop, naming rank 1.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 5 tokens.h5 -o bad.h5 2>r0.err &

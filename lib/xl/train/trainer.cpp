@@ -48,6 +48,28 @@ std::string best_path(const std::string& output) {
 
 namespace {
 
+// What a training checks of -o before it trains, and the lock it then holds on it (none for a
+// stream): one writer per output, a checkpoint to resume from, nothing replaced without -f, a
+// directory it can write now rather than in an hour.
+std::unique_ptr<io::OutputLock> claim_output(const TrainRequest& req) {
+  std::unique_ptr<io::OutputLock> lock;
+  if (!io::is_stream(req.output)) lock = std::make_unique<io::OutputLock>(req.output);  // before it is read or replaced
+  if (req.resume) {
+    XL_CHECK(!io::is_stream(req.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
+    XL_CHECK(io::exists(req.output), kExitNoInput, req.output << ": no checkpoint to resume from");
+    return lock;
+  }
+  // A device (/dev/null) is written through, never replaced.
+  XL_CHECK(req.force || io::is_stream(req.output) || !io::is_file(req.output), kExitCantCreat,
+           req.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
+  const std::string best = best_path(req.output);
+  XL_CHECK(req.force || best.empty() || !io::exists(best), kExitCantCreat,
+           best << ": already exists, the best checkpoint of an earlier run with -o " << req.output
+                << " (remove it, or use -f to overwrite it)");
+  io::AtomicOutput probe(req.output, true, true);  // and stdout is not a terminal
+  return lock;
+}
+
 using Clock = std::chrono::steady_clock;
 
 class Trainer {
@@ -481,22 +503,9 @@ int Trainer::run() {
     log::warn("XL_KERNELS=own: xl's attention backward needs XL_DETERMINISTIC=0 (its sums are atomic); "
               "training keeps LibTorch's attention kernel");
   comm_ = Communicator::connect(dist_, device_);
-  // One training per output, taken before its checkpoint is read or replaced.
-  if (leader() && !io::is_stream(req_.output)) output_lock_ = std::make_unique<io::OutputLock>(req_.output);
-  if (req_.resume) {
-    XL_CHECK(!io::is_stream(req_.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
-    XL_CHECK(io::exists(req_.output), kExitNoInput, req_.output << ": no checkpoint to resume from");
-  } else if (leader()) {
-    // A device (/dev/null) is written through, never replaced.
-    XL_CHECK(req_.force || io::is_stream(req_.output) || !io::is_file(req_.output), kExitCantCreat,
-             req_.output << ": already exists (use -f to overwrite, or --resume to continue that run)");
-    const std::string best = best_path(req_.output);
-    XL_CHECK(req_.force || best.empty() || !io::exists(best), kExitCantCreat,
-             best << ": already exists, the best checkpoint of an earlier run with -o " << req_.output
-                  << " (remove it, or use -f to overwrite it)");
-    // The directory must be writable, and stdout not a terminal, now, not in an hour.
-    io::AtomicOutput probe(req_.output, true, true);
-  }
+  // Ranks that torchrun, srun or mpirun started meet first, so that rank 0 cannot fail alone; an
+  // --nproc-per-node launcher claimed the output before it started any, and holds it.
+  if (leader() && !started_by_launcher()) output_lock_ = claim_output(req_);
   tokens_ = std::make_unique<h5::TokensFile>(h5::TokensFile::open(req_.tokens));
   const checkpoint::ExpectedVocab vocab{tokens_->vocab().sha256(), tokens_->name()};
   if (req_.resume) {
@@ -633,6 +642,8 @@ int run_training(const TrainRequest& request, char** argv) {
     XL_CHECK(dist.single(), kExitUsage,
              "--nproc-per-node starts ranks itself, but this process already is rank "
                  << dist.rank << " of " << dist.world << " (started by torchrun, srun or mpirun): drop one of the two");
+    // A refused output is one line from the launcher, not a dead rank 0 in every other rank's.
+    const auto lock = claim_output(request);
     return launch_local_ranks(argv, request.nproc_per_node, piped);
   }
   stop_with_launcher();
