@@ -267,6 +267,11 @@ expect 73 $T --nproc-per-node 2 --max-steps 5 tokens.h5 -o taken.h5
 stderr_is_one_line "xl-train-phase1: taken.h5: already exists"
 expect 66 $T --nproc-per-node 2 --max-steps 5 --resume tokens.h5 -o missing.h5
 stderr_is_one_line "xl-train-phase1: missing.h5: no checkpoint to resume from"
+expect 66 $T --nproc-per-node 2 --max-steps 5 missing-tokens.h5 -o fresh.h5
+stderr_is_one_line "xl-train-phase1: missing-tokens.h5: No such file or directory"
+expect 65 xl-train-phase2 --nproc-per-node 2 --init dp.ini --max-steps 5 tokens.h5 -o fresh.h5
+stderr_is_one_line "xl-train-phase2: dp.ini: not an HDF5 file"
+[ ! -e fresh.h5 ] || fail "a refused job left fresh.h5"
 # Ranks that disagree on their settings: both stop, naming rank 1.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --max-steps 5 tokens.h5 -o bad.h5 2>r0.err &

@@ -642,8 +642,11 @@ int run_training(const TrainRequest& request, char** argv) {
     XL_CHECK(dist.single(), kExitUsage,
              "--nproc-per-node starts ranks itself, but this process already is rank "
                  << dist.rank << " of " << dist.world << " (started by torchrun, srun or mpirun): drop one of the two");
-    // A refused output is one line from the launcher, not a dead rank 0 in every other rank's.
+    // A refused output or input is one line from the launcher, not a line from every rank and the
+    // launcher's "rank 0 exited". (The inputs are opened here, not read.)
     const auto lock = claim_output(request);
+    if (!io::is_stream(request.tokens)) h5::TokensFile::open(request.tokens);
+    if (!request.init.empty() && !io::is_stream(request.init)) h5::File::open(request.init, "an xl checkpoint");
     return launch_local_ranks(argv, request.nproc_per_node, piped);
   }
   stop_with_launcher();
