@@ -406,6 +406,11 @@ signal_when stopped-stream.jsonl '"event":"train"' 2 TERM $!
 expect 0 xl-inspect --verify stopped-stream.h5
 stopped_step_saved stopped-stream.h5 stopped-stream.jsonl || fail "stdout's checkpoint is not of the step the run stopped at"
 grep -q "its checkpoint went to <stdout>" stopped-stream.err || fail "no word of where the checkpoint went: $(tail -1 stopped-stream.err)"
+# A full disk (/dev/full) is named as one: "write error" alone left the reason out.
+expect 74 $T --max-steps 2 -q tokens.h5 -o /dev/full
+stderr_is_one_line "/dev/full: write error: No space left on device"
+expect 74 $T --max-steps 2 -q --metrics /dev/full tokens.h5 -o full.h5
+stderr_is_one_line "/dev/full: write error: No space left on device"
 expect 65 xl-train-phase2 --init p2.h5 --max-steps 1 tokens.h5 -o bad.h5
 stderr_is_one_line "phase-1"
 expect 64 xl-train-phase2 --max-steps 1 tokens.h5 -o bad.h5

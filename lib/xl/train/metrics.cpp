@@ -26,7 +26,7 @@ void MetricsLog::write(const std::string& event, nlohmann::json fields) {
   j.update(fields);
   *out_ << j.dump() << '\n';
   out_->flush();
-  XL_CHECK(out_->good(), kExitIoErr, path_ << ": write error");
+  XL_CHECK(out_->good(), kExitIoErr, path_ << ": write error: " << std::strerror(errno));
 }
 
 }  // namespace xl::train

@@ -318,7 +318,7 @@ void AtomicOutput::commit() {
     XL_CHECK(from && to, kExitCantCreat, "cannot open " << path_ << " for writing: " << std::strerror(errno));
     if (from.peek() != std::ifstream::traits_type::eof()) to << from.rdbuf();  // (inserting nothing fails)
     to.flush();
-    XL_CHECK(to.good(), kExitIoErr, path_ << ": write error");
+    XL_CHECK(to.good(), kExitIoErr, path_ << ": write error: " << std::strerror(errno));
     std::remove(temp_path_.c_str());
   } else {
     XL_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, kExitCantCreat,
