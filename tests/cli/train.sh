@@ -387,6 +387,15 @@ $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics hup.jso
 signal_when hup.jsonl '"event":"train"' 2 HUP $!
 [ "$STATUS" -eq 129 ] || fail "SIGHUP stopped the run with $STATUS, not 129: $(tail -2 hup.err)"
 stopped_step_saved hup.h5 hup.jsonl || fail "no checkpoint of the step SIGHUP stopped at"
+# SIGUSR1 on a step whose validation saved it is answered too (it was silent: xl-ablate's test
+# waited for the answer in vain whenever the request fell on a validation step).
+$T --max-steps 100000 --schedule-steps 100000 --eval-interval 1 --eval-max-tokens 100 --metrics asked.jsonl tokens.h5 \
+  -o asked.h5 2>asked.err &
+job=$!
+wait_for_lines asked.jsonl '"event":"checkpoint"' 2
+kill -USR1 "$job"
+signal_when asked.err "as SIGUSR1 asked" 1 TERM "$job"
+grep -q "checkpoint of step [0-9]* written, as SIGUSR1 asked" asked.err || fail "SIGUSR1 went unanswered: $(tail -2 asked.err)"
 # Validating at every step, the stop falls on a step its validation saved: it is not written again.
 $T --max-steps 100000 --schedule-steps 100000 --eval-interval 1 --eval-max-tokens 100 --metrics once.jsonl tokens.h5 \
   -o once.h5 2>once.err &

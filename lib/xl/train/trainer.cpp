@@ -588,8 +588,9 @@ int Trainer::run() {
     } else if (cfg_.save_every > 0 && state_.step % cfg_.save_every == 0) {
       save(false);
     }
-    if (v.checkpoint && !v.signal && snapshot_step_ != state_.step) {
-      save(false);
+    if (v.checkpoint && !v.signal) {
+      // Said also when this step's validation wrote it: the request is answered either way.
+      if (!saved_this_step()) save(false);
       progress_.print(io::is_stream(req_.output)
                           ? std::string("SIGUSR1 asked for a checkpoint, but -o is a stream: it gets the last one alone")
                           : "checkpoint of step " + std::to_string(state_.step) + " written, as SIGUSR1 asked");
