@@ -114,6 +114,7 @@ signal_when stopped.jsonl '"event":"eval"' 1 TERM $!
 [ "$STATUS" -eq 143 ] || fail "a stopped sweep exited $STATUS, not 143: $(cat stopped.err)"
 kept=$(grep -c '"event":"eval"' stopped.jsonl)
 [ "$kept" -ge 1 ] && [ "$kept" -lt 41 ] || fail "$kept rows from a sweep stopped early"
+grep -q "stopping after this segment" stopped.err || fail "no word of the stop as it came: $(cat stopped.err)"
 grep -q "stopped by signal 15 during --mem-len $kept: kept the $kept of 41 settings finished before it" stopped.err ||
   fail "no word of what was kept: $(cat stopped.err)"
 /usr/bin/python3 - stopped.h5 "$kept" <<'PY' || fail "the per-token file does not hold the finished settings"

@@ -387,6 +387,8 @@ $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics hup.jso
 signal_when hup.jsonl '"event":"train"' 2 HUP $!
 [ "$STATUS" -eq 129 ] || fail "SIGHUP stopped the run with $STATUS, not 129: $(tail -2 hup.err)"
 stopped_step_saved hup.h5 hup.jsonl || fail "no checkpoint of the step SIGHUP stopped at"
+# Said at once: a base step and its save take seconds, and a user who hears nothing stops it again.
+grep -q "stopping after this step and its checkpoint" hup.err || fail "no word of the stop as it came: $(cat hup.err)"
 # SIGUSR1 on a step whose validation saved it is answered too (it was silent: xl-ablate's test
 # waited for the answer in vain whenever the request fell on a validation step).
 $T --max-steps 100000 --schedule-steps 100000 --eval-interval 1 --eval-max-tokens 100 --metrics asked.jsonl tokens.h5 \

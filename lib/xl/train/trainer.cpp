@@ -539,6 +539,10 @@ int Trainer::run() {
   used_at_start_ = budget_used(cfg_, state_, elapsed_before_);
   started_ = Clock::now();
   signals::catch_stop();
+  if (leader() && log::level() != log::Level::kQuiet)
+    signals::set_stop_notice(std::string(progress_.live() ? "\n" : "") + log::tool_name() +
+                             ": stopping after this step and its checkpoint (another stop signal a second or more "
+                             "from now ends the run at once, unsaved)\n");
 
   nlohmann::json start = {{"step", state_.step}, {"phase", cfg_.phase}, {"parameters", model_->parameter_count()},
                           {"device", device_.str()}, {"precision", cfg_.precision}, {"ranks", dist_.world},

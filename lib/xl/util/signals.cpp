@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -28,6 +29,9 @@ constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 // its group. Copies this close to the first are the same request; a later one stops at once.
 constexpr long long kSameStopNs = 1'000'000'000;
 std::atomic<long long> g_first_stop_ns{0};  // when the caught stop signal came (CLOCK_MONOTONIC)
+
+char g_notice[512];  // set_stop_notice's text, written by write(2): safe in a handler
+std::atomic<size_t> g_notice_length{0};
 
 long long monotonic_ns() {  // async-signal-safe, unlike std::chrono
   timespec t{};
@@ -64,6 +68,10 @@ void on_signal(int sig) {
     int none = 0;
     if (g_signal.compare_exchange_strong(none, sig)) {
       g_first_stop_ns = now;
+      if (const size_t n = g_notice_length.load()) {
+        const ssize_t written = ::write(2, g_notice, n);
+        (void)written;  // a notice, nothing to do when stderr is gone
+      }
       return;
     }
     const long long first = g_first_stop_ns.load();  // 0: the first is being recorded right now
@@ -106,6 +114,13 @@ void remove_temps_and_die_on_stop() {
 void catch_stop() {
   g_catch = true;
   start_waiting();
+}
+
+void set_stop_notice(const std::string& text) {
+  g_notice_length = 0;
+  const size_t n = std::min(text.size(), sizeof g_notice);
+  std::copy(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n), g_notice);
+  g_notice_length = n;
 }
 
 int pending() { return g_signal.load(); }

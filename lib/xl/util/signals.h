@@ -3,6 +3,8 @@
 // SIGUSR1 asks that job for a checkpoint (Slurm's --signal=USR1@120 before a time limit).
 #pragma once
 
+#include <string>
+
 namespace xl::signals {
 
 // The default: registered temp outputs are removed, then the signal kills the process.
@@ -10,6 +12,9 @@ void remove_temps_and_die_on_stop();
 // From now on SIGINT/SIGTERM/SIGHUP (a closed terminal) only set a flag. Another one a second or more later kills at once;
 // copies of the first within that second (a signal to the process and to its group) do not.
 void catch_stop();
+// Written to stderr as the first stop signal is caught: what the process now does (a base step
+// and its save take seconds, in which a user who hears nothing stops it again, unsaved). "" none.
+void set_stop_notice(const std::string& text);
 // The signal caught since catch_stop(), or 0.
 int pending();
 // SIGUSR1 asks a process that called catch_stop() for a checkpoint, and it trains on (elsewhere
