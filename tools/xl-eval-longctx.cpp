@@ -103,8 +103,7 @@ int main(int argc, char** argv) {
     // A stop (Ctrl-C, a batch system's limit) ends the setting under way and keeps the finished ones.
     xl::signals::catch_stop();
     if (xl::log::level() != xl::log::Level::kQuiet)
-      xl::signals::set_stop_notice(xl::log::tool_name() + ": stopping after this segment; the settings finished so far are "
-                                   "kept (another stop signal a second or more from now ends it at once)\n");
+      xl::signals::set_stop_notice("stopping after this segment; the settings finished so far are kept");
     base.stop_on_signal = true;
     size_t finished = 0;
     for (int64_t mem_len : request.mem_lens) {

@@ -540,9 +540,7 @@ int Trainer::run() {
   started_ = Clock::now();
   signals::catch_stop();
   if (leader() && log::level() != log::Level::kQuiet)
-    signals::set_stop_notice(std::string(progress_.live() ? "\n" : "") + log::tool_name() +
-                             ": stopping after this step and its checkpoint (another stop signal a second or more "
-                             "from now ends the run at once, unsaved)\n");
+    signals::set_stop_notice("stopping after this step and its checkpoint", progress_.live());
 
   nlohmann::json start = {{"step", state_.step}, {"phase", cfg_.phase}, {"parameters", model_->parameter_count()},
                           {"device", device_.str()}, {"precision", cfg_.precision}, {"ranks", dist_.world},

@@ -99,15 +99,13 @@ Entry entry_of(const std::string& path) {
   return e;
 }
 
-bool written_through(const std::string& path) {  // a device or a FIFO: never replaced
-  struct stat s;
-  return ::stat(path.c_str(), &s) == 0 && !S_ISREG(s.st_mode);
-}
+// Where an output is made before it is renamed onto PATH: PATH.tmp.PID, in PATH's directory.
+std::string temp_beside(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
 }  // namespace
 
 bool same_file(const std::string& a, const std::string& b) {
-  if (is_stdio(a) || is_stdio(b) || a.empty() || b.empty() || written_through(a) || written_through(b)) return false;
+  if (a.empty() || b.empty() || is_stream(a) || is_stream(b)) return false;  // written through, never replaced
   return entry_of(a) == entry_of(b);
 }
 
@@ -271,7 +269,7 @@ AtomicOutput::AtomicOutput(std::string path, bool force, bool binary) : path_(st
     ::close(fd);
     temp_path_ = name;
   } else {
-    temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+    temp_path_ = temp_beside(path_);
     // Prove now that the directory is writable, before any long computation.
     std::FILE* f = std::fopen(temp_path_.c_str(), "wb");
     XL_CHECK(f, kExitCantCreat, "cannot create " << path_ << ": " << std::strerror(errno));
@@ -329,7 +327,7 @@ void AtomicOutput::commit() {
 }
 
 bool link_as(const std::string& existing, const std::string& path) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const std::string temp = temp_beside(path);
   ::unlink(temp.c_str());
   if (::link(existing.c_str(), temp.c_str()) != 0) return false;
   register_temp(temp);

@@ -18,8 +18,8 @@ bool is_stream(const std::string& path);
 // A name for messages: "<stdin>" for "-".
 std::string display_name(const std::string& path);
 // Whether paths A and B name one directory entry (links followed), so that replacing one (an output
-// is renamed onto its path) replaces the other; never for "-", a device or a FIFO. Two hard links
-// are two entries: replacing one leaves the other as it was.
+// is renamed onto its path) replaces the other; never for a stream (is_stream), which is written
+// through. Two hard links are two entries: replacing one leaves the other as it was.
 bool same_file(const std::string& a, const std::string& b);
 
 // Reads the whole input as it is stored.

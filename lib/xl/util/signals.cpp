@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "xl/util/io.h"
+#include "xl/util/log.h"
 
 namespace xl::signals {
 namespace {
@@ -116,7 +117,9 @@ void catch_stop() {
   start_waiting();
 }
 
-void set_stop_notice(const std::string& text) {
+void set_stop_notice(const std::string& doing, bool on_new_line) {
+  const std::string text = std::string(on_new_line ? "\n" : "") + log::tool_name() + ": " + doing +
+                           "; another stop signal a second or more from now stops it at once, unsaved\n";
   g_notice_length = 0;
   const size_t n = std::min(text.size(), sizeof g_notice);
   std::copy(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n), g_notice);

@@ -12,9 +12,10 @@ void remove_temps_and_die_on_stop();
 // From now on SIGINT/SIGTERM/SIGHUP (a closed terminal) only set a flag. Another one a second or more later kills at once;
 // copies of the first within that second (a signal to the process and to its group) do not.
 void catch_stop();
-// Written to stderr as the first stop signal is caught: what the process now does (a base step
-// and its save take seconds, in which a user who hears nothing stops it again, unsaved). "" none.
-void set_stop_notice(const std::string& text);
+// Said on stderr as the first stop signal is caught: "TOOL: DOING; another stop signal a second or
+// more from now stops it at once, unsaved" (a base step and its save take seconds, in which a user
+// who hears nothing stops it again). `on_new_line` when a live progress line may be on screen.
+void set_stop_notice(const std::string& doing, bool on_new_line = false);
 // The signal caught since catch_stop(), or 0.
 int pending();
 // SIGUSR1 asks a process that called catch_stop() for a checkpoint, and it trains on (elsewhere
