@@ -25,7 +25,7 @@ int run_tool(const std::string& name, int argc, char** argv, const std::function
   try {
     return body(argc, argv);
   } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", log::tool_name().c_str(), e.what());
+    if (*e.what()) std::fprintf(stderr, "%s: %s\n", log::tool_name().c_str(), e.what());
     return e.code();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: out of memory\n", log::tool_name().c_str());

@@ -15,11 +15,13 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "xl/train/group_communicator.h"
+#include "xl/train/launcher.h"
 #include "xl/util/error.h"
 
 namespace xl::train {
@@ -69,6 +71,7 @@ class SingleProcess : public Communicator {
   }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& t, const std::string&) override { return {t}; }
   void check_same(const std::string&, const std::string&) override {}
+  void set_up_together(const std::string&, const std::function<void()>& step) override { step(); }
 };
 
 std::string store_get(c10d::Store& store, const std::string& key) {
@@ -126,7 +129,7 @@ c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store
   return c10::make_intrusive<c10d::PrefixStore>(store_prefix() + "group", store);
 }
 
-std::string lost_rank(c10d::Store& store, const DistConfig& config) {
+LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
   const std::string me = hostname(), prefix = store_prefix();
   std::vector<std::pair<int, long>> local;  // the other ranks on this host, with their pids
   try {
@@ -140,16 +143,16 @@ std::string lost_rank(c10d::Store& store, const DistConfig& config) {
       if (host == me && pid > 0) local.emplace_back(r, pid);
     }
   } catch (const std::exception&) {
-    return "rank 0, the rendezvous host, is gone or unreachable";
+    return {"rank 0, the rendezvous host, is gone or unreachable"};
   }
   // A killed process closes its sockets before it is a zombie: the peers can see the connection
   // reset a moment before /proc says it is gone, so look for 2 s.
   for (int attempt = 0; attempt < 20; ++attempt) {
     for (const auto& [r, pid] : local)
-      if (process_gone(pid)) return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone";
+      if (process_gone(pid)) return {"rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone"};
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return "another rank is gone or stalled";
+  return {"another rank is gone or stalled", false};
 }
 
 void guarded(c10d::Store& store, const DistConfig& config, const std::string& what, const std::function<void()>& f) {
@@ -158,17 +161,56 @@ void guarded(c10d::Store& store, const DistConfig& config, const std::string& wh
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
+    const LostRank lost = lost_rank(store, config);
+    // The launcher says which rank ended and how (its own error line, or its signal), once: seven
+    // ranks' "rank 0 is gone" would bury it.
+    if (lost.gone && started_by_launcher()) throw Error(kExitUnavailable, "");
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
-    XL_FAIL(kExitUnavailable, what << " failed: " << lost_rank(store, config) << " (" << why.substr(0, 160) << ")");
+    XL_FAIL(kExitUnavailable, what << " failed: " << lost.words << " (" << why.substr(0, 160) << ")");
   }
+}
+
+void set_up_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
+                          const std::function<void()>& step, int serial) {
+  // "" for success, else "CODE MESSAGE".
+  std::string outcome;
+  std::exception_ptr failure;
+  try {
+    step();
+  } catch (const Error& e) {
+    outcome = std::to_string(e.code()) + " " + e.what();
+    failure = std::current_exception();
+  } catch (...) {  // out of memory, LibTorch's errors: said by this rank as they are
+    outcome = std::to_string(kExitSoftware) + " ";
+    failure = std::current_exception();
+  }
+  const std::string key = store_prefix() + "set_up/" + std::to_string(serial) + "/";
+  std::vector<std::string> outcomes;
+  guarded(store, config, what, [&] {
+    store_set(store, key + std::to_string(config.rank), outcome);
+    for (int r = 0; r < config.world; ++r) outcomes.push_back(store_get(store, key + std::to_string(r)));
+  });
+  int first_failed = -1;
+  for (int r = 0; r < config.world && first_failed < 0; ++r)
+    if (!outcomes[static_cast<size_t>(r)].empty()) first_failed = r;
+  if (first_failed < 0) return;
+  if (failure) {
+    bool said_before = false;  // by a lower rank, in the same words (an unsaid error is never the same)
+    const bool said = outcome.size() > outcome.find(' ') + 1;
+    for (int r = 0; r < config.rank && said; ++r) said_before |= outcomes[static_cast<size_t>(r)] == outcome;
+    if (!said_before) std::rethrow_exception(failure);
+    throw Error(std::stoi(outcome), "");
+  }
+  throw Error(std::stoi(outcomes[static_cast<size_t>(first_failed)]), "");
 }
 
 namespace {
 
-// The first setting in which two JSON objects differ, "model.n_token = 14 against rank 0's 66"
-// (`other` is rank r's); empty when they are not both objects or do not differ.
-std::string first_difference(const nlohmann::json& mine, const nlohmann::json& other, const std::string& at = "") {
+// The first setting in which two JSON objects differ, in their order, "model.n_token = 14 against
+// rank 0's 66" (`other` is rank r's); empty when they are not both objects or do not differ.
+std::string first_difference(const nlohmann::ordered_json& mine, const nlohmann::ordered_json& other,
+                             const std::string& at = "") {
   if (!mine.is_object() || !other.is_object()) return "";
   for (const auto& [key, value] : other.items()) {
     const std::string path = at + key;
@@ -192,8 +234,9 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
   });
   for (int r = 1; r < config.world; ++r) {
     if (values[static_cast<size_t>(r)] == values[0]) continue;
-    const std::string how = first_difference(nlohmann::json::parse(values[0], nullptr, false),
-                                             nlohmann::json::parse(values[static_cast<size_t>(r)], nullptr, false));
+    if (config.rank != 0) throw Error(kExitConfig, "");  // every rank finds it; rank 0 says it
+    const std::string how = first_difference(nlohmann::ordered_json::parse(values[0], nullptr, false),
+                                             nlohmann::ordered_json::parse(values[static_cast<size_t>(r)], nullptr, false));
     XL_FAIL(kExitConfig, "rank " << r << "'s " << what << " differ from rank 0's" << (how.empty() ? "" : ": " + how)
                                  << " (every rank must be started with the same settings and files)");
   }

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +36,8 @@ DistConfig dist_config_from_env(const std::string& backend, double timeout_secon
 bool is_dist_backend(const std::string& name);
 
 // Collective operations among the ranks (a no-op group for one process). Failures (a rank died,
-// a timeout) throw xl::Error 69 naming the rank that is gone when it can be told.
+// a timeout) throw xl::Error 69 naming the rank that is gone when it can be told; in a rank that
+// --nproc-per-node started, a rank that is gone is left to the launcher to name (no message).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -57,9 +59,14 @@ class Communicator {
   // The tensor of every rank, in rank order (equal shapes on every rank).
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const std::string& what) = 0;
   // Every rank must give the same `value` for `what` (a config, a vocab): a JSON object, so that
-  // a difference is named by its first differing key; 78 naming the first rank that differs from
-  // rank 0, on every rank.
+  // a difference is named by its first differing key; 78 on every rank, with a line from rank 0
+  // naming the first rank that differs from it.
   virtual void check_same(const std::string& what, const std::string& value) = 0;
+  // Runs `step` (opening the data, building the model) on every rank and agrees on the outcome:
+  // when it throws xl::Error on any rank, every rank throws, with the lowest failing rank's exit
+  // code, and each distinct error line is said once, by the lowest rank that found it (the others
+  // throw xl::Error with no message). A rank never waits in a collective for one that has failed.
+  virtual void set_up_together(const std::string& what, const std::function<void()>& step) = 0;
 
  protected:
   explicit Communicator(const DistConfig& c) : config_(c) {}

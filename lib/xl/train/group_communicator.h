@@ -13,17 +13,26 @@
 namespace xl::train {
 
 // Why a collective failed, as well as it can be told: "rank 1 (pid 4242) is gone", "rank 0, the
-// rendezvous host, is gone or unreachable", or "another rank is gone or stalled".
-std::string lost_rank(c10d::Store& store, const DistConfig& config);
+// rendezvous host, is gone or unreachable", or "another rank is gone or stalled" (`gone` false).
+struct LostRank {
+  std::string words;
+  bool gone = true;
+};
+LostRank lost_rank(c10d::Store& store, const DistConfig& config);
 // The key prefix of this job in the store (torchrun restarts get fresh keys).
 std::string store_prefix();
 // The store a process group keeps its keys in: under store_prefix(), so that the ranks torchrun
 // restarts (its agent keeps the store) do not read the dead ranks' addresses and wait on them.
 c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& store);
-// Every rank publishes `value` under `what`; throws 78 on every rank when one differs from rank 0's.
+// Every rank publishes `value` under `what`; throws 78 on every rank when one differs from rank 0's
+// (rank 0's error names it, the others' are silent).
 void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
                               const std::string& value, int serial);
-// Runs a collective; any failure becomes xl::Error 69 with lost_rank()'s words.
+// Communicator::set_up_together through the store: each rank publishes its outcome there.
+void set_up_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
+                          const std::function<void()>& step, int serial);
+// Runs a collective; any failure becomes xl::Error 69 with lost_rank()'s words (none where the
+// --nproc-per-node launcher names the rank that is gone).
 void guarded(c10d::Store& store, const DistConfig& config, const std::string& what, const std::function<void()>& f);
 
 template <typename Group>
@@ -64,6 +73,10 @@ class GroupCommunicator : public Communicator {
 
   void check_same(const std::string& what, const std::string& value) override {
     check_same_through_store(*store_, config_, what, value, serial_++);
+  }
+
+  void set_up_together(const std::string& what, const std::function<void()>& step) override {
+    set_up_through_store(*store_, config_, what, step, serial_++);
   }
 
  private:

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,11 +39,6 @@ int free_port() {
   close(fd);
   XL_CHECK(ok, kExitUnavailable, "cannot find a free port on 127.0.0.1: " << std::strerror(errno));
   return ntohs(a.sin_port);
-}
-
-std::string describe(int status) {
-  if (WIFSIGNALED(status)) return "died of signal " + std::to_string(WTERMSIG(status));
-  return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 
 int exit_code(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
@@ -130,11 +126,16 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
   signals::catch_stop();
   int result = 0, running = nproc;
   bool stopping = false, forwarded = false;
+  std::set<int> sent;  // the signals this process sent the ranks
   auto signal_all = [&](int sig) {
+    sent.insert(sig);
     for (pid_t p : pids)
       if (p > 0) kill(p, sig);
   };
-  auto deadline = std::chrono::steady_clock::time_point::max();
+  using Clock = std::chrono::steady_clock;
+  // After a rank fails the others end on their own at their next collective (within a step); those
+  // that have not by then are stopped (SIGTERM: they save if they can), then killed.
+  auto term_at = Clock::time_point::max(), kill_at = Clock::time_point::max();
   while (running > 0) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -147,15 +148,18 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
           pids[static_cast<size_t>(r)] = -1;
         }
       const int code = exit_code(status);
-      if (code != 0 && result == 0) {
-        result = code;
-        if (!stopping && !forwarded) {
-          std::fprintf(stderr, "%s: rank %d %s; stopping the other ranks\n", log::tool_name().c_str(), rank,
-                       describe(status).c_str());
-          stopping = true;
-          signal_all(SIGTERM);
-          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        }
+      if (code == 0) continue;
+      // A rank that exits has said why (an xl tool's error is a line); one killed by a signal has
+      // not. The other ranks leave a rank that is gone to this line (69 without a word), so the
+      // job's status is a failing rank's own.
+      if (WIFSIGNALED(status) && !sent.count(WTERMSIG(status)))
+        std::fprintf(stderr, "%s: rank %d died of signal %d (%s)%s\n", log::tool_name().c_str(), rank,
+                     WTERMSIG(status), strsignal(WTERMSIG(status)), stopping || forwarded ? "" : "; stopping the other ranks");
+      if (result == 0 || (result == kExitUnavailable && code != kExitUnavailable)) result = code;
+      if (!stopping && !forwarded) {
+        stopping = true;
+        term_at = Clock::now() + std::chrono::seconds(5);
+        kill_at = term_at + std::chrono::seconds(20);
       }
       continue;
     }
@@ -165,7 +169,11 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
       signal_all(sig);
       if (result == 0) result = 128 + sig;
     }
-    if (std::chrono::steady_clock::now() > deadline) signal_all(SIGKILL);
+    if (Clock::now() > term_at) {
+      signal_all(SIGTERM);
+      term_at = Clock::time_point::max();
+    }
+    if (Clock::now() > kill_at) signal_all(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return result;

@@ -80,7 +80,11 @@ class Trainer {
 
  private:
   void open_data();
+  // Opens the data and builds the model, the optimizer and the run's state (each rank alone).
+  void set_up();
   void build(PhaseStart start, const checkpoint::Checkpoint* from, const std::string& file);
+  // 78 when the ranks' data or settings differ (collective).
+  void check_ranks_agree();
   struct Step {
     double loss = 0, seconds = 0, grad_norm = 0, memory_age = 0;
     int64_t tokens = 0;
@@ -230,9 +234,12 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   batcher_ = std::make_unique<StreamBatcher>(train_ids_, cfg_.batch_size, cfg_.tgt_len);
   window_ = std::make_unique<TrainWindow>(model_->config.n_layer);
   sync_ = std::make_unique<GradientSync>(*comm_, model_->parameters());
-  // Every rank must train the same run on the same data (the data first: another vocab also
-  // changes the model's settings).
-  nlohmann::json data = {{"vocab_sha256", vocab_.sha256()}, {"train_tokens", train_ids_.size()}};
+}
+
+void Trainer::check_ranks_agree() {
+  // Every rank must train the same run on the same data. The data first, the vocab foremost:
+  // another vocab also changes the training tokens and the model's settings.
+  nlohmann::ordered_json data = {{"vocab_sha256", vocab_.sha256()}, {"train_tokens", train_ids_.size()}};
   if (state_.train_data) data["train_sha256"] = state_.train_data->sha256;
   comm_->check_same("tokens", data.dump());
   comm_->check_same("settings", nlohmann::json{{"train", cfg_.to_json()}, {"model", model_->config.to_json()}}.dump());
@@ -492,17 +499,7 @@ bool Trainer::validate() {
   return false;
 }
 
-int Trainer::run() {
-  // One GPU per local rank; every rank meets the others before anything can fail alone.
-  device_ = model::parse_device(req_.device, dist_.local_rank);
-  // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
-  // differ in the last bits.
-  if (!model::use_deterministic_kernels(device_))
-    log::warn("XL_DETERMINISTIC=0: deterministic GPU kernels off; a resumed run matches this one only to rounding");
-  else if (device_.is_cuda() && model::kernel_set() == model::KernelSet::kOwn)
-    log::warn("XL_KERNELS=own: xl's attention backward needs XL_DETERMINISTIC=0 (its sums are atomic); "
-              "training keeps LibTorch's attention kernel");
-  comm_ = Communicator::connect(dist_, device_);
+void Trainer::set_up() {
   // Ranks that torchrun, srun or mpirun started meet first, so that rank 0 cannot fail alone; an
   // --nproc-per-node launcher claimed the output before it started any, and holds it.
   if (leader() && !started_by_launcher()) output_lock_ = claim_output(req_);
@@ -528,9 +525,28 @@ int Trainer::run() {
   } else {
     build(start_new_run(req_, *tokens_), nullptr, "");
   }
+}
+
+int Trainer::run() {
+  // One GPU per local rank; every rank meets the others before anything can fail alone.
+  device_ = model::parse_device(req_.device, dist_.local_rank);
+  // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
+  // differ in the last bits.
+  if (!model::use_deterministic_kernels(device_))
+    log::warn("XL_DETERMINISTIC=0: deterministic GPU kernels off; a resumed run matches this one only to rounding");
+  else if (device_.is_cuda() && model::kernel_set() == model::KernelSet::kOwn)
+    log::warn("XL_KERNELS=own: xl's attention backward needs XL_DETERMINISTIC=0 (its sums are atomic); "
+              "training keeps LibTorch's attention kernel");
+  comm_ = Communicator::connect(dist_, device_);
+  // A problem that every rank finds (a missing split, a refused output) is one line, not one per
+  // rank, and a rank that fails alone does not leave the others waiting for it.
+  comm_->set_up_together("setting up the run", [&] { set_up(); });
+  check_ranks_agree();
   // --start-or-resume appends to the metrics of a run killed before its first checkpoint.
-  if (!req_.metrics.empty() && leader())
-    metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume || req_.start_or_resume, req_.force);
+  comm_->set_up_together("opening the metrics", [&] {
+    if (!req_.metrics.empty() && leader())
+      metrics_ = MetricsLog(req_.metrics, req_.tool, req_.resume || req_.start_or_resume, req_.force);
+  });
   start_step_ = state_.step;
   // A resumed run's output already holds the checkpoint of this step.
   saved_once_ = req_.resume;

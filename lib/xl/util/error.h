@@ -22,6 +22,8 @@ enum ExitCode : int {
 // \xNN (messages quote input, and input may be anything).
 std::string printable_line(const std::string& text);
 
+// An empty message ends the tool with the code and no line: another process said it (one rank
+// of several that found the same problem).
 class Error : public std::runtime_error {
  public:
   Error(int code, const std::string& message) : std::runtime_error(printable_line(message)), code_(code) {}

@@ -1,0 +1,119 @@
+// The ranks' agreements through the rendezvous store, with threads as ranks over one in-process
+// store: a set-up that fails on some rank fails on all, each distinct error said once; a difference
+// in settings is said by rank 0 alone, naming the first key in the order the ranks wrote them.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xl/train/group_communicator.h"
+#include "xl/util/error.h"
+
+namespace xl::train {
+namespace {
+
+// What a rank's call ended with: its exit code and message, "" for a silent one; code 0 when it
+// returned, -1 for an exception other than xl::Error (its what() as the message).
+struct Ending {
+  int code = 0;
+  std::string message;
+};
+
+// Runs `call(rank)` on `world` threads, as the ranks of one job.
+std::vector<Ending> as_ranks(int world, const std::function<void(int, const DistConfig&, c10d::Store&)>& call) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(std::chrono::seconds(20));
+  std::vector<Ending> endings(static_cast<size_t>(world));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      DistConfig config;
+      config.rank = r;
+      config.world = world;
+      Ending& e = endings[static_cast<size_t>(r)];
+      try {
+        call(r, config, *store);
+      } catch (const Error& err) {
+        e = {err.code(), err.what()};
+      } catch (const std::exception& err) {
+        e = {-1, err.what()};
+      }
+    });
+  for (auto& t : ranks) t.join();
+  return endings;
+}
+
+// A set-up step that fails on rank r with code and message fails[r] (code 0: it succeeds).
+std::vector<Ending> set_up_with(const std::vector<Ending>& fails) {
+  return as_ranks(static_cast<int>(fails.size()), [&](int r, const DistConfig& config, c10d::Store& store) {
+    set_up_through_store(store, config, "setting up", [&] {
+      const Ending& f = fails[static_cast<size_t>(r)];
+      if (f.code == -1) throw std::runtime_error(f.message);
+      if (f.code != 0) throw Error(f.code, f.message);
+    }, 0);
+  });
+}
+
+void expect_ending(const Ending& got, int code, const std::string& message, int rank) {
+  EXPECT_EQ(got.code, code) << "rank " << rank;
+  EXPECT_EQ(got.message, message) << "rank " << rank;
+}
+
+TEST(SetUpTogether, EveryRankSucceedsAndNoneThrows) {
+  const auto e = set_up_with({{}, {}, {}});
+  for (int r = 0; r < 3; ++r) expect_ending(e[static_cast<size_t>(r)], 0, "", r);
+}
+
+TEST(SetUpTogether, AProblemEveryRankFindsIsSaidByRankZeroAlone) {
+  const Ending split{65, "tokens.h5: no split 'nosuch'"};
+  const auto e = set_up_with({split, split, split});
+  expect_ending(e[0], 65, split.message, 0);
+  expect_ending(e[1], 65, "", 1);
+  expect_ending(e[2], 65, "", 2);
+}
+
+TEST(SetUpTogether, ARankThatFailsAloneSaysItAndTheOthersEndSilentlyWithItsCode) {
+  const auto e = set_up_with({{}, {73, "out.h5: already exists"}, {}});
+  expect_ending(e[0], 73, "", 0);
+  expect_ending(e[1], 73, "out.h5: already exists", 1);
+  expect_ending(e[2], 73, "", 2);
+}
+
+TEST(SetUpTogether, DifferentProblemsAreEachSaidAndTheLowestFailingRanksCodeEndsTheRest) {
+  const auto e = set_up_with({{}, {66, "a.h5: No such file"}, {65, "b.h5: not an HDF5 file"}, {66, "a.h5: No such file"}});
+  expect_ending(e[0], 66, "", 0);
+  expect_ending(e[1], 66, "a.h5: No such file", 1);
+  expect_ending(e[2], 65, "b.h5: not an HDF5 file", 2);
+  expect_ending(e[3], 66, "", 3);
+}
+
+TEST(SetUpTogether, OtherExceptionsPassAsTheyAreAndEndTheOthersWithSoftwareError) {
+  const auto e = set_up_with({{}, {-1, "CUDA out of memory"}, {-1, "CUDA out of memory"}});
+  expect_ending(e[0], kExitSoftware, "", 0);
+  // Never taken for another rank's words: each says its own.
+  expect_ending(e[1], -1, "CUDA out of memory", 1);
+  expect_ending(e[2], -1, "CUDA out of memory", 2);
+}
+
+TEST(CheckSame, RankZeroNamesTheFirstDifferingKeyInTheRanksOrderAndTheOthersAreSilent) {
+  // Another vocab changes the tokens too: the vocab, written first, is the one named, though a
+  // sorted object would put train_sha256 before it.
+  const auto e = as_ranks(3, [](int r, const DistConfig& config, c10d::Store& store) {
+    const std::string vocab = r == 2 ? "bbb" : "aaa", sha = r == 2 ? "222" : "111";
+    check_same_through_store(store, config, "tokens",
+                             "{\"vocab_sha256\":\"" + vocab + "\",\"train_tokens\":9,\"train_sha256\":\"" + sha + "\"}", 0);
+  });
+  expect_ending(e[0], kExitConfig,
+                "rank 2's tokens differ from rank 0's: vocab_sha256 = \"bbb\" against rank 0's \"aaa\" (every rank "
+                "must be started with the same settings and files)",
+                0);
+  expect_ending(e[1], kExitConfig, "", 1);
+  expect_ending(e[2], kExitConfig, "", 2);
+}
+
+}  // namespace
+}  // namespace xl::train
