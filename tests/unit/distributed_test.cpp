@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -97,6 +101,36 @@ TEST(SetUpTogether, OtherExceptionsPassAsTheyAreAndEndTheOthersWithSoftwareError
   // Never taken for another rank's words: each says its own.
   expect_ending(e[1], -1, "CUDA out of memory", 1);
   expect_ending(e[2], -1, "CUDA out of memory", 2);
+}
+
+TEST(SetUpTogether, ARankOfThisMachineThatDiesBeforeItAnswersEndsTheWaitWithinSecondsNotAtTheTimeout) {
+  const pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto set = [&](const std::string& key, const std::string& v) {
+    store->set(key, std::vector<uint8_t>(v.begin(), v.end()));
+  };
+  set(store_prefix() + "pid/0", std::to_string(getpid()) + " " + host);
+  set(store_prefix() + "pid/1", std::to_string(dead) + " " + host);
+  DistConfig config;
+  config.world = 2;
+  config.timeout = std::chrono::seconds(120);
+  store->setTimeout(config.timeout);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    set_up_through_store(*store, config, "setting up the run", [] {}, 0);
+    FAIL() << "rank 0 went on without rank 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitUnavailable);
+    EXPECT_NE(std::string(e.what()).find("setting up the run failed: rank 1 (pid " + std::to_string(dead) + ") is gone"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
 }
 
 TEST(CheckSame, RankZeroNamesTheFirstDifferingKeyInTheRanksOrderAndTheOthersAreSilent) {

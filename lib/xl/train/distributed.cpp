@@ -129,6 +129,39 @@ c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store
   return c10::make_intrusive<c10d::PrefixStore>(store_prefix() + "group", store);
 }
 
+std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& key,
+                                  const std::string& value) {
+  store_set(store, key + std::to_string(config.rank), value);
+  // The other ranks of this machine, by pid: a rank that dies before it writes its value ends the
+  // wait within a second, not at the job's timeout (srun and mpirun leave the others waiting). A
+  // store lookup every 10 ms is a loopback round trip in a set-up that takes seconds.
+  const std::string me = hostname(), prefix = store_prefix();
+  std::vector<long> local(static_cast<size_t>(config.world), 0);
+  for (int r = 0; r < config.world; ++r) {
+    const std::string pid_key = prefix + "pid/" + std::to_string(r);
+    if (r == config.rank || !store.check({pid_key})) continue;
+    std::istringstream who(store_get(store, pid_key));
+    std::string host;
+    who >> local[static_cast<size_t>(r)] >> host;
+    if (host != me) local[static_cast<size_t>(r)] = 0;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+  std::vector<std::string> values;
+  for (int r = 0; r < config.world; ++r) {
+    const std::string k = key + std::to_string(r);
+    for (int polls = 0; !store.check({k}); ++polls) {
+      const long pid = local[static_cast<size_t>(r)];
+      if (pid > 0 && polls % 50 == 49 && process_gone(pid))
+        throw std::runtime_error("rank " + std::to_string(r) + " ended before it wrote " + k);
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("no " + k + " from rank " + std::to_string(r) + " within the timeout");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    values.push_back(store_get(store, k));
+  }
+  return values;
+}
+
 LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
   const std::string me = hostname(), prefix = store_prefix();
   std::vector<std::pair<int, long>> local;  // the other ranks on this host, with their pids
@@ -187,10 +220,7 @@ void set_up_through_store(c10d::Store& store, const DistConfig& config, const st
   }
   const std::string key = store_prefix() + "set_up/" + std::to_string(serial) + "/";
   std::vector<std::string> outcomes;
-  guarded(store, config, what, [&] {
-    store_set(store, key + std::to_string(config.rank), outcome);
-    for (int r = 0; r < config.world; ++r) outcomes.push_back(store_get(store, key + std::to_string(r)));
-  });
+  guarded(store, config, what, [&] { outcomes = exchange(store, config, key, outcome); });
   int first_failed = -1;
   for (int r = 0; r < config.world && first_failed < 0; ++r)
     if (!outcomes[static_cast<size_t>(r)].empty()) first_failed = r;
@@ -228,10 +258,7 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
                               const std::string& value, int serial) {
   const std::string key = store_prefix() + "same/" + std::to_string(serial) + "/";
   std::vector<std::string> values;
-  guarded(store, config, "comparing the ranks' " + what, [&] {
-    store_set(store, key + std::to_string(config.rank), value);
-    for (int r = 0; r < config.world; ++r) values.push_back(store_get(store, key + std::to_string(r)));
-  });
+  guarded(store, config, "comparing the ranks' " + what, [&] { values = exchange(store, config, key, value); });
   for (int r = 1; r < config.world; ++r) {
     if (values[static_cast<size_t>(r)] == values[0]) continue;
     if (config.rank != 0) throw Error(kExitConfig, "");  // every rank finds it; rank 0 says it

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "xl/train/distributed.h"
 
@@ -24,6 +25,11 @@ std::string store_prefix();
 // The store a process group keeps its keys in: under store_prefix(), so that the ranks torchrun
 // restarts (its agent keeps the store) do not read the dead ranks' addresses and wait on them.
 c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& store);
+// Every rank writes `value` under KEY<its rank>; returns every rank's, in rank order. Waits up to
+// the job's timeout, but throws within a second once a rank of this machine has ended without
+// writing (run it in guarded(), which names that rank).
+std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& key,
+                                  const std::string& value);
 // Every rank publishes `value` under `what`; throws 78 on every rank when one differs from rank 0's
 // (rank 0's error names it, the others' are silent).
 void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
