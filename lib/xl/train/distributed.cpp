@@ -83,6 +83,23 @@ void store_set(c10d::Store& store, const std::string& key, const std::string& va
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
+// The pid of each other rank that runs on this machine (0 for this one and those elsewhere), as
+// each wrote it to the store when it connected.
+std::vector<long> pids_on_this_machine(c10d::Store& store, const DistConfig& config) {
+  const std::string me = hostname(), prefix = store_prefix();
+  std::vector<long> pids(static_cast<size_t>(config.world), 0);
+  for (int r = 0; r < config.world; ++r) {
+    const std::string key = prefix + "pid/" + std::to_string(r);
+    if (r == config.rank || !store.check({key})) continue;
+    std::istringstream who(store_get(store, key));
+    long pid = 0;
+    std::string host;
+    who >> pid >> host;
+    if (host == me && pid > 0) pids[static_cast<size_t>(r)] = pid;
+  }
+  return pids;
+}
+
 }  // namespace
 
 bool is_dist_backend(const std::string& name) { return name == "auto" || name == "gloo" || name == "nccl"; }
@@ -132,19 +149,10 @@ c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store
 std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& key,
                                   const std::string& value) {
   store_set(store, key + std::to_string(config.rank), value);
-  // The other ranks of this machine, by pid: a rank that dies before it writes its value ends the
-  // wait within a second, not at the job's timeout (srun and mpirun leave the others waiting). A
-  // store lookup every 10 ms is a loopback round trip in a set-up that takes seconds.
-  const std::string me = hostname(), prefix = store_prefix();
-  std::vector<long> local(static_cast<size_t>(config.world), 0);
-  for (int r = 0; r < config.world; ++r) {
-    const std::string pid_key = prefix + "pid/" + std::to_string(r);
-    if (r == config.rank || !store.check({pid_key})) continue;
-    std::istringstream who(store_get(store, pid_key));
-    std::string host;
-    who >> local[static_cast<size_t>(r)] >> host;
-    if (host != me) local[static_cast<size_t>(r)] = 0;
-  }
+  // A rank of this machine that dies before it writes its value ends the wait within a second,
+  // not at the job's timeout (srun and mpirun leave the others waiting). A store lookup every 10
+  // ms is a loopback round trip in a set-up that takes seconds.
+  const std::vector<long> local = pids_on_this_machine(store, config);
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
   std::vector<std::string> values;
   for (int r = 0; r < config.world; ++r) {
@@ -152,7 +160,7 @@ std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, 
     for (int polls = 0; !store.check({k}); ++polls) {
       const long pid = local[static_cast<size_t>(r)];
       if (pid > 0 && polls % 50 == 49 && process_gone(pid))
-        throw std::runtime_error("rank " + std::to_string(r) + " ended before it wrote " + k);
+        throw std::runtime_error("rank " + std::to_string(r) + " ended before it answered");
       if (std::chrono::steady_clock::now() > deadline)
         throw std::runtime_error("no " + k + " from rank " + std::to_string(r) + " within the timeout");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -163,26 +171,18 @@ std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, 
 }
 
 LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
-  const std::string me = hostname(), prefix = store_prefix();
-  std::vector<std::pair<int, long>> local;  // the other ranks on this host, with their pids
+  std::vector<long> local;
   try {
-    store.setTimeout(std::chrono::seconds(5));
-    for (int r = 0; r < config.world; ++r) {
-      if (r == config.rank) continue;
-      std::istringstream who(store_get(store, prefix + "pid/" + std::to_string(r)));
-      long pid = 0;
-      std::string host;
-      who >> pid >> host;
-      if (host == me && pid > 0) local.emplace_back(r, pid);
-    }
+    local = pids_on_this_machine(store, config);
   } catch (const std::exception&) {
     return {"rank 0, the rendezvous host, is gone or unreachable"};
   }
   // A killed process closes its sockets before it is a zombie: the peers can see the connection
   // reset a moment before /proc says it is gone, so look for 2 s.
   for (int attempt = 0; attempt < 20; ++attempt) {
-    for (const auto& [r, pid] : local)
-      if (process_gone(pid)) return {"rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone"};
+    for (int r = 0; r < config.world; ++r)
+      if (const long pid = local[static_cast<size_t>(r)]; pid > 0 && process_gone(pid))
+        return {"rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone"};
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return {"another rank is gone or stalled", false};

@@ -2,9 +2,8 @@
 // job on this machine (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a
 // free MASTER_PORT in their environment), passes SIGINT and SIGTERM on to them, and when one of
 // them fails stops the others (a rank that exits has said why; one killed by a signal is named
-// here). A piped input (TOKENS or --init as -) is
-// copied to an unnamed temp file first, which each rank reads as its stdin: a pipe can be read
-// only once.
+// here). A piped input (TOKENS or --init as -) is copied to an unnamed temp file first, which each
+// rank reads as its stdin: a pipe can be read only once.
 #pragma once
 
 namespace xl::train {

@@ -178,9 +178,8 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
   constexpr int64_t kOnAllThreadsMax = int64_t{1} << 27;  // multiply-adds
   // A thin side: the word-level output layers' gradients (a cluster's few rows, or its narrow
   // embedding), 1.4-2.6x faster on oneDNN on an Intel Xeon and 1.3-2.2x on a Zen 4, 2026-11-28
-  // (bench/HISTORY.md), where
-  // OpenBLAS packs a whole operand for a few multiply-adds per element. A B^T with few rows of A ran
-  // slower there (64 x 4,096 x 1,024: 0.75x) and goes by size.
+  // (bench/HISTORY.md), where OpenBLAS packs a whole operand for a few multiply-adds per element.
+  // A B^T with few rows of A ran slower there (64 x 4,096 x 1,024: 0.75x and 0.5x) and goes by size.
   constexpr int64_t kThin = 96;
   const bool thin = k <= kThin || n <= kThin || (m <= kThin && !trans_a && !trans_b);
   return m * n * k <= kOnAllThreadsMax || thin;
