@@ -58,7 +58,7 @@ void check_vocab_limits(int64_t min_count, int64_t max_size, const SettingOrigin
 
 void check_vocab_has_pieces(const Vocab& vocab, const VocabOptions& opts, const std::string& source,
                             const SettingOrigins& origins) {
-  if (vocab.type() == VocabType::kByte || vocab.size() > vocab.specials()) return;
+  if (vocab.type() == VocabType::kByte || vocab.size() > static_cast<size_t>(vocab.specials())) return;
   const std::string specials = vocab.type() == VocabType::kWord ? "<eos> and <unk>" : "<unk>";
   if (opts.max_size > 0 && opts.max_size <= vocab.specials())
     origins.fail("max-size", "of " + std::to_string(opts.max_size) + " leaves no room beside " + specials);
