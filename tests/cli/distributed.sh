@@ -151,6 +151,21 @@ stopped=$(xl-inspect --json killed.h5 | json /dev/stdin 'j["attributes"]["step"]
 expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 5)) --resume tokens.h5 -o killed.h5
 no_temp_files .
 
+step "a stalled rank: the others time out naming no rank, and the launcher names the one it had to kill"
+$T --nproc-per-node 2 --dist-timeout 3s --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stalled.jsonl \
+  tokens.h5 -o stalled.h5 2>stalled.err &
+job=$!
+wait_for_lines stalled.jsonl '"event":"train"' 2
+ranks=$(pgrep -P "$job" | sort -n)
+kill -STOP "$(echo "$ranks" | tail -1)"
+STATUS=0
+wait "$job" || STATUS=$?
+[ "$STATUS" -eq 69 ] || fail "the job exited $STATUS, not rank 0's 69: $(cat stalled.err)"
+grep -q "^xl-train-phase1 rank 0: .* failed: another rank is gone or stalled" stalled.err &&
+  grep -q "^xl-train-phase1: rank 1 did not end within 20 s of SIGTERM: killed$" stalled.err ||
+  fail "no line names the stalled rank: $(cat stalled.err)"
+for r in $ranks; do ! kill -0 "$r" 2>/dev/null || fail "rank pid $r is left running"; done
+
 step "SIGUSR1 to the launcher: every rank takes part in one checkpoint, and they train on"
 # Validating at every step as well: the request then falls on a step rank 0 has saved already,
 # which rank 1 did not know, so it alone saved and waited for rank 0 until --dist-timeout.

@@ -135,6 +135,7 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
   using Clock = std::chrono::steady_clock;
   // After a rank fails the others end on their own at their next collective (within a step); those
   // that have not by then are stopped (SIGTERM: they save if they can), then killed.
+  constexpr auto kGrace = std::chrono::seconds(5), kTermToKill = std::chrono::seconds(20);
   auto term_at = Clock::time_point::max(), kill_at = Clock::time_point::max();
   while (running > 0) {
     int status = 0;
@@ -152,14 +153,15 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
       // A rank that exits has said why (an xl tool's error is a line); one killed by a signal has
       // not. The other ranks leave a rank that is gone to this line (69 without a word), so the
       // job's status is a failing rank's own.
-      if (WIFSIGNALED(status) && !sent.count(WTERMSIG(status)))
+      const bool sent_here = WIFSIGNALED(status) && sent.count(WTERMSIG(status));
+      if (WIFSIGNALED(status) && !sent_here)
         std::fprintf(stderr, "%s: rank %d died of signal %d (%s)%s\n", log::tool_name().c_str(), rank,
                      WTERMSIG(status), strsignal(WTERMSIG(status)), stopping || forwarded ? "" : "; stopping the other ranks");
-      if (result == 0 || (result == kExitUnavailable && code != kExitUnavailable)) result = code;
+      if (result == 0 || (result == kExitUnavailable && code != kExitUnavailable && !sent_here)) result = code;
       if (!stopping && !forwarded) {
         stopping = true;
-        term_at = Clock::now() + std::chrono::seconds(5);
-        kill_at = term_at + std::chrono::seconds(20);
+        term_at = Clock::now() + kGrace;
+        kill_at = term_at + kTermToKill;
       }
       continue;
     }
@@ -173,7 +175,14 @@ int launch_local_ranks(char** argv, int nproc, bool spool) {
       signal_all(SIGTERM);
       term_at = Clock::time_point::max();
     }
-    if (Clock::now() > kill_at) signal_all(SIGKILL);
+    if (Clock::now() > kill_at) {
+      for (int r = 0; r < nproc; ++r)  // stopped (SIGSTOP), or stuck outside a collective
+        if (pids[static_cast<size_t>(r)] > 0)
+          std::fprintf(stderr, "%s: rank %d did not end within %lld s of SIGTERM: killed\n", log::tool_name().c_str(), r,
+                       static_cast<long long>(kTermToKill.count()));
+      signal_all(SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return result;
