@@ -152,7 +152,8 @@ expect 0 $T --nproc-per-node 2 --max-steps $((stopped + 5)) --resume tokens.h5 -
 no_temp_files .
 
 step "a stalled rank: the others time out naming no rank, and the launcher names the one it had to kill"
-$T --nproc-per-node 2 --dist-timeout 3s --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stalled.jsonl \
+# (--dist-timeout 8s: long enough for a loaded machine's slowest step.)
+$T --nproc-per-node 2 --dist-timeout 8s --max-steps 100000 --schedule-steps 100000 --log-interval 1 --metrics stalled.jsonl \
   tokens.h5 -o stalled.h5 2>stalled.err &
 job=$!
 wait_for_lines stalled.jsonl '"event":"train"' 2

@@ -272,9 +272,9 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
 std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, const torch::Device& device) {
   if (config.single()) return std::make_unique<SingleProcess>(config);
   // A peer that dies closes its sockets, and Gloo's next write to one raised SIGPIPE, which killed
-  // this rank without a word. Ignored (as Python, and so torchrun's Python ranks, ignore it), the
-  // write fails and the collective names the rank that is gone. A checkpoint piped to a reader
-  // that quit is then a write error (74), not a silent death.
+  // this rank without a word. Ignored (as CPython ignores it at start-up, so PyTorch's own Python
+  // ranks never meet it), the write fails and the collective names the rank that is gone. A
+  // checkpoint piped to a reader that quit is then a write error (74), not a silent death.
   signal(SIGPIPE, SIG_IGN);
   c10::intrusive_ptr<c10d::Store> store;
   try {
