@@ -206,14 +206,16 @@ void guarded(c10d::Store& store, const DistConfig& config, const std::string& wh
 
 void set_up_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
                           const std::function<void()>& step, int serial) {
-  // "" for success, else "CODE MESSAGE".
+  // "" for success, else "CODE MESSAGE" (a message only for an xl::Error that has one).
   std::string outcome;
   std::exception_ptr failure;
+  bool said = false;
   try {
     step();
   } catch (const Error& e) {
     outcome = std::to_string(e.code()) + " " + e.what();
     failure = std::current_exception();
+    said = *e.what() != '\0';
   } catch (...) {  // out of memory, LibTorch's errors: said by this rank as they are
     outcome = std::to_string(kExitSoftware) + " ";
     failure = std::current_exception();
@@ -227,7 +229,6 @@ void set_up_through_store(c10d::Store& store, const DistConfig& config, const st
   if (first_failed < 0) return;
   if (failure) {
     bool said_before = false;  // by a lower rank, in the same words (an unsaid error is never the same)
-    const bool said = outcome.size() > outcome.find(' ') + 1;
     for (int r = 0; r < config.rank && said; ++r) said_before |= outcomes[static_cast<size_t>(r)] == outcome;
     if (!said_before) std::rethrow_exception(failure);
     throw Error(std::stoi(outcome), "");
