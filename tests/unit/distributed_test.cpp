@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "xl/train/group_communicator.h"
+#include "xl/train/heartbeat.h"
 #include "xl/util/error.h"
 
 namespace xl::train {
@@ -27,17 +28,20 @@ struct Ending {
   std::string message;
 };
 
-// Runs `call(rank)` on `world` threads, as the ranks of one job.
-std::vector<Ending> as_ranks(int world, const std::function<void(int, const DistConfig&, c10d::Store&)>& call) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  store->setTimeout(std::chrono::seconds(20));
+// Runs `call(rank)` on threads as the ranks `ranks` of a job of `world` over `store` (the ranks
+// not listed never run), with `silence` for a rank's heartbeat to stand still.
+std::vector<Ending> as_ranks(int world, const std::vector<int>& ranks, const c10::intrusive_ptr<c10d::Store>& store,
+                             std::chrono::milliseconds silence,
+                             const std::function<void(int, const DistConfig&, c10d::Store&)>& call) {
   std::vector<Ending> endings(static_cast<size_t>(world));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < world; ++r)
-    ranks.emplace_back([&, r] {
+  std::vector<std::thread> threads;
+  for (int r : ranks)
+    threads.emplace_back([&, r] {
       DistConfig config;
       config.rank = r;
       config.world = world;
+      config.timeout = std::chrono::seconds(120);
+      config.silence = silence;
       Ending& e = endings[static_cast<size_t>(r)];
       try {
         call(r, config, *store);
@@ -47,8 +51,16 @@ std::vector<Ending> as_ranks(int world, const std::function<void(int, const Dist
         e = {-1, err.what()};
       }
     });
-  for (auto& t : ranks) t.join();
+  for (auto& t : threads) t.join();
   return endings;
+}
+
+std::vector<Ending> as_ranks(int world, const std::function<void(int, const DistConfig&, c10d::Store&)>& call) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(std::chrono::seconds(20));
+  std::vector<int> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(r);
+  return as_ranks(world, ranks, store, std::chrono::seconds(30), call);
 }
 
 // A set-up step that fails on rank r with code and message fails[r] (code 0: it succeeds).
@@ -131,6 +143,64 @@ TEST(SetUpTogether, ARankOfThisMachineThatDiesBeforeItAnswersEndsTheWaitWithinSe
         << e.what();
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
+}
+
+// Rank r, as it says where it runs when it connects; on another machine for a host other than ours.
+void place_rank(c10d::Store& store, int r, long pid, const std::string& host) {
+  const std::string v = std::to_string(pid) + " " + host;
+  store.set(store_prefix() + "pid/" + std::to_string(r), std::vector<uint8_t>(v.begin(), v.end()));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(SetUpTogether, ARankElsewhereWhoseHeartbeatStoppedEndsTheWaitAfterTheSilenceNotAtTheTimeout) {
+  // Rank 1 runs on another machine: no pid to look up. It beat, then its machine went away.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  place_rank(*store, 1, 4242, "node7.example");
+  store->add(heartbeat_key(1), 5);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto e = as_ranks(2, {0}, store, std::chrono::seconds(2), [](int, const DistConfig& config, c10d::Store& s) {
+    set_up_through_store(s, config, "setting up the run", [] {}, 0);
+  });
+  expect_ending(e[0], kExitUnavailable,
+                "setting up the run failed: rank 1 (pid 4242 on node7.example) has not been heard from for 2 s", 0);
+  EXPECT_LT(seconds_since(t0), 10);  // the timeout is 120 s
+}
+
+TEST(SetUpTogether, TheLostRankIsNamedByTheLowestOtherRankAloneAndTheRestEndWithoutAWord) {
+  for (int lost : {1, 0}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    place_rank(*store, lost, 4242, "node7.example");
+    store->add(heartbeat_key(lost), 1);
+    const std::vector<int> live = lost == 1 ? std::vector<int>{0, 2, 3} : std::vector<int>{1, 2, 3};
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto e = as_ranks(4, live, store, std::chrono::seconds(1), [](int, const DistConfig& config, c10d::Store& s) {
+      set_up_through_store(s, config, "setting up the run", [] {}, 0);
+    });
+    const std::string line = "setting up the run failed: rank " + std::to_string(lost) +
+                             " (pid 4242 on node7.example) has not been heard from for 1 s";
+    expect_ending(e[static_cast<size_t>(live[0])], kExitUnavailable, line, live[0]);
+    expect_ending(e[static_cast<size_t>(live[1])], kExitUnavailable, "", live[1]);
+    expect_ending(e[static_cast<size_t>(live[2])], kExitUnavailable, "", live[2]);
+    // The others read the verdict, not their own 5 s fallback.
+    EXPECT_LT(seconds_since(t0), 4.5) << "rank " << lost << " lost";
+  }
+}
+
+TEST(SetUpTogether, ASlowRankThatKeepsBeatingIsWaitedForPastTheSilence) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  place_rank(*store, 1, 4242, "node7.example");
+  const auto e = as_ranks(2, {0, 1}, store, std::chrono::seconds(1), [&](int r, const DistConfig& config, c10d::Store& s) {
+    std::unique_ptr<Heartbeat> beat;
+    if (r == 1) beat = std::make_unique<Heartbeat>(store, 1, std::chrono::milliseconds(100));
+    set_up_through_store(s, config, "setting up the run", [&] {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(3));  // loading its data
+    }, 0);
+  });
+  expect_ending(e[0], 0, "", 0);
+  expect_ending(e[1], 0, "", 1);
 }
 
 TEST(CheckSame, RankZeroNamesTheFirstDifferingKeyInTheRanksOrderAndTheOthersAreSilent) {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "xl/train/group_communicator.h"
+#include "xl/train/heartbeat.h"
 #include "xl/train/launcher.h"
 #include "xl/util/error.h"
 
@@ -146,23 +147,67 @@ c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store
   return c10::make_intrusive<c10d::PrefixStore>(store_prefix() + "group", store);
 }
 
-std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& key,
-                                  const std::string& value) {
+namespace {
+
+// Where rank r runs, as it wrote it to the store when it connected: "pid 4242 on node7".
+std::string whereabouts(c10d::Store& store, int r) {
+  const std::string key = store_prefix() + "pid/" + std::to_string(r);
+  if (!store.check({key})) return "";
+  std::istringstream who(store_get(store, key));
+  long pid = 0;
+  std::string host;
+  who >> pid >> host;
+  return "pid " + std::to_string(pid) + (host.empty() || host == hostname() ? "" : " on " + host);
+}
+
+}  // namespace
+
+std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& what,
+                                  const std::string& key, const std::string& value) {
   store_set(store, key + std::to_string(config.rank), value);
-  // A rank of this machine that dies before it writes its value ends the wait within a second,
-  // not at the job's timeout (srun and mpirun leave the others waiting). A store lookup every 10
-  // ms is a loopback round trip in a set-up that takes seconds.
+  // A rank that ends before it writes its value ends the wait early, not at the job's timeout
+  // (srun and mpirun leave the others waiting): one of this machine as soon as its pid is gone,
+  // one elsewhere when its heartbeat has stood still for config.silence. A store lookup every
+  // 10 ms is a loopback round trip in a set-up that takes seconds.
   const std::vector<long> local = pids_on_this_machine(store, config);
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+  // The lost rank is named once: by the lowest other rank, which leaves its verdict in the store
+  // for the rest (they end without a word) and waits until they have read it, since it may host
+  // the store. A rank that finds no verdict within 5 s says it itself.
+  const std::string verdict = key + "verdict", read = key + "verdict_read";
+  std::string lost_line;
+  std::chrono::steady_clock::time_point lost_at;
   std::vector<std::string> values;
   for (int r = 0; r < config.world; ++r) {
     const std::string k = key + std::to_string(r);
+    BeatWatch beats(store, r);
     for (int polls = 0; !store.check({k}); ++polls) {
-      const long pid = local[static_cast<size_t>(r)];
-      if (pid > 0 && polls % 50 == 49 && process_gone(pid))
-        throw std::runtime_error("rank " + std::to_string(r) + " ended before it answered");
-      if (std::chrono::steady_clock::now() > deadline)
-        throw std::runtime_error("no " + k + " from rank " + std::to_string(r) + " within the timeout");
+      const auto now = std::chrono::steady_clock::now();
+      if (polls % 50 == 49) {
+        if (store.check({verdict})) {
+          store.add(read, 1);
+          throw Error(kExitUnavailable, "");
+        }
+        const long pid = local[static_cast<size_t>(r)];
+        const bool gone = pid > 0 && process_gone(pid);
+        // The --nproc-per-node launcher names a rank that ended, with its status (guarded()).
+        if (gone && started_by_launcher()) throw std::runtime_error("rank " + std::to_string(r) + " ended before it answered");
+        const auto silent = std::chrono::duration_cast<std::chrono::seconds>(beats.silent_for());
+        if (lost_line.empty() && (gone || silent >= config.silence)) {
+          lost_line = what + " failed: rank " + std::to_string(r) + " (" + whereabouts(store, r) + ") " +
+                      (gone ? "is gone" : "has not been heard from for " + std::to_string(silent.count()) + " s");
+          lost_at = now;
+          if (config.rank == (r == 0 ? 1 : 0)) {
+            store_set(store, verdict, lost_line);
+            const auto until = now + std::chrono::seconds(2);
+            while (store.add(read, 0) < config.world - 2 && std::chrono::steady_clock::now() < until)
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            throw Error(kExitUnavailable, lost_line);
+          }
+        }
+        if (!lost_line.empty() && now - lost_at > std::chrono::seconds(5)) throw Error(kExitUnavailable, lost_line);
+      }
+      if (now > deadline) throw std::runtime_error("no " + k + " from rank " + std::to_string(r) + " within the timeout");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     values.push_back(store_get(store, k));
@@ -222,7 +267,7 @@ void set_up_through_store(c10d::Store& store, const DistConfig& config, const st
   }
   const std::string key = store_prefix() + "set_up/" + std::to_string(serial) + "/";
   std::vector<std::string> outcomes;
-  guarded(store, config, what, [&] { outcomes = exchange(store, config, key, outcome); });
+  guarded(store, config, what, [&] { outcomes = exchange(store, config, what, key, outcome); });
   int first_failed = -1;
   for (int r = 0; r < config.world && first_failed < 0; ++r)
     if (!outcomes[static_cast<size_t>(r)].empty()) first_failed = r;
@@ -259,7 +304,8 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
                               const std::string& value, int serial) {
   const std::string key = store_prefix() + "same/" + std::to_string(serial) + "/";
   std::vector<std::string> values;
-  guarded(store, config, "comparing the ranks' " + what, [&] { values = exchange(store, config, key, value); });
+  const std::string comparing = "comparing the ranks' " + what;
+  guarded(store, config, comparing, [&] { values = exchange(store, config, comparing, key, value); });
   for (int r = 1; r < config.world; ++r) {
     if (values[static_cast<size_t>(r)] == values[0]) continue;
     if (config.rank != 0) throw Error(kExitConfig, "");  // every rank finds it; rank 0 says it
@@ -270,32 +316,25 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
   }
 }
 
-std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, const torch::Device& device) {
-  if (config.single()) return std::make_unique<SingleProcess>(config);
-  // A peer that dies closes its sockets, and Gloo's next write to one raised SIGPIPE, which killed
-  // this rank without a word. Ignored (as CPython ignores it at start-up, so PyTorch's own Python
-  // ranks never meet it), the write fails and the collective names the rank that is gone. A
-  // checkpoint piped to a reader that quit is then a write error (74), not a silent death.
-  signal(SIGPIPE, SIG_IGN);
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<uint16_t>(config.master_port);
-    // Under torchrun the agent hosts the store; otherwise rank 0 does.
-    const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
-    o.isServer = config.rank == 0 && !(agent && std::string(agent) == "True");
-    o.numWorkers = o.isServer ? c10::optional<std::size_t>(static_cast<std::size_t>(config.world)) : c10::nullopt;
-    o.waitWorkers = false;
-    o.timeout = config.timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(config.master_addr, o);
-  } catch (const std::exception& e) {
-    std::string why = e.what();
-    why = why.substr(0, why.find('\n'));
-    XL_FAIL(kExitUnavailable, "no rendezvous at " << config.master_addr << ":" << config.master_port
-                                      << " (" << why.substr(0, 160) << ")"
-                                      << (config.rank == 0 ? "; is the port in use?" : "; is rank 0 running and MASTER_ADDR right?"));
-  }
-  store_set(*store, store_prefix() + "pid/" + std::to_string(config.rank), std::to_string(getpid()) + " " + hostname());
+Communicator::Communicator(const DistConfig& c) : config_(c) {}
+Communicator::~Communicator() = default;
+
+namespace {
+
+// A connection to the rendezvous store: the server too for `serve`. Under torchrun the agent hosts
+// the store; otherwise rank 0 does.
+c10::intrusive_ptr<c10d::Store> open_store(const DistConfig& config, bool serve, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(config.master_port);
+  o.isServer = serve;
+  o.numWorkers = serve ? c10::optional<std::size_t>(static_cast<std::size_t>(config.world)) : c10::nullopt;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(config.master_addr, o);
+}
+
+std::unique_ptr<Communicator> connect_group(const DistConfig& config, const torch::Device& device,
+                                            const c10::intrusive_ptr<c10d::Store>& store) {
   const bool nccl = config.backend == "nccl" || (config.backend == "auto" && device.is_cuda());
   if (nccl) return connect_nccl(config, store);
   XL_CHECK(device.is_cpu() || config.backend == "gloo", kExitUsage, "--dist-backend gloo all-reduces CPU tensors: use nccl on GPUs");
@@ -312,6 +351,36 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store(store), config.rank, config.world, options);
   });
   return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(config, store, group);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, const torch::Device& device) {
+  if (config.single()) return std::make_unique<SingleProcess>(config);
+  // A peer that dies closes its sockets, and Gloo's next write to one raised SIGPIPE, which killed
+  // this rank without a word. Ignored (as CPython ignores it at start-up, so PyTorch's own Python
+  // ranks never meet it), the write fails and the collective names the rank that is gone. A
+  // checkpoint piped to a reader that quit is then a write error (74), not a silent death.
+  signal(SIGPIPE, SIG_IGN);
+  const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+  const bool serve = config.rank == 0 && !(agent && std::string(agent) == "True");
+  c10::intrusive_ptr<c10d::Store> store, beat_store;
+  try {
+    store = open_store(config, serve, config.timeout);
+    // The heartbeat's own connection, so that its beats never wait behind this rank's store calls.
+    beat_store = open_store(config, false, std::chrono::seconds(10));
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    XL_FAIL(kExitUnavailable, "no rendezvous at " << config.master_addr << ":" << config.master_port
+                                      << " (" << why.substr(0, 160) << ")"
+                                      << (config.rank == 0 ? "; is the port in use?" : "; is rank 0 running and MASTER_ADDR right?"));
+  }
+  store_set(*store, store_prefix() + "pid/" + std::to_string(config.rank), std::to_string(getpid()) + " " + hostname());
+  auto heartbeat = std::make_unique<Heartbeat>(beat_store, config.rank, std::chrono::seconds(1));
+  std::unique_ptr<Communicator> communicator = connect_group(config, device, store);
+  communicator->heartbeat_ = std::move(heartbeat);
+  return communicator;
 }
 
 }  // namespace xl::train

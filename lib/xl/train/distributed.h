@@ -18,12 +18,17 @@
 
 namespace xl::train {
 
+class Heartbeat;
+
 struct DistConfig {
   int rank = 0, world = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string backend = "auto";  // auto (NCCL on GPUs, Gloo on CPUs), gloo or nccl
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // A rank whose heartbeat stands still this long while the others wait for it in the set-up is
+  // taken for gone (a rank of this machine, by its pid, within a second).
+  std::chrono::milliseconds silence{std::chrono::seconds(30)};
   bool single() const { return world == 1; }
 };
 
@@ -40,7 +45,7 @@ bool is_dist_backend(const std::string& name);
 // --nproc-per-node started, a rank that is gone is left to the launcher to name (no message).
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  virtual ~Communicator();
   // Rendezvous and the process group; 69 for an unreachable master or a port in use.
   static std::unique_ptr<Communicator> connect(const DistConfig& config, const torch::Device& device);
 
@@ -69,8 +74,11 @@ class Communicator {
   virtual void set_up_together(const std::string& what, const std::function<void()>& step) = 0;
 
  protected:
-  explicit Communicator(const DistConfig& c) : config_(c) {}
+  explicit Communicator(const DistConfig& c);
   DistConfig config_;
+
+ private:
+  std::unique_ptr<Heartbeat> heartbeat_;  // while this rank lives, for the others' set-up waits
 };
 
 }  // namespace xl::train

@@ -26,10 +26,13 @@ std::string store_prefix();
 // restarts (its agent keeps the store) do not read the dead ranks' addresses and wait on them.
 c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& store);
 // Every rank writes `value` under KEY<its rank>; returns every rank's, in rank order. Waits up to
-// the job's timeout, but throws within a second once a rank of this machine has ended without
-// writing (run it in guarded(), which names that rank).
-std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& key,
-                                  const std::string& value);
+// the job's timeout, but ends early once a rank it waits for is gone: one of this machine within a
+// second of its end, one elsewhere when its heartbeat has stood still for config.silence. Then the
+// lowest other rank says "WHAT failed: rank 1 (pid 4242 on node7) has not been heard from for 30 s"
+// (xl::Error 69) and the rest end with 69 and no message; under the --nproc-per-node launcher, which
+// names a rank that ended, a plain exception for guarded().
+std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& what,
+                                  const std::string& key, const std::string& value);
 // Every rank publishes `value` under `what`; throws 78 on every rank when one differs from rank 0's
 // (rank 0's error names it, the others' are silent).
 void check_same_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
