@@ -203,6 +203,27 @@ TEST(SetUpTogether, ASlowRankThatKeepsBeatingIsWaitedForPastTheSilence) {
   expect_ending(e[1], 0, "", 1);
 }
 
+TEST(LostRank, ARankWhoseHeartbeatStandsStillIsNamedAsStoppedAndOneThatBeatsIsNot) {
+  // Rank 1 is alive (this process's pid) but stopped or hung: its heartbeat stands still.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  place_rank(*store, 1, getpid(), host);
+  place_rank(*store, 2, 4242, "node7.example");
+  store->add(heartbeat_key(1), 3);
+  DistConfig config;
+  config.world = 3;
+  {
+    Heartbeat beats(store, 2, std::chrono::milliseconds(200));  // rank 2 answers
+    const LostRank lost = lost_rank(*store, config);
+    EXPECT_EQ(lost.words, "rank 1 (pid " + std::to_string(getpid()) + ") has stopped answering: its heartbeat stood still for 3 s");
+    EXPECT_FALSE(lost.gone);  // said by the rank, not left to a launcher
+  }
+  // Both beat: nothing to name.
+  Heartbeat one(store, 1, std::chrono::milliseconds(200)), two(store, 2, std::chrono::milliseconds(200));
+  EXPECT_EQ(lost_rank(*store, config).words, "another rank is gone or stalled");
+}
+
 TEST(CheckSame, RankZeroNamesTheFirstDifferingKeyInTheRanksOrderAndTheOthersAreSilent) {
   // Another vocab changes the tokens too: the vocab, written first, is the one named, though a
   // sorted object would put train_sha256 before it.

@@ -215,20 +215,47 @@ std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, 
   return values;
 }
 
+namespace {
+
+// Each other rank's heartbeat count, -1 for one that has not beaten (and this rank's).
+std::vector<int64_t> beat_counts(c10d::Store& store, const DistConfig& config) {
+  std::vector<int64_t> counts(static_cast<size_t>(config.world), -1);
+  for (int r = 0; r < config.world; ++r)
+    if (r != config.rank && store.check({heartbeat_key(r)})) counts[static_cast<size_t>(r)] = store.add(heartbeat_key(r), 0);
+  return counts;
+}
+
+}  // namespace
+
 LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
+  const LostRank store_gone{"rank 0, the rendezvous host, is gone or unreachable"};
   std::vector<long> local;
+  std::vector<int64_t> beats;
   try {
     local = pids_on_this_machine(store, config);
+    beats = beat_counts(store, config);
   } catch (const std::exception&) {
-    return {"rank 0, the rendezvous host, is gone or unreachable"};
+    return store_gone;
   }
   // A killed process closes its sockets before it is a zombie: the peers can see the connection
-  // reset a moment before /proc says it is gone, so look for 2 s.
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    for (int r = 0; r < config.world; ++r)
+  // reset a moment before /proc says it is gone, so look for 2 s. A rank whose heartbeat (a beat
+  // a second) stood still for 3 s is stopped, hung or gone with its machine.
+  constexpr int kLooks = 30;
+  for (int look = 0; look < kLooks; ++look) {
+    for (int r = 0; r < config.world && look < 20; ++r)
       if (const long pid = local[static_cast<size_t>(r)]; pid > 0 && process_gone(pid))
         return {"rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone"};
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  try {
+    const std::vector<int64_t> now = beat_counts(store, config);
+    for (int r = 0; r < config.world; ++r)
+      if (const int64_t b = beats[static_cast<size_t>(r)]; b >= 0 && now[static_cast<size_t>(r)] == b)
+        return {"rank " + std::to_string(r) + " (" + whereabouts(store, r) + ") has stopped answering: its heartbeat stood still for " +
+                    std::to_string(kLooks / 10) + " s",
+                false};
+  } catch (const std::exception&) {
+    return store_gone;
   }
   return {"another rank is gone or stalled", false};
 }
