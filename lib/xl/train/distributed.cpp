@@ -237,6 +237,11 @@ LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
   } catch (const std::exception&) {
     return store_gone;
   }
+  // Every rank says where it runs as soon as it reaches the store: one that has not never started,
+  // or failed before it connected (ranks started by hand or by srun, which does not stop the rest).
+  for (int r = 0; r < config.world; ++r)
+    if (r != config.rank && whereabouts(store, r).empty())
+      return {"rank " + std::to_string(r) + " never reached the rendezvous (it did not start, or failed before it connected)", false};
   // A killed process closes its sockets before it is a zombie: the peers can see the connection
   // reset a moment before /proc says it is gone, so look for 2 s. A rank whose heartbeat (a beat
   // a second) stood still for 3 s is stopped, hung or gone with its machine.
