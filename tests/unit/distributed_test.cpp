@@ -233,6 +233,21 @@ TEST(LostRank, ARankThatNeverReachedTheStoreIsNamedSo) {
             "rank 1 never reached the rendezvous (it did not start, or failed before it connected)");
 }
 
+TEST(BeatWatch, CountsOnlyTheTimeItLookedSoAJobStoppedAsAWholeTakesNoRankForSilent) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->add(heartbeat_key(1), 7);
+  BeatWatch watch(*store, 1);
+  EXPECT_EQ(watch.silent_for().count(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2600));  // stopped (Ctrl-Z), or descheduled
+  const double silent = std::chrono::duration<double>(watch.silent_for()).count();
+  EXPECT_GE(silent, 1.9);
+  EXPECT_LE(silent, 2.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_GE(std::chrono::duration<double>(watch.silent_for()).count(), 2.2);
+  store->add(heartbeat_key(1), 1);  // it beats again
+  EXPECT_EQ(watch.silent_for().count(), 0);
+}
+
 TEST(CheckSame, RankZeroNamesTheFirstDifferingKeyInTheRanksOrderAndTheOthersAreSilent) {
   // Another vocab changes the tokens too: the vocab, written first, is the one named, though a
   // sorted object would put train_sha256 before it.

@@ -1,5 +1,6 @@
 #include "xl/train/heartbeat.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -23,14 +24,13 @@ Heartbeat::Heartbeat(c10::intrusive_ptr<c10d::Store> store, int rank, std::chron
     std::unique_lock<std::mutex> lock(state->mutex);
     while (!state->stop) {
       lock.unlock();
-      bool failed = false;
       try {
         store->add(key, 1);
       } catch (const std::exception&) {
-        failed = true;  // the store is gone: the collectives will say so
+        // A store that is gone fails the collectives, which say so; one that timed out may answer
+        // the next beat, and a thread that ended here would read as a rank that stopped.
       }
       lock.lock();
-      if (failed) break;
       state->wake.wait_for(lock, period, [&] { return state->stop; });
     }
     state->ended = true;
@@ -46,14 +46,14 @@ Heartbeat::~Heartbeat() {
 }
 
 std::chrono::steady_clock::duration BeatWatch::silent_for() {
-  const auto now = std::chrono::steady_clock::now();
   if (!store_.check({key_})) return {};
   const int64_t beats = store_.add(key_, 0);
-  if (beats != last_) {
-    last_ = beats;
-    changed_ = now;
-  }
-  return now - changed_;
+  const auto now = std::chrono::steady_clock::now();
+  if (beats != last_) silent_ = {};
+  else silent_ += std::min<std::chrono::steady_clock::duration>(now - looked_, std::chrono::seconds(2));
+  last_ = beats;
+  looked_ = now;
+  return silent_;
 }
 
 }  // namespace xl::train

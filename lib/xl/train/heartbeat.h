@@ -30,9 +30,10 @@ class Heartbeat {
   std::shared_ptr<State> state_;
 };
 
-// What the ranks waiting for `rank` make of its beats: how long its counter has stood still since
-// this watcher began (zero until the rank has beaten once; a rank that never beat is left to the
-// timeout).
+// What the ranks waiting for `rank` make of its beats: how long its counter has stood still while
+// this watcher looked (zero until the rank has beaten once; a rank that never beat is left to the
+// timeout). Only the watcher's own running time counts, at most 2 s between two looks: a job
+// stopped as a whole (Ctrl-Z, then fg) takes no rank for silent.
 class BeatWatch {
  public:
   BeatWatch(c10d::Store& store, int rank) : store_(store), key_(heartbeat_key(rank)) {}
@@ -42,7 +43,8 @@ class BeatWatch {
   c10d::Store& store_;
   std::string key_;
   int64_t last_ = -1;
-  std::chrono::steady_clock::time_point changed_;
+  std::chrono::steady_clock::time_point looked_;
+  std::chrono::steady_clock::duration silent_{};
 };
 
 }  // namespace xl::train
