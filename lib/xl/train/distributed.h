@@ -78,7 +78,7 @@ class Communicator {
   DistConfig config_;
 
  private:
-  std::unique_ptr<Heartbeat> heartbeat_;  // while this rank lives, for the others' set-up waits
+  std::unique_ptr<Heartbeat> heartbeat_;  // while this rank lives: how the others tell it from a lost one
 };
 
 }  // namespace xl::train

@@ -1,7 +1,8 @@
 // A rank's sign of life in the rendezvous store: a counter it raises every second, from a thread of
 // its own, while it lives. The ranks that wait for it in the set-up can then tell a rank that is
 // slow (still loading its data) from one whose process or machine is gone: a rank on another
-// machine leaves neither a pid they can look up nor, until a collective, a socket they watch.
+// machine leaves neither a pid they can look up nor, until a collective, a socket they watch. When
+// a collective fails, a counter that stands still names the rank that stopped or hung.
 #pragma once
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -24,7 +25,7 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  struct State;
+  struct State;  // shared with the thread (heartbeat.cpp)
 
  private:
   std::shared_ptr<State> state_;
