@@ -84,21 +84,38 @@ void store_set(c10d::Store& store, const std::string& key, const std::string& va
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
-// The pid of each other rank that runs on this machine (0 for this one and those elsewhere), as
-// each wrote it to the store when it connected.
+// Where rank r runs, as it wrote it to the store when it connected (pid 0: it has not connected).
+struct Place {
+  long pid = 0;
+  std::string host;
+};
+
+Place place_of(c10d::Store& store, int r) {
+  const std::string key = store_prefix() + "pid/" + std::to_string(r);
+  Place p;
+  if (!store.check({key})) return p;
+  std::istringstream who(store_get(store, key));
+  who >> p.pid >> p.host;
+  return p;
+}
+
+// The pid of each other rank that runs on this machine (0 for this one and those elsewhere).
 std::vector<long> pids_on_this_machine(c10d::Store& store, const DistConfig& config) {
-  const std::string me = hostname(), prefix = store_prefix();
+  const std::string me = hostname();
   std::vector<long> pids(static_cast<size_t>(config.world), 0);
   for (int r = 0; r < config.world; ++r) {
-    const std::string key = prefix + "pid/" + std::to_string(r);
-    if (r == config.rank || !store.check({key})) continue;
-    std::istringstream who(store_get(store, key));
-    long pid = 0;
-    std::string host;
-    who >> pid >> host;
-    if (host == me && pid > 0) pids[static_cast<size_t>(r)] = pid;
+    if (r == config.rank) continue;
+    const Place p = place_of(store, r);
+    if (p.host == me && p.pid > 0) pids[static_cast<size_t>(r)] = p.pid;
   }
   return pids;
+}
+
+// "rank 1 (pid 4242)" for a rank of this machine, "rank 1 (pid 4242 on node7)" for one elsewhere.
+std::string rank_name(c10d::Store& store, int r) {
+  const Place p = place_of(store, r);
+  return "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) +
+         (p.host.empty() || p.host == hostname() ? "" : " on " + p.host) + ")";
 }
 
 }  // namespace
@@ -147,21 +164,6 @@ c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store
   return c10::make_intrusive<c10d::PrefixStore>(store_prefix() + "group", store);
 }
 
-namespace {
-
-// Where rank r runs, as it wrote it to the store when it connected: "pid 4242 on node7".
-std::string whereabouts(c10d::Store& store, int r) {
-  const std::string key = store_prefix() + "pid/" + std::to_string(r);
-  if (!store.check({key})) return "";
-  std::istringstream who(store_get(store, key));
-  long pid = 0;
-  std::string host;
-  who >> pid >> host;
-  return "pid " + std::to_string(pid) + (host.empty() || host == hostname() ? "" : " on " + host);
-}
-
-}  // namespace
-
 std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, const std::string& what,
                                   const std::string& key, const std::string& value) {
   store_set(store, key + std::to_string(config.rank), value);
@@ -194,7 +196,7 @@ std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, 
         if (gone && started_by_launcher()) throw std::runtime_error("rank " + std::to_string(r) + " ended before it answered");
         const auto silent = std::chrono::duration_cast<std::chrono::seconds>(beats.silent_for());
         if (lost_line.empty() && (gone || silent >= config.silence)) {
-          lost_line = what + " failed: rank " + std::to_string(r) + " (" + whereabouts(store, r) + ") " +
+          lost_line = what + " failed: " + rank_name(store, r) + " " +
                       (gone ? "is gone" : "has not been heard from for " + std::to_string(silent.count()) + " s");
           lost_at = now;
           if (config.rank == (r == 0 ? 1 : 0)) {
@@ -232,16 +234,17 @@ LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
   std::vector<long> local;
   std::vector<int64_t> beats;
   try {
+    // Every rank says where it runs as soon as it reaches the store: one that has not never
+    // started, or failed before it connected (ranks started by hand or by srun, which does not stop
+    // the rest).
+    for (int r = 0; r < config.world; ++r)
+      if (r != config.rank && place_of(store, r).pid == 0)
+        return {"rank " + std::to_string(r) + " never reached the rendezvous (it did not start, or failed before it connected)", false};
     local = pids_on_this_machine(store, config);
     beats = beat_counts(store, config);
   } catch (const std::exception&) {
     return store_gone;
   }
-  // Every rank says where it runs as soon as it reaches the store: one that has not never started,
-  // or failed before it connected (ranks started by hand or by srun, which does not stop the rest).
-  for (int r = 0; r < config.world; ++r)
-    if (r != config.rank && whereabouts(store, r).empty())
-      return {"rank " + std::to_string(r) + " never reached the rendezvous (it did not start, or failed before it connected)", false};
   // A killed process closes its sockets before it is a zombie: the peers can see the connection
   // reset a moment before /proc says it is gone, so look for 2 s. A rank whose heartbeat (a beat
   // a second) stood still for 3 s is stopped, hung or gone with its machine.
@@ -249,14 +252,14 @@ LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
   for (int look = 0; look < kLooks; ++look) {
     for (int r = 0; r < config.world && look < 20; ++r)
       if (const long pid = local[static_cast<size_t>(r)]; pid > 0 && process_gone(pid))
-        return {"rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone"};
+        return {"rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone"};  // the store may be gone with it
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   try {
     const std::vector<int64_t> now = beat_counts(store, config);
     for (int r = 0; r < config.world; ++r)
       if (const int64_t b = beats[static_cast<size_t>(r)]; b >= 0 && now[static_cast<size_t>(r)] == b)
-        return {"rank " + std::to_string(r) + " (" + whereabouts(store, r) + ") has stopped answering: its heartbeat stood still for " +
+        return {rank_name(store, r) + " has stopped answering: its heartbeat stood still for " +
                     std::to_string(kLooks / 10) + " s",
                 false};
   } catch (const std::exception&) {
