@@ -253,6 +253,38 @@ elapsed=$(($(date +%s) - start))
 [ "$elapsed" -lt 60 ] || fail "rank 0 took ${elapsed}s to stop after rank 1 died"
 grep -q "rank 0: .*failed: rank 1 (pid $rank1) is gone" hand0.err || fail "rank 0 did not name rank 1: $(cat hand0.err)"
 
+# srun and mpirun do not stop the others when a rank fails before it connects: it tells them
+# (they waited out --dist-timeout in the process group's set-up).
+step "a rank that fails before it joins (a missing -c file): the others stop at once, naming it"
+for failing in 1 0; do
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  bad=(-c missing.ini)
+  start=$(date +%s)
+  # shellcheck disable=SC2046
+  RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --dist-timeout 60s --max-steps 5 \
+    $([ $failing = 0 ] && echo "${bad[@]}") tokens.h5 -o early.h5 2>early0.err &
+  pids=($!)
+  # shellcheck disable=SC2046
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $T --dist-timeout 60s --max-steps 5 \
+    $([ $failing = 1 ] && echo "${bad[@]}") tokens.h5 -o early.h5 2>early1.err &
+  pids+=($!)
+  codes=()
+  for p in "${pids[@]}"; do
+    STATUS=0
+    wait "$p" || STATUS=$?
+    codes+=("$STATUS")
+  done
+  elapsed=$(($(date +%s) - start))
+  other=$((1 - failing))
+  [ "${codes[$failing]}" -eq 66 ] && [ "${codes[$other]}" -eq 69 ] ||
+    fail "rank $failing failing: the ranks exited ${codes[*]}: $(cat early0.err early1.err)"
+  [ "$elapsed" -lt 20 ] || fail "rank $other took ${elapsed}s to stop after rank $failing failed (--dist-timeout 60s)"
+  grep -q "missing.ini" "early$failing.err" || fail "rank $failing did not say why: $(cat "early$failing.err")"
+  grep -q "rank $other: setting up the run failed: rank $failing (pid ${pids[$failing]}) failed before it joined the others (exit 66" \
+    "early$other.err" || fail "rank $other did not name rank $failing: $(cat "early$other.err")"
+done
+[ ! -e early.h5 ] || fail "a failed job left early.h5"
+
 step "bad rendezvous settings: one line and a sysexits code"
 closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$closed

@@ -233,6 +233,58 @@ TEST(LostRank, ARankThatNeverReachedTheStoreIsNamedSo) {
             "rank 1 never reached the rendezvous (it did not start, or failed before it connected)");
 }
 
+TEST(AwaitRanks, ARankThatFailedBeforeItJoinedIsNamedAtOnceByTheLowestRankThatDidNot) {
+  for (int failed : {1, 0}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<int> live;
+    for (int r = 0; r < 3; ++r)
+      if (r != failed) live.push_back(r);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread failing([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are waiting
+      post_failure(*store, failed, 66);
+    });
+    const auto e = as_ranks(3, live, store, std::chrono::seconds(30), [](int r, const DistConfig& config, c10d::Store& s) {
+      place_rank(s, r, 1000 + r, "node" + std::to_string(r) + ".example");  // as connect does
+      await_ranks(s, config);
+    });
+    failing.join();
+    expect_ending(e[static_cast<size_t>(live[0])], kExitUnavailable,
+                  "setting up the run failed: rank " + std::to_string(failed) + " (pid " + std::to_string(getpid()) +
+                      ") failed before it joined the others (exit 66; its own error line says why)",
+                  live[0]);
+    expect_ending(e[static_cast<size_t>(live[1])], kExitUnavailable, "", live[1]);
+    EXPECT_LT(seconds_since(t0), 5) << "rank " << failed << " failed";  // the timeout is 120 s
+    EXPECT_EQ(store->add(store_prefix() + "failed_read", 0), 2);  // what a failed rank 0 waits for
+  }
+}
+
+TEST(AwaitRanks, ReturnsWhenEveryRankHasArrivedAndNamesOneThatNeverDoesAtTheTimeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto e = as_ranks(2, {0, 1}, store, std::chrono::seconds(30), [](int r, const DistConfig& config, c10d::Store& s) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // slow to start
+    place_rank(s, r, 1000 + r, "node.example");
+    await_ranks(s, config);
+  });
+  expect_ending(e[0], 0, "", 0);
+  expect_ending(e[1], 0, "", 1);
+
+  auto empty = c10::make_intrusive<c10d::HashStore>();
+  place_rank(*empty, 0, 1000, "node.example");
+  DistConfig config;
+  config.world = 3;
+  config.timeout = std::chrono::milliseconds(300);
+  try {
+    await_ranks(*empty, config);
+    ADD_FAILURE() << "await_ranks returned without rank 1";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), kExitUnavailable);
+    EXPECT_EQ(std::string(err.what()),
+              "setting up the run failed: rank 1 never reached the rendezvous within --dist-timeout (it did not start, or "
+              "failed before it connected)");
+  }
+}
+
 TEST(BeatWatch, CountsOnlyTheTimeItLookedSoAJobStoppedAsAWholeTakesNoRankForSilent) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   store->add(heartbeat_key(1), 7);

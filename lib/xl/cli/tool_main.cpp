@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
@@ -13,6 +14,21 @@
 #include "xl/util/signals.h"
 
 namespace xl::cli {
+namespace {
+
+std::function<void(int)>& failure_hook() {
+  static std::function<void(int)> then;
+  return then;
+}
+
+int failed(int status) {
+  if (failure_hook()) failure_hook()(status);
+  return status;
+}
+
+}  // namespace
+
+void after_failure(std::function<void(int)> then) { failure_hook() = std::move(then); }
 
 int run_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body) {
   log::set_tool_name(name);
@@ -26,16 +42,16 @@ int run_tool(const std::string& name, int argc, char** argv, const std::function
     return body(argc, argv);
   } catch (const Error& e) {
     if (*e.what()) std::fprintf(stderr, "%s: %s\n", log::tool_name().c_str(), e.what());
-    return e.code();
+    return failed(e.code());
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: out of memory\n", log::tool_name().c_str());
-    return kExitSoftware;
+    return failed(kExitSoftware);
   } catch (const std::exception& e) {
     // One line: LibTorch's errors (c10::Error) append a backtrace after their message.
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
     std::fprintf(stderr, "%s: internal error: %s\n", log::tool_name().c_str(), msg.c_str());
-    return kExitSoftware;
+    return failed(kExitSoftware);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <exception>
@@ -27,6 +28,10 @@
 
 namespace xl::train {
 namespace {
+
+// Set once this process starts to connect: a failure after it is the ranks' to share (set_up_together,
+// the collectives), one before it is told to them by tell_ranks_this_one_failed().
+std::atomic<bool> joining{false};
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -84,6 +89,10 @@ void store_set(c10d::Store& store, const std::string& key, const std::string& va
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
+std::string place_key(int r) { return store_prefix() + "pid/" + std::to_string(r); }
+std::string failed_key(int r) { return store_prefix() + "failed/" + std::to_string(r); }
+std::string here() { return std::to_string(getpid()) + " " + hostname(); }
+
 // Where rank r runs, as it wrote it to the store when it connected (pid 0: it has not connected).
 struct Place {
   long pid = 0;
@@ -91,7 +100,7 @@ struct Place {
 };
 
 Place place_of(c10d::Store& store, int r) {
-  const std::string key = store_prefix() + "pid/" + std::to_string(r);
+  const std::string key = place_key(r);
   Place p;
   if (!store.check({key})) return p;
   std::istringstream who(store_get(store, key));
@@ -112,11 +121,12 @@ std::vector<long> pids_on_this_machine(c10d::Store& store, const DistConfig& con
 }
 
 // "rank 1 (pid 4242)" for a rank of this machine, "rank 1 (pid 4242 on node7)" for one elsewhere.
-std::string rank_name(c10d::Store& store, int r) {
-  const Place p = place_of(store, r);
+std::string rank_name(int r, const Place& p) {
   return "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) +
          (p.host.empty() || p.host == hostname() ? "" : " on " + p.host) + ")";
 }
+
+std::string rank_name(c10d::Store& store, int r) { return rank_name(r, place_of(store, r)); }
 
 }  // namespace
 
@@ -215,6 +225,41 @@ std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, 
     values.push_back(store_get(store, k));
   }
   return values;
+}
+
+void post_failure(c10d::Store& store, int rank, int code) {
+  store_set(store, failed_key(rank), std::to_string(code) + " " + here());
+  store.add(store_prefix() + "failed", 1);  // answered after the set: the value is in place
+}
+
+void await_ranks(c10d::Store& store, const DistConfig& config) {
+  const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+  for (int r = 0; r < config.world; ++r) {
+    while (!store.check({place_key(r)})) {
+      if (store.add(store_prefix() + "failed", 0) > 0) {
+        // Named by the lowest rank that did not fail; a failed rank has said why itself.
+        int first = -1;
+        bool lowest = true;
+        for (int f = 0; f < config.world; ++f) {
+          const bool failed = store.check({failed_key(f)});
+          if (failed && first < 0) first = f;
+          if (!failed && f < config.rank) lowest = false;
+        }
+        store.add(store_prefix() + "failed_read", 1);
+        if (first < 0 || !lowest) throw Error(kExitUnavailable, "");
+        std::istringstream what(store_get(store, failed_key(first)));
+        int code = 0;
+        Place p;
+        what >> code >> p.pid >> p.host;
+        XL_FAIL(kExitUnavailable, "setting up the run failed: " << rank_name(first, p) << " failed before it joined the others (exit "
+                                                                << code << "; its own error line says why)");
+      }
+      XL_CHECK(std::chrono::steady_clock::now() < deadline, kExitUnavailable,
+               "setting up the run failed: rank " << r << " never reached the rendezvous within --dist-timeout (it did not start, "
+                                                     "or failed before it connected)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
 }
 
 namespace {
@@ -356,6 +401,12 @@ Communicator::~Communicator() = default;
 
 namespace {
 
+// Under torchrun its agent hosts the store; otherwise rank 0 does.
+bool agent_hosts_store() {
+  const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+  return agent && std::string(agent) == "True";
+}
+
 // A connection to the rendezvous store: the server too for `serve`. Under torchrun the agent hosts
 // the store; otherwise rank 0 does.
 c10::intrusive_ptr<c10d::Store> open_store(const DistConfig& config, bool serve, std::chrono::milliseconds timeout) {
@@ -397,8 +448,8 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
   // ranks never meet it), the write fails and the collective names the rank that is gone. A
   // checkpoint piped to a reader that quit is then a write error (74), not a silent death.
   signal(SIGPIPE, SIG_IGN);
-  const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
-  const bool serve = config.rank == 0 && !(agent && std::string(agent) == "True");
+  joining = true;
+  const bool serve = config.rank == 0 && !agent_hosts_store();
   c10::intrusive_ptr<c10d::Store> store, beat_store;
   try {
     store = open_store(config, serve, config.timeout);
@@ -411,11 +462,38 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
                                       << " (" << why.substr(0, 160) << ")"
                                       << (config.rank == 0 ? "; is the port in use?" : "; is rank 0 running and MASTER_ADDR right?"));
   }
-  store_set(*store, store_prefix() + "pid/" + std::to_string(config.rank), std::to_string(getpid()) + " " + hostname());
+  store_set(*store, place_key(config.rank), here());
   auto heartbeat = std::make_unique<Heartbeat>(beat_store, config.rank, std::chrono::seconds(1));
+  // Before the process group, whose set-up waits out the timeout for a rank that never comes.
+  guarded(*store, config, "setting up the run", [&] { await_ranks(*store, config); });
   std::unique_ptr<Communicator> communicator = connect_group(config, device, store);
   communicator->heartbeat_ = std::move(heartbeat);
   return communicator;
+}
+
+void tell_ranks_this_one_failed(int code) {
+  if (joining || started_by_launcher()) return;
+  DistConfig config;
+  try {
+    config = dist_config_from_env("auto", 10);
+  } catch (const std::exception&) {
+    return;  // the environment itself was the problem
+  }
+  if (config.single()) return;
+  try {
+    const bool serve = config.rank == 0 && !agent_hosts_store();
+    const auto store = open_store(config, serve, std::chrono::seconds(10));
+    post_failure(*store, config.rank, code);
+    if (!serve) return;
+    // Hosting the store: stay until every other rank has read it or failed as well (the same typo
+    // on every rank), or for 30 s.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (store->add(store_prefix() + "failed", 0) - 1 + store->add(store_prefix() + "failed_read", 0) < config.world - 1 &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } catch (const std::exception&) {
+    // No store to tell (rank 0 gone too, a port in use): the others wait out their timeout.
+  }
 }
 
 }  // namespace xl::train

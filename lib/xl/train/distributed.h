@@ -39,6 +39,12 @@ struct DistConfig {
 DistConfig dist_config_from_env(const std::string& backend, double timeout_seconds);
 // Whether --dist-backend takes `name`: auto, gloo or nccl.
 bool is_dist_backend(const std::string& name);
+// For a trainer's failure, after its line: a rank of a job started by srun, mpirun or by hand that
+// fails before it joins the others (a bad flag, a missing -c file, a GPU it lacks) tells them
+// through the rendezvous store, so that they stop at once instead of waiting out --dist-timeout;
+// rank 0 hosts the store until they have read it (at most 30 s). Nothing for one process, for a
+// rank of --nproc-per-node (its launcher stops the others), or once the rank has begun to join.
+void tell_ranks_this_one_failed(int code);
 
 // Collective operations among the ranks (a no-op group for one process). Failures (a rank died,
 // a timeout) throw xl::Error 69 naming the rank that is gone when it can be told; in a rank that

@@ -42,6 +42,12 @@ void check_same_through_store(c10d::Store& store, const DistConfig& config, cons
 // Communicator::set_up_together through the store: each rank publishes its outcome there.
 void set_up_through_store(c10d::Store& store, const DistConfig& config, const std::string& what,
                           const std::function<void()>& step, int serial);
+// A rank that failed before it joined the others leaves its exit code and place in the store.
+void post_failure(c10d::Store& store, int rank, int code);
+// Waits until every rank has said in the store where it runs, up to the job's timeout (69 naming
+// the first rank missing). Ends with 69 as soon as a rank posts that it failed before it joined:
+// the lowest rank that did not fail names it, the others end without a word.
+void await_ranks(c10d::Store& store, const DistConfig& config);
 // Runs a collective; any failure becomes xl::Error 69 with lost_rank()'s words (none where the
 // --nproc-per-node launcher names the rank that is gone).
 void guarded(c10d::Store& store, const DistConfig& config, const std::string& what, const std::function<void()>& f);
