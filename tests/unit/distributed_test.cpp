@@ -189,6 +189,24 @@ TEST(SetUpTogether, TheLostRankIsNamedByTheLowestOtherRankAloneAndTheRestEndWith
   }
 }
 
+TEST(SetUpTogether, ARankThatHearsNoVerdictFromTheLowestOtherRankSaysTheLostRankItselfAfter5s) {
+  // Rank 0, which would name the lost rank 1, answered and then went quiet (descheduled, stopped):
+  // rank 2 must not wait the timeout on a verdict that does not come.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  place_rank(*store, 1, 4242, "node7.example");
+  store->add(heartbeat_key(1), 1);
+  const std::string key = store_prefix() + "set_up/0/";
+  store->set(key + "0", std::vector<uint8_t>{});  // rank 0's outcome: success
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto e = as_ranks(3, {2}, store, std::chrono::seconds(1), [](int, const DistConfig& config, c10d::Store& s) {
+    set_up_through_store(s, config, "setting up the run", [] {}, 0);
+  });
+  expect_ending(e[2], kExitUnavailable, "setting up the run failed: rank 1 (pid 4242 on node7.example) has not been heard from for 1 s", 2);
+  const double took = seconds_since(t0);
+  EXPECT_GE(took, 5.5);  // the silence, then 5 s for a verdict
+  EXPECT_LT(took, 10);   // the timeout is 120 s
+}
+
 TEST(SetUpTogether, ASlowRankThatKeepsBeatingIsWaitedForPastTheSilence) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   place_rank(*store, 1, 4242, "node7.example");
