@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Makefile.pipeline as a user runs it: the offline demo chain with a small budget, and the enwik8
-# target's checks (a non-canonical copy is refused unless overridden; offline without a copy).
+# Makefile.pipeline as a user runs it: the offline demo chain with a small budget, the PTB chain
+# from a local copy, and the enwik8 and PTB targets' checks (a non-canonical copy is refused unless
+# overridden; offline without a copy).
 source "$(dirname "$0")/common.bash"
 M="make -s -f $XL_SOURCE_DIR/Makefile.pipeline BIN=$XL_BIN THREADS=1"
 SMALL=(P1_TIME=6s P2_TIME=4s EVAL_TOKENS=3000 PRUNE_TOKENS=1000 "TRAIN_ARGS=--eval-max-tokens 2000 --log-interval 5")
 
 step "help: the targets and the budgets"
 expect 0 $M help
-for target in demo enwik8 text8 wikitext-103 ablation-tiny clean P1_TIME LAUNCH; do
+for target in demo enwik8 text8 wikitext-103 ptb ablation-tiny clean P1_TIME LAUNCH; do
   grep -q "$target" "$TMP/out" || fail "make help does not name $target: $(head -c 300 "$TMP/out")"
 done
 
@@ -62,6 +63,18 @@ if [ -n "$prefix" ]; then
   expect 0 env XL_ALLOW_NONCANONICAL=1 $M enwik8 OUT=e8 ENWIK8="$prefix" "${SMALL[@]}"
   [ -s e8/enwik8/summary.md ] || fail "enwik8 chain did not finish"
   [ "$(xl-inspect --json e8/enwik8/tokens.h5 | json /dev/stdin 'j["total_tokens"]')" = 4154064 ] || fail "wrong token count"
+fi
+
+step "ptb: the word-level chain from a local copy, whose checksums are checked"
+ptb=$(shared_data ptb/ptb.train.txt)
+if [ -n "$ptb" ]; then
+  expect 0 $M ptb OUT=ptb PTB_DIR="$(dirname "$ptb")" "${SMALL[@]}"
+  [ "$(xl-inspect --json ptb/ptb/tokens.h5 | json /dev/stdin 'j["vocab"]["size"]')" = 10000 ] || fail "PTB's vocab is not 10,000 words"
+  grep -q 'Test ppl by evaluation memory' ptb/ptb/summary.md || fail "summary lacks the perplexity table: $(cat ptb/ptb/summary.md)"
+  mkdir -p edited && cp "$(dirname "$ptb")"/ptb.*.txt edited/ && echo "one more line" >>edited/ptb.valid.txt
+  expect 2 $M ptb OUT=ptb-edited PTB_DIR=edited "${SMALL[@]}"
+  grep -q "edited/ptb.valid.txt is not the canonical ptb.valid.txt" "$TMP/err" || fail "no 'not the canonical' message: $(cat "$TMP/err")"
+  [ ! -e ptb-edited/ptb/tokens.h5 ] || fail "tokens were made from a refused copy"
 fi
 
 step "enwik8 offline without a local copy: a clear message"
