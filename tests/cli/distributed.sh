@@ -3,7 +3,8 @@
 # trains at the same global batch (within float32 reduction-order noise: parameters within 1e-4
 # after 50 steps, losses within 1e-5 relative), a resumed 2-rank run ends bit-identical to an
 # uninterrupted one, a killed rank stops the job with one line naming it and leaves a resumable
-# checkpoint, and bad rendezvous settings give one line and a sysexits code.
+# checkpoint, a rank that fails before it joins stops the others at once, and bad rendezvous
+# settings give one line and a sysexits code.
 source "$(dirname "$0")/common.bash"
 
 corpus=$(training_corpus)
