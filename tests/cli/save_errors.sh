@@ -43,6 +43,27 @@ same_bytes p1.h5 good.h5 "the last good checkpoint"
 no_temp_files .
 expect 0 $T --resume --max-steps 12 tokens.h5 -o p1.h5  # and it resumes
 
+step "a checkpoint streamed to a reader that quits: 74, and the checkpoint is kept in a file it names"
+# It died of SIGPIPE (141, no word) on stdout, and on a FIFO ended 0 with the file cut.
+mkfifo reader.fifo
+for out in - reader.fifo; do
+  rm -f xl-train-phase1.step4.*.h5
+  STATUS=0
+  if [ "$out" = - ]; then
+    $T --max-steps 4 --schedule-steps 20 tokens.h5 -o - 2>"$TMP/err" | head -c 1 >/dev/null || STATUS=${PIPESTATUS[0]}
+  else
+    head -c 1 reader.fifo >/dev/null &
+    $T --max-steps 4 --schedule-steps 20 tokens.h5 -o reader.fifo 2>"$TMP/err" || STATUS=$?
+  fi
+  [ "$STATUS" -eq 74 ] || fail "-o $out: expected exit 74, got $STATUS: $(cat "$TMP/err")"
+  stderr_is_one_line "write error: Broken pipe; the checkpoint of step 4 is kept in ./xl-train-phase1.step4."
+  kept=$(ls xl-train-phase1.step4.*.h5)
+  expect 0 xl-inspect --verify "$kept"
+  [ "$(xl-inspect --json "$kept" | json /dev/stdin 'j["attributes"]["step"]')" = 4 ] || fail "$kept is not of step 4"
+  expect 0 $T --resume --max-steps 6 tokens.h5 -o "$kept"  # it continues the run
+done
+rm -f xl-train-phase1.step4.*.h5
+
 step "a tokens file that cannot be written: 74, no temp file"
 limited 64 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o big.h5 -q
 [ "$STATUS" -eq 74 ] || fail "expected exit 74, got $STATUS: $(cat "$TMP/err")"

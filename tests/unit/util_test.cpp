@@ -321,6 +321,33 @@ TEST(Io, LinkAsGivesASecondNameThatKeepsItsBytesWhenTheFirstIsReplaced) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
+// A FIFO whose reader quits after a byte, with SIGPIPE ignored (as the trainers do when -o is a
+// stream): the copy stopped at the failed write and commit() reported success for a cut file.
+TEST(Io, AnOutputWrittenThroughToAFifoWhoseReaderQuitsIsAWriteError) {
+  xl::test::TempDir dir;
+  const std::string fifo = dir.file("p");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto old = std::signal(SIGPIPE, SIG_IGN);
+  std::thread reader([&] {
+    std::FILE* f = std::fopen(fifo.c_str(), "rb");
+    if (f) std::fgetc(f), std::fclose(f);
+  });
+  int code = 0;
+  std::string message;
+  try {
+    io::AtomicOutput out(fifo, false, true);
+    out.stream() << std::string(4 << 20, 'x');
+    out.commit();
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  }
+  reader.join();
+  std::signal(SIGPIPE, old);
+  EXPECT_EQ(code, kExitIoErr);
+  EXPECT_EQ(message, fifo + ": write error: Broken pipe");
+}
+
 // Outputs written through rather than replaced: a rename over /dev/stdout (a link to
 // /proc/self/fd/1) replaced the link; a regular file, or a link to one, is replaced as usual.
 TEST(Io, StreamsAreDevicesFifosAndDescriptorsHoweverNamed) {

@@ -1,9 +1,12 @@
 #include "xl/train/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <numeric>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 
 #include "xl/checkpoint/checkpoint.h"
 #include "xl/eval/evaluator.h"
@@ -282,9 +285,28 @@ checkpoint::Checkpoint Trainer::snapshot() {
 }
 
 // The one checkpoint a stream (stdout, a FIFO) gets: the run's last, at its end or on a stop signal.
+// A reader that is gone (a dropped ssh, a failed next stage) does not take the run with it: the
+// checkpoint goes to a file of its own, named in the error.
 void Trainer::save_to_stream() {
   auto ck = snapshot();
-  if (leader()) checkpoint::save(req_.output, ck, true);
+  if (!leader()) return;
+  try {
+    checkpoint::save(req_.output, ck, true);
+  } catch (const Error& e) {
+    const std::string name = req_.tool + ".step" + std::to_string(state_.step) + "." + std::to_string(getpid()) + ".h5";
+    std::string kept;
+    for (const std::string& dir : {std::string("."), std::filesystem::temp_directory_path().string()}) {
+      try {
+        checkpoint::save(dir + "/" + name, ck, false);
+        kept = dir + "/" + name;
+        break;
+      } catch (const Error&) {
+        // an unwritable directory: the next one
+      }
+    }
+    if (kept.empty()) throw;
+    XL_FAIL(e.code(), e.what() << "; the checkpoint of step " << state_.step << " is kept in " << kept);
+  }
 }
 
 void Trainer::save(bool best) {
@@ -528,6 +550,9 @@ void Trainer::set_up() {
 }
 
 int Trainer::run() {
+  // A checkpoint streamed to a reader that quit is a write error, and the checkpoint is kept
+  // (save_to_stream), not a death by SIGPIPE at the end of the run.
+  if (io::is_stream(req_.output)) std::signal(SIGPIPE, SIG_IGN);
   // One GPU per local rank; every rank meets the others before anything can fail alone.
   device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models

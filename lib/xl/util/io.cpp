@@ -14,6 +14,7 @@
 #include <iterator>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include <boost/core/ref.hpp>
 #include <boost/iostreams/copy.hpp>
@@ -314,9 +315,13 @@ void AtomicOutput::commit() {
     std::ifstream from(temp_path_, std::ios::binary);
     std::ofstream to(path_, std::ios::binary);  // a device or FIFO: opened as it is, not replaced
     XL_CHECK(from && to, kExitCantCreat, "cannot open " << path_ << " for writing: " << std::strerror(errno));
-    if (from.peek() != std::ifstream::traits_type::eof()) to << from.rdbuf();  // (inserting nothing fails)
+    // Not `to << from.rdbuf()`: it stops at a failed write (a reader that quit, with SIGPIPE
+    // ignored) without marking `to`, once it has written anything: a cut file and no error.
+    std::vector<char> block(1 << 20);
+    while (from.read(block.data(), static_cast<std::streamsize>(block.size())) || from.gcount() > 0)
+      if (!to.write(block.data(), from.gcount())) break;
     to.flush();
-    XL_CHECK(to.good(), kExitIoErr, path_ << ": write error: " << std::strerror(errno));
+    XL_CHECK(to.good() && from.eof(), kExitIoErr, path_ << ": write error: " << std::strerror(errno));
     std::remove(temp_path_.c_str());
   } else {
     XL_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, kExitCantCreat,
