@@ -64,6 +64,18 @@ for out in - reader.fifo; do
 done
 rm -f xl-train-phase1.step4.*.h5
 
+step "metrics whose reader quits: the run stops with its step saved (74), and resumes"
+# It died of SIGPIPE (141, no word), losing every step since its last checkpoint.
+mkfifo metrics.fifo
+head -n 12 metrics.fifo >/dev/null &
+run $T --max-steps 100000 --schedule-steps 100000 --log-interval 1 tokens.h5 -o piped.h5 --metrics metrics.fifo
+[ "$STATUS" -eq 74 ] || fail "expected exit 74, got $STATUS: $(cat "$TMP/err")"
+stderr_is_one_line "metrics.fifo: write error: Broken pipe; training stopped at step" "resume with --resume -o piped.h5"
+stopped=$(sed -n 's/.*training stopped at step \([0-9]*\),.*/\1/p' "$TMP/err")
+[ "$(xl-inspect --json piped.h5 | json /dev/stdin 'j["attributes"]["step"]')" = "$stopped" ] ||
+  fail "piped.h5 is not of step $stopped, where the run stopped"
+expect 0 $T --resume --max-steps $((stopped + 2)) tokens.h5 -o piped.h5
+
 step "a tokens file that cannot be written: 74, no temp file"
 limited 64 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o big.h5 -q
 [ "$STATUS" -eq 74 ] || fail "expected exit 74, got $STATUS: $(cat "$TMP/err")"

@@ -26,7 +26,9 @@ void MetricsLog::write(const std::string& event, nlohmann::json fields) {
   j.update(fields);
   *out_ << j.dump() << '\n';
   out_->flush();
-  XL_CHECK(out_->good(), kExitIoErr, path_ << ": write error: " << std::strerror(errno));
+  if (out_->good()) return;
+  failure_ = path_ + ": write error: " + std::strerror(errno);
+  out_.reset();
 }
 
 }  // namespace xl::train

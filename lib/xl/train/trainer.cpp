@@ -122,8 +122,9 @@ class Trainer {
     bool stop = false; // a signal or a spent budget on any rank
     int signal = 0;
     bool checkpoint = false;  // SIGUSR1 on any rank
+    bool metrics_failed = false;  // rank 0's metrics could not be written
   };
-  Vote vote(double loss, int signal, bool budget_spent, bool checkpoint);
+  Vote vote(double loss, int signal, bool budget_spent, bool checkpoint, bool metrics_failed);
 
   TrainRequest req_;
   DistConfig dist_;
@@ -432,11 +433,12 @@ Trainer::Step Trainer::train_step() {
 
 // One all-reduce per step: the mean loss for the logs, and the stop decisions, so that every rank
 // validates, saves and stops at the same step (wall clocks and signals differ between processes).
-Trainer::Vote Trainer::vote(double loss, int signal, bool budget_spent, bool checkpoint) {
+Trainer::Vote Trainer::vote(double loss, int signal, bool budget_spent, bool checkpoint, bool metrics_failed) {
   Vote v;
-  if (dist_.single()) return {loss, signal != 0 || budget_spent, signal, checkpoint};
+  if (dist_.single()) return {loss, signal != 0 || budget_spent, signal, checkpoint, metrics_failed};
   std::vector<torch::Tensor> t = {torch::tensor({loss, static_cast<double>(signal), budget_spent ? 1.0 : 0.0,
-                                                 std::isfinite(loss) ? 0.0 : 1.0, checkpoint ? 1.0 : 0.0},
+                                                 std::isfinite(loss) ? 0.0 : 1.0, checkpoint ? 1.0 : 0.0,
+                                                 metrics_failed ? 1.0 : 0.0},
                                                 torch::kDouble)};
   comm_->all_reduce_sum(t, "the step's vote");
   auto a = t[0].accessor<double, 1>();
@@ -444,6 +446,7 @@ Trainer::Vote Trainer::vote(double loss, int signal, bool budget_spent, bool che
   v.signal = a[1] > 0 ? (signal ? signal : SIGTERM) : 0;
   v.stop = a[1] > 0 || a[2] > 0;
   v.checkpoint = a[4] > 0;
+  v.metrics_failed = a[5] > 0;
   return v;
 }
 
@@ -550,9 +553,9 @@ void Trainer::set_up() {
 }
 
 int Trainer::run() {
-  // A checkpoint streamed to a reader that quit is a write error, and the checkpoint is kept
-  // (save_to_stream), not a death by SIGPIPE at the end of the run.
-  if (io::is_stream(req_.output)) std::signal(SIGPIPE, SIG_IGN);
+  // A reader that quits never ends a training by SIGPIPE: a checkpoint streamed to it is kept in a
+  // file (save_to_stream), metrics stop the run with its step saved, progress lines go unread.
+  std::signal(SIGPIPE, SIG_IGN);
   // One GPU per local rank; every rank meets the others before anything can fail alone.
   device_ = model::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
@@ -594,6 +597,7 @@ int Trainer::run() {
   }
   if (const std::string probs = choose_attention_probs(); !probs.empty()) start["attention_probs"] = probs;
   metrics_.write("start", start);
+  XL_CHECK(metrics_.failure().empty(), kExitIoErr, metrics_.failure());
   progress_.print(std::string(req_.resume ? "resuming " : "starting ") + cfg_.phase + " at step " + std::to_string(state_.step) +
                   ": " + std::to_string(model_->parameter_count()) + " parameters" +
                   (phase1_ ? ", skip schedule " + cfg_.skip_schedule : std::string()) +
@@ -612,10 +616,22 @@ int Trainer::run() {
   while (reason.empty()) {
     const Step st = train_step();
     const std::string spent = budget_reached(cfg_, state_, phase_elapsed());
-    const Vote v = vote(st.loss, signals::pending(), !spent.empty(), signals::take_checkpoint_request());
+    const Vote v = vote(st.loss, signals::pending(), !spent.empty(), signals::take_checkpoint_request(),
+                        !metrics_.failure().empty());
     if (!std::isfinite(v.loss)) {
       const std::string keep = saved_once_ ? "; the last good checkpoint is " + req_.output : "";
       XL_FAIL(kExitDataErr, "training diverged at step " << state_.step << ": the loss is " << v.loss << keep);
+    }
+    if (v.metrics_failed) {
+      // Their reader quit (a plotter, `head`) or their disk filled: the run stops as on a signal,
+      // with this step saved.
+      if (!saved_this_step()) save(false);
+      check_last_save();
+      if (io::is_stream(req_.output)) save_to_stream();
+      if (!leader()) throw Error(kExitIoErr, "");
+      XL_FAIL(kExitIoErr, metrics_.failure() << "; training stopped at step " << state_.step << ", "
+                                             << (io::is_stream(req_.output) ? "its checkpoint written to " + std::string(io::is_stdio(req_.output) ? "<stdout>" : req_.output)
+                                                                            : "resume with --resume -o " + req_.output));
     }
     window_->add(v.loss, st.seconds, st.tokens, st.grad_norm, st.memory_age, st.skips, st.crossed);
     validated_now = false;
@@ -668,6 +684,7 @@ int Trainer::run() {
                           {"peak_rss_mb", rss}, {"all_reduce_wait_s", sync_->wait_seconds()}});
   progress_.print("done at step " + std::to_string(state_.step) + ": " + reason + " (peak RSS " +
                   std::to_string(static_cast<int>(rss)) + " MB)");
+  XL_CHECK(metrics_.failure().empty(), kExitIoErr, metrics_.failure() << "; the run itself ended and is saved");
   return 0;
 }
 
