@@ -407,8 +407,7 @@ bool agent_hosts_store() {
   return agent && std::string(agent) == "True";
 }
 
-// A connection to the rendezvous store: the server too for `serve`. Under torchrun the agent hosts
-// the store; otherwise rank 0 does.
+// A connection to the rendezvous store: the server too for `serve`.
 c10::intrusive_ptr<c10d::Store> open_store(const DistConfig& config, bool serve, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(config.master_port);

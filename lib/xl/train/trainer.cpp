@@ -629,9 +629,10 @@ int Trainer::run() {
       check_last_save();
       if (io::is_stream(req_.output)) save_to_stream();
       if (!leader()) throw Error(kExitIoErr, "");
+      const std::string where = io::is_stdio(req_.output) ? "<stdout>" : req_.output;
       XL_FAIL(kExitIoErr, metrics_.failure() << "; training stopped at step " << state_.step << ", "
-                                             << (io::is_stream(req_.output) ? "its checkpoint written to " + std::string(io::is_stdio(req_.output) ? "<stdout>" : req_.output)
-                                                                            : "resume with --resume -o " + req_.output));
+                                             << (io::is_stream(req_.output) ? "its checkpoint written to " : "resume with --resume -o ")
+                                             << where);
     }
     window_->add(v.loss, st.seconds, st.tokens, st.grad_norm, st.memory_age, st.skips, st.crossed);
     validated_now = false;
