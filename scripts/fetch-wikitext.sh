@@ -2,6 +2,7 @@
 # fetch-wikitext.sh LOCAL_DIR URL OUT_DIR: WikiText-103's wiki.{train,valid,test}.tokens in OUT_DIR,
 # linked from LOCAL_DIR or downloaded (the md5 torchtext publishes is checked).
 set -euo pipefail
+source "$(dirname "$0")/fetch-lib.bash"
 local=$1 url=$2 out=$3
 md5=9ddaacaf6af0710eda8c456decff7832
 if [ -n "$local" ]; then
@@ -12,7 +13,7 @@ if [ -n "$local" ]; then
   exit 0
 fi
 zip=$out/wikitext-103-v1.zip
-if ! { command -v curl >/dev/null && curl -fsSL --retry 2 -o "$zip.part" "$url"; }; then
+if ! fetch "$url" "$zip.part"; then
   rm -f "$zip.part"
   echo "cannot download $url (offline?); give a local copy: make -f Makefile.pipeline wikitext-103 WT103_DIR=/path/to/wikitext-103" >&2
   exit 69
