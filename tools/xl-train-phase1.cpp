@@ -1,5 +1,4 @@
 // xl-train-phase1: Skip-Retain training (layers skipped with p_skip keep their old memory) with SCH attention.
-#include "xl/cli/tool_main.h"
 #include "xl/model/kernels/torch_process.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
@@ -9,7 +8,7 @@
 
 int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl-train-phase1", argc, argv, [](int argc, char** argv) {
-    xl::cli::after_failure(xl::train::tell_ranks_this_one_failed);  // before a bad flag can end it
+    xl::train::start_as_rank();  // before a bad flag can end it
     xl::cli::Options cli({"xl-train-phase1", "Train a Transformer-XL with Skip-Retain (phase 1) and stochastic cross-head attention.",
                           "[OPTIONS] [TOKENS] -o CHECKPOINT",
                           "Phase 1 of the Skip Cross-head Transformer-XL: at every step each layer is skipped with\n"

@@ -1,6 +1,5 @@
 // xl-train-phase2: the vanilla phase: training continued from a phase-1 checkpoint (or a pruned or
 // imported model) without skipping.
-#include "xl/cli/tool_main.h"
 #include "xl/model/kernels/torch_process.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
@@ -10,7 +9,7 @@
 
 int main(int argc, char** argv) {
   return xl::model::run_torch_tool("xl-train-phase2", argc, argv, [](int argc, char** argv) {
-    xl::cli::after_failure(xl::train::tell_ranks_this_one_failed);  // before a bad flag can end it
+    xl::train::start_as_rank();  // before a bad flag can end it
     xl::cli::Options cli({"xl-train-phase2", "Continue a phase-1 checkpoint with vanilla training (phase 2: no skipping).",
                           "[OPTIONS] --init PHASE1.h5 [TOKENS] -o CHECKPOINT",
                           "Phase 2 of the Skip Cross-head Transformer-XL: starts from a phase-1 checkpoint (--init)\n"

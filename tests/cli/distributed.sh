@@ -280,7 +280,7 @@ for failing in 1 0; do
   [ "${codes[$failing]}" -eq 66 ] && [ "${codes[$other]}" -eq 69 ] ||
     fail "rank $failing failing: the ranks exited ${codes[*]}: $(cat early0.err early1.err)"
   [ "$elapsed" -lt 20 ] || fail "rank $other took ${elapsed}s to stop after rank $failing failed (--dist-timeout 60s)"
-  grep -q "missing.ini" "early$failing.err" || fail "rank $failing did not say why: $(cat "early$failing.err")"
+  grep -q "rank $failing: missing.ini" "early$failing.err" || fail "rank $failing did not say why, as rank $failing: $(cat "early$failing.err")"
   grep -q "rank $other: setting up the run failed: rank $failing (pid ${pids[$failing]}) failed before it joined the others (exit 66" \
     "early$other.err" || fail "rank $other did not name rank $failing: $(cat "early$other.err")"
 done

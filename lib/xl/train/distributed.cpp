@@ -21,10 +21,12 @@
 #include <sstream>
 #include <thread>
 
+#include "xl/cli/tool_main.h"
 #include "xl/train/group_communicator.h"
 #include "xl/train/heartbeat.h"
 #include "xl/train/launcher.h"
 #include "xl/util/error.h"
+#include "xl/util/log.h"
 
 namespace xl::train {
 namespace {
@@ -468,6 +470,16 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
   std::unique_ptr<Communicator> communicator = connect_group(config, device, store);
   communicator->heartbeat_ = std::move(heartbeat);
   return communicator;
+}
+
+void start_as_rank() {
+  cli::after_failure(tell_ranks_this_one_failed);
+  try {
+    const DistConfig config = dist_config_from_env("auto", 10);
+    if (!config.single()) log::set_tool_name(log::tool_name() + " rank " + std::to_string(config.rank));
+  } catch (const std::exception&) {
+    // A bad environment is said by run_training, which reads it again.
+  }
 }
 
 void tell_ranks_this_one_failed(int code) {

@@ -39,6 +39,10 @@ struct DistConfig {
 DistConfig dist_config_from_env(const std::string& backend, double timeout_seconds);
 // Whether --dist-backend takes `name`: auto, gloo or nccl.
 bool is_dist_backend(const std::string& name);
+// For a trainer's main, before it reads its flags: a rank of a job started through the environment
+// says "rank N" in its lines from the first one, and tells the others when it fails before it has
+// joined them (tell_ranks_this_one_failed, after its line).
+void start_as_rank();
 // For a trainer's failure, after its line: a rank of a job started by srun, mpirun or by hand that
 // fails before it joins the others (a bad flag, a missing -c file, a GPU it lacks) tells them
 // through the rendezvous store, so that they stop at once instead of waiting out --dist-timeout;

@@ -712,8 +712,7 @@ int run_training(const TrainRequest& request, char** argv) {
     return launch_local_ranks(argv, request.nproc_per_node, piped);
   }
   stop_with_launcher();
-  if (!dist.single()) {
-    log::set_tool_name(log::tool_name() + " rank " + std::to_string(dist.rank));
+  if (!dist.single()) {  // named "rank N" by start_as_rank()
     if (dist.rank > 0 && log::level() == log::Level::kInfo) log::set_level(log::Level::kQuiet);  // rank 0 speaks
     // Ranks cannot share one pipe; --nproc-per-node (above) hands each its own copy of it.
     XL_CHECK(!piped || stdin_spooled_by_launcher(), kExitUsage,
