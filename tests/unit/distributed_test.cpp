@@ -242,15 +242,6 @@ TEST(LostRank, ARankWhoseHeartbeatStandsStillIsNamedAsStoppedAndOneThatBeatsIsNo
   EXPECT_EQ(lost_rank(*store, config).words, "another rank is gone or stalled");
 }
 
-TEST(LostRank, ARankThatNeverReachedTheStoreIsNamedSo) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  place_rank(*store, 0, getpid(), "node0.example");
-  DistConfig config;
-  config.world = 2;
-  EXPECT_EQ(lost_rank(*store, config).words,
-            "rank 1 never reached the rendezvous (it did not start, or failed before it connected)");
-}
-
 TEST(AwaitRanks, ARankThatFailedBeforeItJoinedIsNamedAtOnceByTheLowestRankThatDidNot) {
   for (int failed : {1, 0}) {
     auto store = c10::make_intrusive<c10d::HashStore>();

@@ -93,6 +93,9 @@ void store_set(c10d::Store& store, const std::string& key, const std::string& va
 
 std::string place_key(int r) { return store_prefix() + "pid/" + std::to_string(r); }
 std::string failed_key(int r) { return store_prefix() + "failed/" + std::to_string(r); }
+// How many ranks failed before they joined, and how many ranks have read that.
+std::string failed_count_key() { return store_prefix() + "failed"; }
+std::string failed_read_key() { return store_prefix() + "failed_read"; }
 std::string here() { return std::to_string(getpid()) + " " + hostname(); }
 
 // Where rank r runs, as it wrote it to the store when it connected (pid 0: it has not connected).
@@ -231,14 +234,14 @@ std::vector<std::string> exchange(c10d::Store& store, const DistConfig& config, 
 
 void post_failure(c10d::Store& store, int rank, int code) {
   store_set(store, failed_key(rank), std::to_string(code) + " " + here());
-  store.add(store_prefix() + "failed", 1);  // answered after the set: the value is in place
+  store.add(failed_count_key(), 1);  // answered after the set: the value is in place
 }
 
 void await_ranks(c10d::Store& store, const DistConfig& config) {
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
   for (int r = 0; r < config.world; ++r) {
     while (!store.check({place_key(r)})) {
-      if (store.add(store_prefix() + "failed", 0) > 0) {
+      if (store.add(failed_count_key(), 0) > 0) {
         // Named by the lowest rank that did not fail; a failed rank has said why itself.
         int first = -1;
         bool lowest = true;
@@ -247,7 +250,7 @@ void await_ranks(c10d::Store& store, const DistConfig& config) {
           if (failed && first < 0) first = f;
           if (!failed && f < config.rank) lowest = false;
         }
-        store.add(store_prefix() + "failed_read", 1);
+        store.add(failed_read_key(), 1);
         if (first < 0 || !lowest) throw Error(kExitUnavailable, "");
         std::istringstream what(store_get(store, failed_key(first)));
         int code = 0;
@@ -281,12 +284,7 @@ LostRank lost_rank(c10d::Store& store, const DistConfig& config) {
   std::vector<long> local;
   std::vector<int64_t> beats;
   try {
-    // Every rank says where it runs as soon as it reaches the store: one that has not never
-    // started, or failed before it connected (ranks started by hand or by srun, which does not stop
-    // the rest).
-    for (int r = 0; r < config.world; ++r)
-      if (r != config.rank && place_of(store, r).pid == 0)
-        return {"rank " + std::to_string(r) + " never reached the rendezvous (it did not start, or failed before it connected)", false};
+    // (A rank that never reached the store is named by await_ranks, before any collective.)
     local = pids_on_this_machine(store, config);
     beats = beat_counts(store, config);
   } catch (const std::exception&) {
@@ -499,7 +497,7 @@ void tell_ranks_this_one_failed(int code) {
     // Hosting the store: stay until every other rank has read it or failed as well (the same typo
     // on every rank), or for 30 s.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (store->add(store_prefix() + "failed", 0) - 1 + store->add(store_prefix() + "failed_read", 0) < config.world - 1 &&
+    while (store->add(failed_count_key(), 0) - 1 + store->add(failed_read_key(), 0) < config.world - 1 &&
            std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } catch (const std::exception&) {

@@ -14,9 +14,8 @@
 namespace xl::train {
 
 // Why a collective failed, as well as it can be told: "rank 1 (pid 4242) is gone", "rank 0, the
-// rendezvous host, is gone or unreachable", "rank 1 never reached the rendezvous (...)", "rank 1
-// (pid 4242 on node7) has stopped answering: its heartbeat stood still for 3 s" or "another rank
-// is gone or stalled" (the last three `gone` false).
+// rendezvous host, is gone or unreachable", "rank 1 (pid 4242 on node7) has stopped answering: its
+// heartbeat stood still for 3 s" or "another rank is gone or stalled" (the last two `gone` false).
 struct LostRank {
   std::string words;
   bool gone = true;

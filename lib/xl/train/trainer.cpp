@@ -98,6 +98,9 @@ class Trainer {
   bool validate();  // true when the stopping rule fires
   void save(bool best);
   void save_to_stream();
+  // When the run stops early (a signal, metrics that cannot be written): this step saved once, the
+  // last save checked, a stream given its checkpoint. Returns where the user finds it.
+  std::string save_at_stop();
   // After the run's last save: 74 when it failed (with --on-save-error continue it only warned).
   void check_last_save() const;
   // This step's checkpoint is written (by a validation, --save-every or SIGUSR1). A failed write
@@ -308,6 +311,14 @@ void Trainer::save_to_stream() {
     if (kept.empty()) throw;
     XL_FAIL(e.code(), e.what() << "; the checkpoint of step " << state_.step << " is kept in " << kept);
   }
+}
+
+std::string Trainer::save_at_stop() {
+  if (!saved_this_step()) save(false);  // a stop at a validation step wrote it twice
+  check_last_save();
+  if (!io::is_stream(req_.output)) return "resume with --resume -o " + req_.output;
+  save_to_stream();
+  return "its checkpoint went to " + std::string(io::is_stdio(req_.output) ? "<stdout>" : req_.output);
 }
 
 void Trainer::save(bool best) {
@@ -623,16 +634,10 @@ int Trainer::run() {
       XL_FAIL(kExitDataErr, "training diverged at step " << state_.step << ": the loss is " << v.loss << keep);
     }
     if (v.metrics_failed) {
-      // Their reader quit (a plotter, `head`) or their disk filled: the run stops as on a signal,
-      // with this step saved.
-      if (!saved_this_step()) save(false);
-      check_last_save();
-      if (io::is_stream(req_.output)) save_to_stream();
+      // Their reader quit (a plotter, `head`) or their disk filled: the run stops as on a signal.
+      const std::string where = save_at_stop();
       if (!leader()) throw Error(kExitIoErr, "");
-      const std::string where = io::is_stdio(req_.output) ? "<stdout>" : req_.output;
-      XL_FAIL(kExitIoErr, metrics_.failure() << "; training stopped at step " << state_.step << ", "
-                                             << (io::is_stream(req_.output) ? "its checkpoint written to " : "resume with --resume -o ")
-                                             << where);
+      XL_FAIL(kExitIoErr, metrics_.failure() << "; training stopped at step " << state_.step << ", " << where);
     }
     window_->add(v.loss, st.seconds, st.tokens, st.grad_norm, st.memory_age, st.skips, st.crossed);
     validated_now = false;
@@ -657,13 +662,9 @@ int Trainer::run() {
     }
     if (const int sig = v.signal) {
       log_window();
-      if (!saved_this_step()) save(false);  // a stop at a validation step wrote it twice
-      check_last_save();
-      if (io::is_stream(req_.output)) save_to_stream();
+      const std::string where = save_at_stop();
       metrics_.write("done", {{"step", state_.step}, {"reason", "signal " + std::to_string(sig)}, {"peak_rss_mb", peak_rss_mb()}});
-      const std::string where = io::is_stdio(req_.output) ? "<stdout>" : req_.output;
-      progress_.print("stopped by signal " + std::to_string(sig) + " at step " + std::to_string(state_.step) +
-                      (io::is_stream(req_.output) ? "; its checkpoint went to " + where : "; resume with --resume -o " + where));
+      progress_.print("stopped by signal " + std::to_string(sig) + " at step " + std::to_string(state_.step) + "; " + where);
       return 128 + sig;
     }
     // A wall-clock budget may run out on one rank a step before another: all stop together.
