@@ -22,6 +22,7 @@
 #include "test_support.h"
 #include "xl/util/byte_blocks.h"
 #include "xl/util/error.h"
+#include "xl/util/failure.h"
 #include "xl/util/io.h"
 #include "xl/util/parse.h"
 #include "xl/util/setting_origins.h"
@@ -215,6 +216,49 @@ TEST(Error, MessagesAreOnePrintableLine) {
             "\\xe0\\x80\\x80|\\xed\\xa0\\x80|\\xf4\\x90\\x80\\x80");
   const xl::Error e(xl::kExitDataErr, "f.tsv:1: unknown vocab type 'char\x01\xfe'");
   EXPECT_STREQ(e.what(), "f.tsv:1: unknown vocab type 'char\\x01\\xfe'");
+}
+
+Failure described(const std::function<void()>& throwing) {
+  try {
+    throwing();
+  } catch (...) {
+    return describe_failure(std::current_exception());
+  }
+  ADD_FAILURE() << "nothing was thrown";
+  return {};
+}
+
+TEST(Error, RunningOutOfMemoryIsSaidAsSuchNotAsAnInternalError) {
+  // LibTorch's host allocator asked for 2^50 floats: its own words, whatever its version.
+  const Failure host = described([] { (void)torch::empty({int64_t{1} << 50}); });
+  EXPECT_TRUE(host.out_of_memory);
+  EXPECT_EQ(host.code, kExitSoftware);
+  EXPECT_EQ(host.line, "out of memory: could not allocate 4503599.6 GB of host memory");
+  // The GPU allocator's, as LibTorch 1.13 and 2.x word it (this machine has no GPU).
+  for (const char* words :
+       {"CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity; 61.83 GiB already "
+        "allocated; 16.39 GiB free; 62.05 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory "
+        "try setting max_split_size_mb to avoid fragmentation.",
+        "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 16.39 GiB "
+        "is free. Of the allocated memory 61.83 GiB is allocated by PyTorch"}) {
+    const Failure gpu = described([&] { throw std::runtime_error(words); });
+    EXPECT_TRUE(gpu.out_of_memory) << words;
+    EXPECT_EQ(gpu.line, "out of memory: could not allocate 20.00 GiB on GPU 0");
+  }
+  const Failure plain = described([] { throw std::bad_alloc(); });
+  EXPECT_TRUE(plain.out_of_memory);
+  EXPECT_EQ(plain.line, "out of memory");
+  // Any other LibTorch error is an internal one, its first line without the backtrace after it.
+  const Failure shape = described([] { (void)torch::ones({2}).view({3}); });
+  EXPECT_FALSE(shape.out_of_memory);
+  EXPECT_EQ(shape.line.rfind("internal error: shape '[3]' is invalid for input of size 2", 0), 0u) << shape.line;
+  EXPECT_EQ(shape.line.find('\n'), std::string::npos);
+  // xl's errors keep their code and words; an empty one stays unsaid.
+  const Failure data = described([] { throw Error(kExitDataErr, "t.h5: no split 'valid'"); });
+  EXPECT_EQ(data.code, kExitDataErr);
+  EXPECT_EQ(data.line, "t.h5: no split 'valid'");
+  EXPECT_FALSE(data.out_of_memory);
+  EXPECT_EQ(described([] { throw Error(kExitIoErr, ""); }).line, "");
 }
 
 // A stop signal never runs a handler on a computing thread (oneDNN 2.x's JIT GEMM kernels point

@@ -345,8 +345,8 @@ std::string Options::help_text() const {
   common_.print(os, width);
   if (!info_.examples.empty()) os << "\nExamples:\n" << info_.examples << "\n";
   os << "\nExit status: 0 success, 64 usage error, 65 bad input data, 66 missing input,\n"
-        "70 internal error, 73 cannot create output, 74 I/O error, 78 bad configuration,\n"
-        "128+N after signal N.\n";
+        "70 internal error or out of memory, 73 cannot create output, 74 I/O error,\n"
+        "78 bad configuration, 128+N after signal N.\n";
   return os.str();
 }
 

@@ -4,11 +4,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <new>
 #include <string>
 #include <utility>
 
-#include "xl/util/error.h"
+#include "xl/util/failure.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/signals.h"
@@ -40,18 +39,10 @@ int run_tool(const std::string& name, int argc, char** argv, const std::function
   // Errors carry the name as the body leaves it: a training's ranks add "rank N".
   try {
     return body(argc, argv);
-  } catch (const Error& e) {
-    if (*e.what()) std::fprintf(stderr, "%s: %s\n", log::tool_name().c_str(), e.what());
-    return failed(e.code());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "%s: out of memory\n", log::tool_name().c_str());
-    return failed(kExitSoftware);
-  } catch (const std::exception& e) {
-    // One line: LibTorch's errors (c10::Error) append a backtrace after their message.
-    std::string msg = e.what();
-    msg = msg.substr(0, msg.find('\n'));
-    std::fprintf(stderr, "%s: internal error: %s\n", log::tool_name().c_str(), msg.c_str());
-    return failed(kExitSoftware);
+  } catch (...) {
+    const Failure f = describe_failure(std::current_exception());
+    if (!f.line.empty()) std::fprintf(stderr, "%s: %s\n", log::tool_name().c_str(), f.line.c_str());
+    return failed(f.code);
   }
 }
 
