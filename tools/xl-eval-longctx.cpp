@@ -14,6 +14,7 @@
 #include "xl/options/compute_options.h"
 #include "xl/options/eval_options.h"
 #include "xl/util/error.h"
+#include "xl/util/failure.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/resources.h"
@@ -111,7 +112,24 @@ int main(int argc, char** argv) {
       s.mem_len = mem_len;
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
       xl::eval::ScoringClock clock;
-      auto result = xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));
+      xl::eval::EvalResult result;
+      try {
+        result = xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));
+      } catch (...) {
+        // Out of memory at a longer memory: the settings finished before it are kept, as on a stop.
+        const xl::Failure f = xl::describe_failure(std::current_exception());
+        if (f.line.empty()) throw;
+        if (finished) {
+          if (per_token) per_token->commit();
+          out.commit();
+        }
+        XL_FAIL(f.code, (request.mem_lens.size() > 1 ? "--mem-len " + std::to_string(mem_len) + ": " : "")
+                            << f.line
+                            << (finished ? "; kept the " + std::to_string(finished) + " of " +
+                                               std::to_string(request.mem_lens.size()) + " settings finished before it"
+                                         : "")
+                            << (f.out_of_memory ? "; a smaller --batch-size, --tgt-len or --mem-len needs less" : ""));
+      }
       if (const int sig = result.stopped_by) {
         XL_INFO("stopped by signal " << sig << " during --mem-len " << mem_len << ": "
                 << (finished ? "kept the " + std::to_string(finished) + " of " + std::to_string(request.mem_lens.size()) +

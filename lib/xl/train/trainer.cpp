@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -31,6 +32,7 @@
 #include "xl/train/phase_start.h"
 #include "xl/train/train_log.h"
 #include "xl/util/error.h"
+#include "xl/util/failure.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/output_lock.h"
@@ -96,6 +98,9 @@ class Trainer {
   };
   Step train_step();  // this rank's mean loss
   bool validate();  // true when the stopping rule fires
+  // A validation that failed on some rank: the step saved, then the run ends, said by the lowest
+  // rank that failed (`failure`: its error, else nullopt).
+  [[noreturn]] void stop_after_failed_validation(const std::optional<Failure>& failure);
   void save(bool best);
   void save_to_stream();
   // When the run stops early (a signal, metrics that cannot be written): this step saved once, the
@@ -499,13 +504,32 @@ bool Trainer::validate() {
   s.precision = precision_;
   s.shard = dist_.rank;
   s.shards = dist_.world;
-  auto r = eval::evaluate(model_, valid_ids_, s);
-  if (!dist_.single()) {
-    std::vector<torch::Tensor> sums = {torch::tensor({r.loss_sum, static_cast<double>(r.tokens)}, torch::kDouble)};
-    comm_->all_reduce_sum(sums, "the validation sums");
-    r.loss_sum = sums[0][0].item<double>();
-    r.tokens = static_cast<int64_t>(sums[0][1].item<double>());
+  // Validation may need more memory than training (longer --eval-mem-len, more streams): when it
+  // fails, the ranks learn it with the sums and the trained step is saved before the run ends.
+  eval::EvalResult r;
+  std::optional<Failure> failure;
+  try {
+    r = eval::evaluate(model_, valid_ids_, s);
+  } catch (...) {
+    failure = describe_failure(std::current_exception());
   }
+  int first_failed = failure ? dist_.rank : -1;
+  if (!dist_.single()) {
+    // The sums, then one flag per rank: the lowest rank that failed says why, once.
+    torch::Tensor t = torch::zeros({2 + dist_.world}, torch::kDouble);
+    t[0] = r.loss_sum;
+    t[1] = static_cast<double>(r.tokens);
+    if (failure) t[2 + dist_.rank] = 1;
+    std::vector<torch::Tensor> sums = {t};
+    comm_->all_reduce_sum(sums, "the validation sums");
+    auto a = sums[0].accessor<double, 1>();
+    r.loss_sum = a[0];
+    r.tokens = static_cast<int64_t>(a[1]);
+    first_failed = -1;
+    for (int k = dist_.world - 1; k >= 0; --k)
+      if (a[2 + k] > 0) first_failed = k;
+  }
+  if (first_failed >= 0) stop_after_failed_validation(first_failed == dist_.rank ? failure : std::nullopt);
   const double loss = r.loss();
   const bool improved = !state_.best_loss || loss < *state_.best_loss;
   if (improved) {
@@ -533,6 +557,17 @@ bool Trainer::validate() {
     if (have && best_before - *state_.best_loss < cfg_.stop_min_delta) return true;
   }
   return false;
+}
+
+void Trainer::stop_after_failed_validation(const std::optional<Failure>& failure) {
+  const int64_t step = state_.step;
+  const std::string where = save_at_stop();
+  metrics_.write("done", {{"step", step}, {"reason", "validation failed"}, {"peak_rss_mb", peak_rss_mb()}});
+  if (!failure || failure->line.empty()) throw Error(kExitSoftware, "");  // another rank says why
+  const std::string hint =
+      failure->out_of_memory ? "; a smaller --eval-batch-size, --eval-tgt-len or --eval-mem-len needs less" : "";
+  XL_FAIL(failure->code, "validation at step " << step << " failed: " << failure->line << "; training stopped at step "
+                                               << step << ", " << where << hint);
 }
 
 void Trainer::set_up() {
