@@ -2,14 +2,14 @@
 # Running out of memory, for real, under a limit on the address space (ulimit -v): a validation
 # that needs more memory than training (a long --eval-mem-len) saves the trained step, ends with
 # one line that says so, where the checkpoint is and what needs less, and the run resumes; with 2
-# ranks the lowest rank that failed says it once; a memory sweep keeps the rows it finished; no
-# tool calls it an internal error.
+# ranks the lowest rank that failed says it once; a training step that runs out names what needs
+# less; a memory sweep keeps the rows it finished; no tool calls it an internal error.
 source "$(dirname "$0")/common.bash"
 
 make_mixed_text corpus.txt 1000000
 xl-tokenize --mode byte --split 0.5,0.45,0.05 corpus.txt -o tokens.h5 -q
-T="xl-train-phase1 --n-layer 2 --d-model 32 --n-head 2 --d-head 16 --d-inner 64 --tgt-len 16 --mem-len 16
-   --batch-size 2 --threads 1 -q"
+MODEL="xl-train-phase1 --n-layer 2 --d-model 32 --n-head 2 --d-head 16 --d-inner 64 --batch-size 2 --threads 1 -q"
+T="$MODEL --tgt-len 16 --mem-len 16"
 # Validation's attention over 40,000 + 40,000 positions: 12.8 GB in one allocation.
 LONG="--eval-interval 10 --eval-tgt-len 40000 --eval-mem-len 40000"
 
@@ -54,6 +54,13 @@ limited $T --nproc-per-node 2 --max-steps 30 $LONG --eval-batch-size 2 tokens.h5
 status_is 70
 stderr_is_one_line "xl-train-phase1 rank 0: validation at step 10 failed: out of memory"
 [ "$(checkpoint_step both.h5)" = 10 ] || fail "the checkpoint is of step $(checkpoint_step both.h5), not 10"
+
+step "a training step that runs out says which and what needs less"
+limited $MODEL --tgt-len 20000 --mem-len 20000 --attention-probs keep --max-steps 3 tokens.h5 -o big.h5
+status_is 70
+stderr_is_one_line "xl-train-phase1: step 1: out of memory: could not allocate" "a larger --batch-chunk" \
+  "--attention-probs recompute needs less"
+[ ! -e big.h5 ] || fail "a run that never finished a step wrote big.h5"
 
 step "a sweep that runs out at its longest memory keeps the rows finished before it"
 limited xl-eval-longctx --split valid --tgt-len 10000 --mem-len 0,100000 --batch-size 1 --max-tokens 60K -q \

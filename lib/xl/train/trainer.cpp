@@ -116,6 +116,7 @@ class Trainer {
   // keep or recompute, and sets it for the CPU's attention kernel ("" on a GPU, whose kernels
   // keep what they keep).
   std::string choose_attention_probs();
+  std::string attention_probs_;  // what choose_attention_probs() chose
   void log_window();
   void update_live_line();
   double phase_elapsed() const {
@@ -641,7 +642,8 @@ int Trainer::run() {
     start["p_skip"] = p_skip_;
     start["expected_context"] = model::expected_context(p_skip_, cfg_.mem_len);
   }
-  if (const std::string probs = choose_attention_probs(); !probs.empty()) start["attention_probs"] = probs;
+  attention_probs_ = choose_attention_probs();
+  if (!attention_probs_.empty()) start["attention_probs"] = attention_probs_;
   metrics_.write("start", start);
   XL_CHECK(metrics_.failure().empty(), kExitIoErr, metrics_.failure());
   progress_.print(std::string(req_.resume ? "resuming " : "starting ") + cfg_.phase + " at step " + std::to_string(state_.step) +
@@ -660,7 +662,19 @@ int Trainer::run() {
   if (reason.empty()) reason = schedule_over();
   bool validated_now = false;
   while (reason.empty()) {
-    const Step st = train_step();
+    Step st;
+    try {
+      st = train_step();
+    } catch (...) {
+      // A step half done cannot be saved: the run ends at the last checkpoint, with what needs less.
+      const Failure f = describe_failure(std::current_exception());
+      if (!f.out_of_memory) throw;
+      const std::string keep = saved_once_ ? "; the last checkpoint is of step " + std::to_string(saved_step_) : "";
+      XL_FAIL(f.code, "step " << state_.step + 1 << ": " << f.line << keep
+                              << "; a larger --batch-chunk (the same step in smaller pieces), a smaller --batch-size, "
+                                 "--tgt-len or --mem-len"
+                              << (attention_probs_ == "keep" ? ", or --attention-probs recompute" : "") << " needs less");
+    }
     const std::string spent = budget_reached(cfg_, state_, phase_elapsed());
     const Vote v = vote(st.loss, signals::pending(), !spent.empty(), signals::take_checkpoint_request(),
                         !metrics_.failure().empty());
