@@ -22,6 +22,7 @@
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
+#include "xl/util/signals.h"
 
 namespace po = xl::cli::po;
 using namespace xl;
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
         ("mode", po::value<std::string>()->default_value("ablate-one"), "ablate-one, importance or iterative")
         ("compare", po::value<std::string>(), "ablate-one: second checkpoint(s) shown beside the first (a comma list: seeds)")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
-        ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)");
+        ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)")
+        ("cache", po::value<std::string>(), "ablate-one: keep each finished evaluation in FILE and take those it holds "
+                                            "(a stopped study run again goes on where it stopped)");
     options::add_eval_options(cli, "valid", options::MemLens::kOne);
     cli.add("Importance and pruning")
         ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
@@ -103,7 +106,7 @@ int main(int argc, char** argv) {
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
     cli.add_output("a pruned checkpoint (iterative) or the checkpoint with its scores (importance)");
-    cli.files({"checkpoint", "compare", "tokens"}, {"plot"});
+    cli.files({"checkpoint", "compare", "tokens"}, {"plot", "cache"});
     cli.input_list("checkpoint", [](const std::string& v) { return checkpoint_list(v, "CHECKPOINT"); });
     cli.input_list("compare", [](const std::string& v) { return checkpoint_list(v, "--compare"); });
     options::add_compute_options(cli, {false, true});
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
     if (format != "jsonl" && format != "md" && format != "tsv") cli.fail("format", "must be jsonl, md or tsv");
     const bool write_output = cli.given("output") && cli.output() != "-";
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
+    XL_CHECK(!cli.has("cache") || mode == "ablate-one", kExitUsage, "--cache goes with --mode ablate-one");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
 
@@ -147,6 +151,14 @@ int main(int argc, char** argv) {
       // Each side: one checkpoint, or a comma list of them (seeds of one setting).
       std::vector<std::vector<std::string>> side_paths = {paths};
       if (cli.has("compare")) side_paths.push_back(checkpoint_list(cli.get<std::string>("compare"), "--compare"));
+      analysis::EvalCache cache(cli.has("cache") ? cli.get<std::string>("cache") : "");
+      // A stop (Ctrl-C, a batch system's limit) ends the evaluations under way after their segment;
+      // the finished ones stay in --cache.
+      signals::catch_stop();
+      if (log::level() != log::Level::kQuiet)
+        signals::set_stop_notice(cache.enabled() ? "stopping after this segment; finished evaluations are kept in " + cache.path()
+                                                 : "stopping after this segment");
+      es.stop_on_signal = true;
       std::vector<analysis::AblationSide> sides;
       for (size_t side = 0; side < side_paths.size(); ++side) {
         sides.emplace_back();
@@ -155,11 +167,33 @@ int main(int argc, char** argv) {
           const Study st{side == 0 && k == 0 ? study.ckpt : checkpoint::load(path, vocab, false), path, device};
           eval::EvalSettings s = es;
           s.head_mask = head_mask(st.ckpt);
-          auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"),
-                                                   [&](int64_t done, int64_t total) {
-                                                     XL_DEBUG(st.path << ": " << done << "/" << total << " evaluations");
-                                                   });
-          XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s");
+          const auto t0 = std::chrono::steady_clock::now();
+          auto next_line = t0 + std::chrono::seconds(15);
+          int64_t first_done = -1;  // evaluations done when this run's first one finished
+          auto progress = [&](int64_t done, int64_t total) {
+            const auto now = std::chrono::steady_clock::now();
+            if (first_done < 0) first_done = done - 1;
+            if (now < next_line || done == total) return;
+            next_line = now + std::chrono::seconds(15);
+            const double each = std::chrono::duration<double>(now - t0).count() / static_cast<double>(done - first_done);
+            XL_INFO(st.path << ": " << done << " of " << total << " evaluations, about "
+                            << parse::format_duration(each * static_cast<double>(total - done)) << " left");
+          };
+          auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"), progress, &cache);
+          if (const int sig = result.stopped_by) {
+            XL_INFO("stopped by signal " << sig << " after " << result.finished << " of " << result.evaluations
+                                         << " evaluations of " << st.path << "; "
+                                         << (cache.enabled() ? "they are kept in " + cache.path() +
+                                                                   ": the same command goes on from them"
+                                                             : std::string("--cache FILE keeps finished evaluations "
+                                                                           "for the next run")));
+            return 128 + sig;
+          }
+          XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s"
+                          << (result.kept ? " (" + std::to_string(result.kept) + " of " +
+                                                std::to_string(result.evaluations) + " evaluations kept in " +
+                                                cache.path() + ")"
+                                          : std::string()));
           sides.back().push_back({st.path, result});
         }
       }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# xl-prune-heads end to end: ablation tables (jsonl, md, --compare), importance stored with -o,
-# iterative pruning with a plot and a physically pruned checkpoint that evaluates alike, bad input.
+# xl-prune-heads end to end: ablation tables (jsonl, md, --compare), a stopped study resumed from
+# its --cache, importance stored with -o, iterative pruning with a plot and a physically pruned
+# checkpoint that evaluates alike, bad input.
 source "$(dirname "$0")/common.bash"
 
 corpus=$TMP/corpus.txt
@@ -34,6 +35,36 @@ stderr_is_one_line "is base2.h5, which is also --compare"
 same_bytes base2.h5 base2.before.h5 "the refused study"
 expect 64 xl-prune-heads --mode ablate-one $E sch.h5,sch2.h5 tokens.h5 -o sch2.h5 -f
 stderr_is_one_line "is sch2.h5, which is also CHECKPOINT"
+
+step "a stopped study goes on from its --cache, to the rows of one run without a stop"
+# The whole valid split in 2-token segments of 2 streams: each of the 7 evaluations takes about 0.4 s.
+S="--tgt-len 2 --mem-len 32 --batch-size 2 --threads 1"
+expect 0 xl-prune-heads $S sch.h5 tokens.h5
+mv out whole.jsonl
+xl-prune-heads $S --cache kept.jsonl sch.h5 tokens.h5 >/dev/null 2>"$TMP/err" &
+signal_when kept.jsonl key 2 INT $!
+[ "$STATUS" -eq 130 ] || fail "expected exit 130 after SIGINT, got $STATUS: $(cat "$TMP/err")"
+grep -q "stopped by signal 2 after [2-6] of 7 evaluations of sch.h5; they are kept in kept.jsonl" "$TMP/err" ||
+  fail "the stop does not say what is kept: $(cat "$TMP/err")"
+finished=$(wc -l <kept.jsonl)
+# SIGKILL while a line was written: the cut line is dropped.
+printf '{"key":"0123' >>kept.jsonl
+expect 0 xl-prune-heads $S --cache kept.jsonl sch.h5 tokens.h5
+grep -q "($finished of 7 evaluations kept in kept.jsonl)" "$TMP/err" || fail "the kept evaluations were not taken: $(cat "$TMP/err")"
+[ "$(wc -l <kept.jsonl)" -eq 7 ] || fail "kept.jsonl should hold the 7 evaluations: $(cat kept.jsonl)"
+/usr/bin/python3 - whole.jsonl out <<'PY' || fail "the resumed study's rows differ from the uninterrupted one's"
+import json, sys
+rows = [[{k: v for k, v in json.loads(l).items() if k != "seconds"} for l in open(f)] for f in sys.argv[1:]]
+assert rows[0] == rows[1] and len(rows[0]) == 9, rows
+PY
+# Another study (other settings) in the same file evaluates anew.
+expect 0 xl-prune-heads $E --cache kept.jsonl sch.h5 tokens.h5
+grep -q "evaluations kept" "$TMP/err" && fail "other settings took kept evaluations: $(cat "$TMP/err")"
+printf 'not json\n' >bad.jsonl
+expect 65 xl-prune-heads $E --cache bad.jsonl sch.h5 tokens.h5
+stderr_is_one_line "bad.jsonl:1: not an evaluation kept by xl-prune-heads --cache"
+expect 64 xl-prune-heads --mode importance $E --cache kept.jsonl sch.h5 tokens.h5
+stderr_is_one_line "--cache goes with --mode ablate-one"
 
 step "importance, stored in the checkpoint with -o"
 expect 0 xl-prune-heads --mode importance --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o scored.h5

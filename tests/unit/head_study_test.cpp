@@ -1,6 +1,11 @@
 // Head studies: ablation rows and layer deviations, importance scores, iterative pruning.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+
 #include "xl/analysis/head_ablation.h"
 #include "xl/analysis/head_importance.h"
 #include "xl/analysis/head_report.h"
@@ -62,6 +67,46 @@ TEST(HeadStudy, AblateOneGivesOneRowPerHeadAndTheSampleStddev) {
   for (size_t i = 0; i < a.heads.size(); ++i) EXPECT_NEAR(b.heads[i].loss, a.heads[i].loss, 1e-5);
   // The paper's Table 3, layer 1 upper row: seven -0.01 and one 0.77 give 0.28.
   EXPECT_NEAR(xl::stats::sample_stddev({-0.01, -0.01, -0.01, 0.77, -0.01, -0.01, -0.01, -0.01}), 0.2758, 1e-3);
+}
+
+TEST(HeadStudy, AKeptEvaluationIsTakenOnlyForTheSameModelTokensSettingsAndMask) {
+  auto m = tiny_model(1);
+  eval::EvalSettings s;
+  s.tgt_len = 8;
+  s.mem_len = 8;
+  s.batch_size = 2;
+  auto ids = stream(200);
+  const std::string study = analysis::EvalCache::study_key(m, ids, s);
+  EXPECT_EQ(study, analysis::EvalCache::study_key(tiny_model(1), ids, s));  // the same weights, built again
+  EXPECT_NE(study, analysis::EvalCache::study_key(tiny_model(2), ids, s));
+  auto fewer = ids;
+  fewer.pop_back();
+  EXPECT_NE(study, analysis::EvalCache::study_key(m, fewer, s));
+  for (auto change : std::vector<std::function<void(eval::EvalSettings&)>>{
+           [](eval::EvalSettings& e) { e.mem_len = 16; }, [](eval::EvalSettings& e) { e.clamp_len = 4; },
+           [](eval::EvalSettings& e) { e.max_tokens = 100; }, [](eval::EvalSettings& e) { e.warmup = true; }}) {
+    eval::EvalSettings other = s;
+    change(other);
+    EXPECT_NE(study, analysis::EvalCache::study_key(m, ids, other));
+  }
+  torch::Tensor mask = torch::ones({2, 3});
+  const std::string all = analysis::EvalCache::key(study, mask);
+  mask[1][2] = 0;
+  EXPECT_NE(all, analysis::EvalCache::key(study, mask));
+  EXPECT_EQ(all, analysis::EvalCache::key(study, torch::ones({2, 3}, torch::kFloat64)));  // as the evaluation sees it
+
+  // A study with a cache: a second run evaluates nothing and gives the same table, to the bit.
+  const std::string file = ::testing::TempDir() + "kept-" + std::to_string(getpid()) + ".jsonl";
+  std::remove(file.c_str());
+  analysis::EvalCache first(file);
+  auto a = analysis::ablate_each_head([&] { return m; }, ids, s, 1, nullptr, &first);
+  EXPECT_EQ(a.kept, 0);
+  analysis::EvalCache again(file);
+  auto b = analysis::ablate_each_head([&] { return m; }, ids, s, 1, nullptr, &again);
+  EXPECT_EQ(b.kept, 7);
+  EXPECT_EQ(b.base_loss, a.base_loss);
+  for (size_t i = 0; i < a.heads.size(); ++i) EXPECT_EQ(b.heads[i].loss, a.heads[i].loss);
+  std::remove(file.c_str());
 }
 
 TEST(HeadStudy, SidesOfSeveralCheckpointsShowMeansAndIntervals) {

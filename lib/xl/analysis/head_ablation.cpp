@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "xl/model/kernels/parallel.h"
@@ -14,7 +15,8 @@ namespace xl::analysis {
 
 
 HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<int32_t>& ids,
-                              const eval::EvalSettings& settings, int jobs, const AblationProgress& progress) {
+                              const eval::EvalSettings& settings, int jobs, const AblationProgress& progress,
+                              EvalCache* cache) {
   auto t0 = std::chrono::steady_clock::now();
   model::TransformerXL first = make_model();
   const auto& cfg = first->config;
@@ -29,21 +31,43 @@ HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<
   for (int64_t l = 0; l < cfg.n_layer; ++l)
     for (int64_t h = 0; h < cfg.heads_in_layer(l); ++h)
       if (base_mask[l][h].item<float>() != 0) work.emplace_back(l, h);
-  std::vector<eval::EvalResult> results(work.size());
+  auto mask_of = [&](size_t i) {
+    torch::Tensor mask = base_mask.clone();
+    if (work[i].first >= 0) mask[work[i].first][work[i].second] = 0;
+    return mask;
+  };
+  std::vector<std::optional<eval::EvalResult>> results(work.size());
+  std::vector<std::string> keys(work.size());
+  if (cache && cache->enabled()) {
+    const std::string study = EvalCache::study_key(first, ids, settings);
+    for (size_t i = 0; i < work.size(); ++i) {
+      keys[i] = EvalCache::key(study, mask_of(i));
+      if ((results[i] = cache->find(keys[i]))) ++out.kept;
+    }
+  }
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < work.size(); ++i)
+    if (!results[i]) todo.push_back(i);
   std::atomic<size_t> next{0};
-  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> done{out.kept};
+  std::atomic<int> stopped_by{0};
   std::mutex progress_mutex;
-  const int workers = std::max(1, std::min<int>(jobs, static_cast<int>(work.size())));
+  const int workers = std::max(1, std::min<int>(jobs, static_cast<int>(todo.size())));
   if (workers > 1) xl::model::set_threads(1);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(workers));
   auto worker = [&](int w, model::TransformerXL model) {
     try {
-      for (size_t i; (i = next++) < work.size();) {
+      for (size_t k; !stopped_by && (k = next++) < todo.size();) {
+        const size_t i = todo[k];
         eval::EvalSettings s = settings;
-        torch::Tensor mask = base_mask.clone();
-        if (work[i].first >= 0) mask[work[i].first][work[i].second] = 0;
-        s.head_mask = mask.to(model->parameters().front().options());
-        results[i] = eval::evaluate(model, ids, s);
+        s.head_mask = mask_of(i).to(model->parameters().front().options());
+        eval::EvalResult r = eval::evaluate(model, ids, s);
+        if (r.stopped_by) {
+          stopped_by = r.stopped_by;
+          break;
+        }
+        if (cache) cache->add(keys[i], r);
+        results[i] = r;
         int64_t d = ++done;
         if (progress) {
           std::lock_guard<std::mutex> lock(progress_mutex);
@@ -60,11 +84,16 @@ HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  out.base_loss = results[0].loss();
-  out.tokens = results[0].tokens;
-  for (size_t i = 1; i < work.size(); ++i)
-    out.heads.push_back({work[i].first, work[i].second, results[i].loss(), results[i].loss() - out.base_loss});
+  out.evaluations = static_cast<int64_t>(work.size());
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if ((out.stopped_by = stopped_by)) {
+    out.finished = done;
+    return out;
+  }
+  out.base_loss = results[0]->loss();
+  out.tokens = results[0]->tokens;
+  for (size_t i = 1; i < work.size(); ++i)
+    out.heads.push_back({work[i].first, work[i].second, results[i]->loss(), results[i]->loss() - out.base_loss});
   return out;
 }
 

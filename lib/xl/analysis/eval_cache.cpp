@@ -1,0 +1,104 @@
+#include "xl/analysis/eval_cache.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "xl/util/error.h"
+#include "xl/util/sha256.h"
+
+namespace xl::analysis {
+namespace {
+
+void hash_tensor(Sha256& h, const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+  h.update(std::string(c.toString()) + "[");
+  for (int64_t d : c.sizes()) h.update(std::to_string(d) + ",");
+  h.update("]");
+  h.update(c.data_ptr(), c.numel() * c.element_size());
+}
+
+}  // namespace
+
+EvalCache::EvalCache(const std::string& path) : path_(path) {
+  if (path_.empty()) return;
+  std::ifstream in(path_, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  XL_CHECK(!in.bad(), kExitNoInput, path_ << ": cannot read the kept evaluations");
+  // A kill while a line was written leaves it without its newline: it is dropped, and the file
+  // cut back to its last whole line so that the next line starts on a line of its own.
+  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (whole < text.size()) {
+    text.resize(whole);
+    std::filesystem::resize_file(path_, whole);
+  }
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      eval::EvalResult r;
+      r.loss_sum = j.at("loss_sum").get<double>();
+      r.tokens = j.at("tokens").get<int64_t>();
+      r.seconds = j.at("seconds").get<double>();
+      kept_[j.at("key").get<std::string>()] = r;
+    } catch (const nlohmann::json::exception&) {
+      XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by xl-prune-heads --cache");
+    }
+  }
+  out_.open(path_, std::ios::app | std::ios::binary);
+  XL_CHECK(out_.good(), kExitCantCreat, path_ << ": cannot write the kept evaluations: " << std::strerror(errno));
+}
+
+std::string EvalCache::study_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
+                                 const eval::EvalSettings& s) {
+  Sha256 h;
+  h.update(model->config.to_json().dump());
+  for (const auto& p : model->named_parameters()) {
+    h.update(p.key());
+    hash_tensor(h, p.value());
+  }
+  for (const auto& b : model->named_buffers()) {
+    h.update(b.key());
+    hash_tensor(h, b.value());
+  }
+  h.update(ids.data(), ids.size() * sizeof(int32_t));
+  const nlohmann::json settings = {
+      {"tgt_len", s.tgt_len},         {"mem_len", s.mem_len},
+      {"batch_size", s.batch_size},   {"clamp_len", s.clamp_len ? nlohmann::json(*s.clamp_len) : nlohmann::json()},
+      {"warmup", s.warmup},           {"same_length", s.same_length ? nlohmann::json(*s.same_length) : nlohmann::json()},
+      {"max_tokens", s.max_tokens},   {"precision", model::to_string(s.precision)},
+      {"kv_cache_bytes", s.kv_cache_bytes}, {"shard", s.shard}, {"shards", s.shards}};
+  h.update(settings.dump());
+  return h.hex();
+}
+
+std::string EvalCache::key(const std::string& study, const torch::Tensor& head_mask) {
+  Sha256 h;
+  h.update(study);
+  if (head_mask.defined()) hash_tensor(h, head_mask.to(torch::kFloat32));
+  return h.hex();
+}
+
+std::optional<eval::EvalResult> EvalCache::find(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = kept_.find(key);
+  if (it == kept_.end()) return std::nullopt;
+  return it->second;
+}
+
+void EvalCache::add(const std::string& key, const eval::EvalResult& r) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  kept_[key] = r;
+  out_ << nlohmann::json{{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}}.dump()
+       << '\n';
+  out_.flush();
+  XL_CHECK(out_.good(), kExitIoErr, path_ << ": write error (disk full?)");
+}
+
+}  // namespace xl::analysis
