@@ -1,11 +1,24 @@
 # Sourced by the fetch-*.sh scripts: a download, and the check of a local copy against the
 # canonical file's sha256.
 
-# fetch URL FILE: URL downloaded to FILE (curl or wget); fails offline or without either.
+# fetch URL FILE HINT: URL downloaded to FILE (curl or wget); when it cannot be (offline, a dead
+# link), one line with the reason and HINT, how to give a local copy instead, and exit 69.
 fetch() {
-  if command -v curl >/dev/null; then curl -fsSL --retry 2 -o "$2" "$1"
-  elif command -v wget >/dev/null; then wget -q -O "$2" "$1"
-  else return 1; fi
+  local why=""
+  if command -v curl >/dev/null; then
+    why=$(curl -fsSL --retry 2 -o "$2" "$1" 2>&1) && return 0
+    why=$(printf '%s\n' "$why" | tail -n 1)
+    why=${why#curl: }
+    why=${why#(*) }
+  elif command -v wget >/dev/null; then
+    wget -q -O "$2" "$1" && return 0
+    why="wget exited $?"
+  else
+    why="neither curl nor wget is installed"
+  fi
+  rm -f "$2"
+  echo "cannot download $1 (${why:-offline?}); $3" >&2
+  exit 69
 }
 
 # canonical FILE SHA256 NAME [NOTE]: true when FILE is the canonical NAME. Another copy stops the
@@ -27,11 +40,7 @@ canonical() {
 # download URL FILE SHA256 HINT: URL to FILE (through FILE.part), checked against SHA256 (65);
 # offline, one line ending in HINT, how to give a local copy instead (69).
 download() {
-  if ! fetch "$1" "$2.part"; then
-    rm -f "$2.part"
-    echo "cannot download $1 (offline?); $4" >&2
-    exit 69
-  fi
+  fetch "$1" "$2.part" "$4"
   local got
   got=$(sha256sum "$2.part" | cut -d' ' -f1)
   [ "$got" = "$3" ] || { echo "$1: checksum $got, expected $3" >&2; rm -f "$2.part"; exit 65; }

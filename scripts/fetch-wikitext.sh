@@ -13,11 +13,7 @@ if [ -n "$local" ]; then
   exit 0
 fi
 zip=$out/wikitext-103-v1.zip
-if ! fetch "$url" "$zip.part"; then
-  rm -f "$zip.part"
-  echo "cannot download $url (offline?); give a local copy: make -f Makefile.pipeline wikitext-103 WT103_DIR=/path/to/wikitext-103" >&2
-  exit 69
-fi
+fetch "$url" "$zip.part" "give a local copy: make -f Makefile.pipeline wikitext-103 WT103_DIR=/path/to/wikitext-103"
 [ "$(md5sum "$zip.part" | cut -d' ' -f1)" = "$md5" ] || { echo "$url: md5 mismatch" >&2; exit 65; }
 mv "$zip.part" "$zip"
 for s in train valid test; do unzip -p "$zip" "wikitext-103/wiki.$s.tokens" > "$out/wiki.$s.tokens"; done

@@ -80,4 +80,8 @@ fi
 step "enwik8 offline without a local copy: a clear message"
 expect 2 env http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 $M enwik8 OUT=off "${SMALL[@]}"
 grep -q "give a local copy" "$TMP/err" || fail "no clear offline message: $(cat "$TMP/err")"
+# The fetcher's own word: one line with the reason (curl's, without its own line), 69, no part file.
+expect 69 bash "$XL_SOURCE_DIR/scripts/fetch-corpus.sh" enwik8 "" http://127.0.0.1:9/enwik8.zip 00 00 "$TMP/offline-enwik8"
+stderr_is_one_line "cannot download http://127.0.0.1:9/enwik8.zip (" "); give a local copy: make -f Makefile.pipeline enwik8 ENWIK8=/path/to/enwik8"
+for f in "$TMP/offline-enwik8"{,.zip,.zip.part}; do [ ! -e "$f" ] || fail "a partial download was left: $f"; done
 echo "pipeline checks passed"
