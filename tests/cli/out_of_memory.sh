@@ -3,7 +3,8 @@
 # that needs more memory than training (a long --eval-mem-len) saves the trained step, ends with
 # one line that says so, where the checkpoint is and what needs less, and the run resumes; with 2
 # ranks the lowest rank that failed says it once; a training step that runs out names what needs
-# less; a memory sweep keeps the rows it finished; no tool calls it an internal error.
+# less; a memory sweep keeps the rows it finished; no tool calls it an internal error; a limit
+# too small to start in is one line, not a hang.
 source "$(dirname "$0")/common.bash"
 
 make_mixed_text corpus.txt 1000000
@@ -26,6 +27,12 @@ status_is() {
   [ "$STATUS" -eq "$1" ] || fail "expected exit $1, got $STATUS: $(cat "$TMP/err")"
 }
 checkpoint_step() { xl-inspect --json "$1" | json /dev/stdin 'j["attributes"]["step"]'; }
+
+step "a limit too small for LibTorch to start: one line, not a hang in OpenBLAS's start-up"
+STATUS=0
+(ulimit -v 700000; exec timeout 60 xl-eval-longctx --version) >"$TMP/out" 2>"$TMP/err" || STATUS=$?
+status_is 70
+stderr_is_one_line "xl-eval-longctx: the address-space limit (ulimit -v, SGE's h_vmem) of 717 MB is too small to start LibTorch"
 
 step "a validation out of memory at step 10 saves step 10 (the last save was step 5) and says so"
 limited $T --max-steps 30 --save-every 5 $LONG --eval-batch-size 1 tokens.h5 -o run.h5 --metrics m.jsonl

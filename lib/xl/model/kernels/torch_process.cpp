@@ -1,9 +1,12 @@
 #include "xl/model/kernels/torch_process.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "xl/cli/tool_main.h"
 #include "xl/model/kernels/blas.h"
@@ -36,6 +39,30 @@ void prepare_environment(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: carry on untuned
 }
 
+// Under an address-space limit (ulimit -v, SGE's h_vmem) that leaves too little room beyond the
+// libraries mapped here, OpenBLAS's initialiser retries its first buffer for ever and LibTorch's
+// abort or crash: one line instead. Debian's LibTorch 1.13 mapped 545 MB here and needed 900 MB to
+// train a tiny model (at 750 MB it hung, at 800 it aborted, at 875 it crashed).
+void check_address_space(char** argv) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  unsigned long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  constexpr double kRoom = 384e6;  // bytes beyond the mapped libraries that start-up needs
+  const double mapped = static_cast<double>(pages) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (static_cast<double>(limit.rlim_cur) >= mapped + kRoom) return;
+  const char* slash = std::strrchr(argv[0], '/');
+  std::fprintf(stderr,
+               "%s: the address-space limit (ulimit -v, SGE's h_vmem) of %.0f MB is too small to start LibTorch: it "
+               "maps %.0f MB and needs about %.0f MB; raise the limit\n",
+               slash ? slash + 1 : argv[0], static_cast<double>(limit.rlim_cur) / 1e6, mapped / 1e6,
+               (mapped + kRoom) / 1e6);
+  _exit(70);  // as out of memory (kExitSoftware)
+}
+
 // Run from the executable's preinit array: after the dynamic loader has mapped the libraries, before
 // any of their initialisers. Re-executing there costs the loader's few tens of milliseconds, where
 // re-executing from main() had run LibTorch's start-up (its operator registrations, about half a
@@ -43,6 +70,7 @@ void prepare_environment(char** argv) {
 // its own initialiser, after this one: until then the environment is envp.
 void prepare_before_libraries(int, char** argv, char** envp) {
   if (!environ) environ = envp;
+  check_address_space(argv);
   prepare_environment(argv);
 }
 __attribute__((section(".preinit_array"), used)) void (*const preinit_entry)(int, char**, char**) =
