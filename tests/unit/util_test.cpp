@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "xl/util/failure.h"
 #include "xl/util/io.h"
 #include "xl/util/parse.h"
+#include "xl/util/resources.h"
 #include "xl/util/setting_origins.h"
 #include "xl/util/signals.h"
 #include "xl/util/spelling.h"
@@ -259,6 +261,27 @@ TEST(Error, RunningOutOfMemoryIsSaidAsSuchNotAsAnInternalError) {
   EXPECT_EQ(data.line, "t.h5: no split 'valid'");
   EXPECT_FALSE(data.out_of_memory);
   EXPECT_EQ(described([] { throw Error(kExitIoErr, ""); }).line, "");
+}
+
+TEST(Resources, WhatIsLeftOfAnAddressSpaceLimitBoundsTheUsableMemory) {
+  ASSERT_GT(usable_memory_bytes(), 0);
+  // In a child: its limit set 1 GB beyond what it has mapped (ulimit -v, SGE's h_vmem).
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    long pages = 0;
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (!f || std::fscanf(f, "%ld", &pages) != 1) _exit(3);
+    const rlim_t limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + 1000000000;
+    const rlimit r{limit, limit};
+    if (setrlimit(RLIMIT_AS, &r) != 0) _exit(3);
+    const int64_t usable = usable_memory_bytes();
+    _exit(usable > 900000000 && usable <= 1000000000 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "usable memory not within the 1 GB left of the limit (3: no limit set)";
 }
 
 // A stop signal never runs a handler on a computing thread (oneDNN 2.x's JIT GEMM kernels point

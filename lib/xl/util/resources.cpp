@@ -69,6 +69,17 @@ int64_t usable_memory_bytes() {
     const int64_t limit = cgroup_limit(root / std::filesystem::path(path).relative_path(), root, file);
     if (limit > 0 && (usable == 0 || limit < usable)) usable = limit;
   }
+  // An address-space limit (ulimit -v, SGE's h_vmem) counts what is mapped already: what is left.
+  rlimit space{};
+  if (getrlimit(RLIMIT_AS, &space) == 0 && space.rlim_cur != RLIM_INFINITY) {
+    long mapped_pages = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &mapped_pages) != 1) mapped_pages = 0;
+      std::fclose(f);
+    }
+    const int64_t left = static_cast<int64_t>(space.rlim_cur) - static_cast<int64_t>(mapped_pages) * page;
+    if (usable == 0 || left < usable) usable = std::max<int64_t>(left, 1);
+  }
   return usable;
 }
 

@@ -9,7 +9,8 @@ namespace xl {
 int usable_cores();
 
 // The memory this process may use, in bytes: the machine's, or its cgroup's limit where lower
-// (Slurm's --mem, a container's); 0 when neither can be read.
+// (Slurm's --mem, a container's), or what is left of its address-space limit where lower still
+// (ulimit -v, SGE's h_vmem); 0 when none can be read.
 int64_t usable_memory_bytes();
 
 // Peak resident set size in MB (2^20 bytes).
