@@ -15,14 +15,15 @@ if [ -z "$corpus" ]; then
   [ -s "$corpus" ] || bible -f Gen1:1-Rev22:21 | sed 's/^[^ ]* //' > "$corpus"
 fi
 [ -s "$out/tokens.h5" ] || "$bin/xl-tokenize" --mode byte --split 0.9,0.05,0.05 "$corpus" -o "$out/tokens.h5"
+# Run again after a stop, the script goes on: a stopped training resumes from its checkpoint (a
+# finished one ends at once, its budget spent), and the head study from its kept evaluations.
 for beta in 0 0.1; do
-  ckpt=$out/beta-$beta.h5
-  [ -s "$ckpt" ] || "$bin/xl-train-phase1" -c "$here/share/xl/configs/tiny.ini" --skip-schedule none \
-    --sch-beta "$beta" --time-budget "${minutes}m" "$out/tokens.h5" -o "$ckpt" --metrics "$out/beta-$beta.jsonl"
+  "$bin/xl-train-phase1" -c "$here/share/xl/configs/tiny.ini" --skip-schedule none --sch-beta "$beta" \
+    --time-budget "${minutes}m" --start-or-resume "$out/tokens.h5" -o "$out/beta-$beta.h5" --metrics "$out/beta-$beta.jsonl"
 done
 # Table 3: both models per layer, with the % change of each layer's standard deviation.
 "$bin/xl-prune-heads" --mode ablate-one --split valid --max-tokens 20000 --jobs 2 --format md \
-  --compare "$out/beta-0.1.h5" "$out/beta-0.h5" "$out/tokens.h5" | tee "$out/table3.md"
+  --cache "$out/table3.cache.jsonl" --compare "$out/beta-0.1.h5" "$out/beta-0.h5" "$out/tokens.h5" | tee "$out/table3.md"
 # Pruning curves: fraction of heads removed vs bpc, importance re-scored after each step.
 for beta in 0 0.1; do
   "$bin/xl-prune-heads" --mode iterative --step 12.5 --rescore --max-tokens 20000 \
