@@ -12,7 +12,8 @@ out=${OUT:-out/head-study}
 mkdir -p "$out"
 if [ -z "$corpus" ]; then
   corpus=$out/kjv.txt
-  [ -s "$corpus" ] || bible -f Gen1:1-Rev22:21 | sed 's/^[^ ]* //' > "$corpus"
+  # through a temp file: a stop while it is written leaves no half corpus to be taken as whole
+  [ -s "$corpus" ] || { bible -f Gen1:1-Rev22:21 | sed 's/^[^ ]* //' > "$corpus.tmp" && mv "$corpus.tmp" "$corpus"; }
 fi
 [ -s "$out/tokens.h5" ] || "$bin/xl-tokenize" --mode byte --split 0.9,0.05,0.05 "$corpus" -o "$out/tokens.h5"
 # Run again after a stop, the script goes on: a stopped training resumes from its checkpoint (a
