@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
     const bool write_output = cli.given("output") && cli.output() != "-";
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
     XL_CHECK(!cli.has("cache") || mode == "ablate-one", kExitUsage, "--cache goes with --mode ablate-one");
+    if (cli.has("cache") && (io::is_stdio(cli.get<std::string>("cache")) || io::is_stream(cli.get<std::string>("cache"))))
+      cli.fail("cache", "must be a file: it is read, then appended to");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
 

@@ -65,6 +65,8 @@ expect 65 xl-prune-heads $E --cache bad.jsonl sch.h5 tokens.h5
 stderr_is_one_line "bad.jsonl:1: not an evaluation kept by xl-prune-heads --cache"
 expect 64 xl-prune-heads --mode importance $E --cache kept.jsonl sch.h5 tokens.h5
 stderr_is_one_line "--cache goes with --mode ablate-one"
+expect 64 xl-prune-heads $E --cache - sch.h5 tokens.h5
+stderr_is_one_line "--cache must be a file"
 
 step "importance, stored in the checkpoint with -o"
 expect 0 xl-prune-heads --mode importance --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o scored.h5

@@ -29,6 +29,15 @@ model::TransformerXL tiny_model(int seed = 1) {
   return m;
 }
 
+// The studies' evaluation: 8-token segments, 8 of memory, 2 streams.
+eval::EvalSettings short_segments() {
+  eval::EvalSettings s;
+  s.tgt_len = 8;
+  s.mem_len = 8;
+  s.batch_size = 2;
+  return s;
+}
+
 std::vector<int32_t> stream(int n) {
   std::vector<int32_t> ids(n);
   for (int i = 0; i < n; ++i) ids[i] = (i * 7 + i / 5) % 13;
@@ -39,10 +48,7 @@ std::vector<int32_t> stream(int n) {
 
 TEST(HeadStudy, AblateOneGivesOneRowPerHeadAndTheSampleStddev) {
   auto m = tiny_model(1);
-  eval::EvalSettings s;
-  s.tgt_len = 8;
-  s.mem_len = 8;
-  s.batch_size = 2;
+  eval::EvalSettings s = short_segments();
   auto ids = stream(200);
   auto a = analysis::ablate_each_head([&] { return m; }, ids, s, 1);
   ASSERT_EQ(a.heads.size(), 6u);
@@ -71,10 +77,7 @@ TEST(HeadStudy, AblateOneGivesOneRowPerHeadAndTheSampleStddev) {
 
 TEST(HeadStudy, AKeptEvaluationIsTakenOnlyForTheSameModelTokensSettingsAndMask) {
   auto m = tiny_model(1);
-  eval::EvalSettings s;
-  s.tgt_len = 8;
-  s.mem_len = 8;
-  s.batch_size = 2;
+  eval::EvalSettings s = short_segments();
   auto ids = stream(200);
   const std::string study = analysis::EvalCache::study_key(m, ids, s);
   EXPECT_EQ(study, analysis::EvalCache::study_key(tiny_model(1), ids, s));  // the same weights, built again
@@ -110,10 +113,7 @@ TEST(HeadStudy, AKeptEvaluationIsTakenOnlyForTheSameModelTokensSettingsAndMask) 
 }
 
 TEST(HeadStudy, SidesOfSeveralCheckpointsShowMeansAndIntervals) {
-  eval::EvalSettings s;
-  s.tgt_len = 8;
-  s.mem_len = 8;
-  s.batch_size = 2;
+  const eval::EvalSettings s = short_segments();
   const auto ids = stream(120);
   const eval::Metric bpc(text::VocabType::kByte);
   std::vector<analysis::AblationSide> sides(2);
