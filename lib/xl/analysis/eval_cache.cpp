@@ -72,7 +72,7 @@ std::string EvalCache::study_key(const model::TransformerXL& model, const std::v
       {"batch_size", s.batch_size},   {"clamp_len", s.clamp_len ? nlohmann::json(*s.clamp_len) : nlohmann::json()},
       {"warmup", s.warmup},           {"same_length", s.same_length ? nlohmann::json(*s.same_length) : nlohmann::json()},
       {"max_tokens", s.max_tokens},   {"precision", model::to_string(s.precision)},
-      {"kv_cache_bytes", s.kv_cache_bytes}, {"shard", s.shard}, {"shards", s.shards}};
+      {"shard", s.shard},             {"shards", s.shards}};
   h.update(settings.dump());
   return h.hex();
 }

@@ -24,7 +24,9 @@ class EvalCache {
   const std::string& path() const { return path_; }
 
   // What an evaluation's result depends on but its head mask: the model's configuration and
-  // weights, the tokens and every setting that changes the numbers.
+  // weights, the tokens and every setting that changes what is computed. The thread count and the
+  // key/value cache budget (auto: a share of the machine's memory) change only the rounding, so a
+  // study resumed on another node takes what it kept.
   static std::string study_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
                                const eval::EvalSettings& settings);
   // One evaluation of the study: its head mask (undefined: all heads).
