@@ -527,7 +527,7 @@ bool Trainer::validate() {
     r.loss_sum = a[0];
     r.tokens = static_cast<int64_t>(a[1]);
     first_failed = -1;
-    for (int k = dist_.world - 1; k >= 0; --k)
+    for (int k = 0; k < dist_.world && first_failed < 0; ++k)
       if (a[2 + k] > 0) first_failed = k;
   }
   if (first_failed >= 0) stop_after_failed_validation(first_failed == dist_.rank ? failure : std::nullopt);

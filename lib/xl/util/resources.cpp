@@ -41,6 +41,20 @@ int64_t cgroup_limit(std::filesystem::path dir, const std::filesystem::path& roo
   return lowest;
 }
 
+// The process's address space in use and its resident part, in bytes (0 when /proc is not there).
+struct Statm {
+  int64_t mapped = 0, resident = 0;
+};
+Statm statm_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return {};
+  long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  return got == 2 ? Statm{size * page, resident * page} : Statm{};
+}
+
 }  // namespace
 
 int64_t usable_memory_bytes() {
@@ -72,12 +86,7 @@ int64_t usable_memory_bytes() {
   // An address-space limit (ulimit -v, SGE's h_vmem) counts what is mapped already: what is left.
   rlimit space{};
   if (getrlimit(RLIMIT_AS, &space) == 0 && space.rlim_cur != RLIM_INFINITY) {
-    long mapped_pages = 0;
-    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-      if (std::fscanf(f, "%ld", &mapped_pages) != 1) mapped_pages = 0;
-      std::fclose(f);
-    }
-    const int64_t left = static_cast<int64_t>(space.rlim_cur) - static_cast<int64_t>(mapped_pages) * page;
+    const int64_t left = static_cast<int64_t>(space.rlim_cur) - mapped_bytes();
     if (usable == 0 || left < usable) usable = std::max<int64_t>(left, 1);
   }
   return usable;
@@ -90,12 +99,9 @@ double peak_rss_mb() {
 }
 
 double rss_mb() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  long size = 0, resident = 0;
-  const int got = std::fscanf(f, "%ld %ld", &size, &resident);
-  std::fclose(f);
-  return got == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1048576.0 : 0;
+  return static_cast<double>(statm_bytes().resident) / 1048576.0;
 }
+
+int64_t mapped_bytes() { return statm_bytes().mapped; }
 
 }  // namespace xl

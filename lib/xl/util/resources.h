@@ -17,5 +17,7 @@ int64_t usable_memory_bytes();
 double peak_rss_mb();
 // Resident set size now, in MB (0 when /proc is not there).
 double rss_mb();
+// The address space mapped now, in bytes, as an address-space limit counts it (0 without /proc).
+int64_t mapped_bytes();
 
 }  // namespace xl

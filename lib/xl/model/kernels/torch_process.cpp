@@ -10,6 +10,7 @@
 
 #include "xl/cli/tool_main.h"
 #include "xl/model/kernels/blas.h"
+#include "xl/util/resources.h"
 
 namespace xl::model {
 namespace {
@@ -41,18 +42,13 @@ void prepare_environment(char** argv) {
 
 // Under an address-space limit (ulimit -v, SGE's h_vmem) that leaves too little room beyond the
 // libraries mapped here, OpenBLAS's initialiser retries its first buffer for ever and LibTorch's
-// abort or crash: one line instead. Debian's LibTorch 1.13 mapped 545 MB here and needed 900 MB to
-// train a tiny model (at 750 MB it hung, at 800 it aborted, at 875 it crashed).
+// abort or crash: one line instead. Debian's LibTorch 1.13 mapped 559 MB here and needed 944 MB
+// (900 MiB) to train a tiny model (at 750 MiB it hung, at 800 it aborted, at 875 it crashed).
 void check_address_space(char** argv) {
   rlimit limit{};
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
-  unsigned long pages = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
-    std::fclose(f);
-  }
   constexpr double kRoom = 384e6;  // bytes beyond the mapped libraries that start-up needs
-  const double mapped = static_cast<double>(pages) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double mapped = static_cast<double>(mapped_bytes());
   if (static_cast<double>(limit.rlim_cur) >= mapped + kRoom) return;
   const char* slash = std::strrchr(argv[0], '/');
   std::fprintf(stderr,
