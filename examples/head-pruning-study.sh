@@ -27,7 +27,7 @@ done
   --cache "$out/table3.cache.jsonl" --compare "$out/beta-0.1.h5" "$out/beta-0.h5" "$out/tokens.h5" | tee "$out/table3.md"
 # Pruning curves: fraction of heads removed vs bpc, importance re-scored after each step.
 for beta in 0 0.1; do
-  "$bin/xl-prune-heads" --mode iterative --step 12.5 --rescore --max-tokens 20000 \
+  "$bin/xl-prune-heads" --mode iterative --step 12.5 --rescore --max-tokens 20000 --cache "$out/curve-beta-$beta.cache.jsonl" \
     --plot "$out/curve-beta-$beta.png" "$out/beta-$beta.h5" "$out/tokens.h5" > "$out/curve-beta-$beta.jsonl"
 done
 echo "tables and curves are in $out"

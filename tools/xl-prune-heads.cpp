@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
         ("compare", po::value<std::string>(), "ablate-one: second checkpoint(s) shown beside the first (a comma list: seeds)")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
         ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)")
-        ("cache", po::value<std::string>(), "ablate-one: keep each finished evaluation in FILE and take those it holds "
-                                            "(a stopped study run again goes on where it stopped)");
+        ("cache", po::value<std::string>(), "keep each finished evaluation and importance pass in FILE and take those it "
+                                            "holds (a stopped study run again goes on where it stopped)");
     options::add_eval_options(cli, "valid", options::MemLens::kOne);
     cli.add("Importance and pruning")
         ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
@@ -121,7 +121,6 @@ int main(int argc, char** argv) {
     if (format != "jsonl" && format != "md" && format != "tsv") cli.fail("format", "must be jsonl, md or tsv");
     const bool write_output = cli.given("output") && cli.output() != "-";
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
-    XL_CHECK(!cli.has("cache") || mode == "ablate-one", kExitUsage, "--cache goes with --mode ablate-one");
     if (cli.has("cache") && (io::is_stdio(cli.get<std::string>("cache")) || io::is_stream(cli.get<std::string>("cache"))))
       cli.fail("cache", "must be a file: it is read, then appended to");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
@@ -149,18 +148,25 @@ int main(int argc, char** argv) {
     };
     es.head_mask = head_mask(study.ckpt);
 
+    analysis::EvalCache cache(cli.has("cache") ? cli.get<std::string>("cache") : "");
+    // A stop (Ctrl-C, a batch system's limit) ends the evaluation or importance pass under way
+    // after its segment; the finished ones stay in --cache.
+    signals::catch_stop();
+    if (log::level() != log::Level::kQuiet)
+      signals::set_stop_notice(cache.enabled() ? "stopping after this segment; finished evaluations are kept in " + cache.path()
+                                               : "stopping after this segment");
+    es.stop_on_signal = true;
+    auto stopped = [&](int sig, const std::string& finished) {
+      XL_INFO("stopped by signal " << sig << " after " << finished << "; "
+                                   << (cache.enabled() ? "they are kept in " + cache.path() + ": the same command goes on from them"
+                                                       : std::string("--cache FILE keeps finished evaluations for the next run")));
+      return 128 + sig;
+    };
+
     if (mode == "ablate-one") {
       // Each side: one checkpoint, or a comma list of them (seeds of one setting).
       std::vector<std::vector<std::string>> side_paths = {paths};
       if (cli.has("compare")) side_paths.push_back(checkpoint_list(cli.get<std::string>("compare"), "--compare"));
-      analysis::EvalCache cache(cli.has("cache") ? cli.get<std::string>("cache") : "");
-      // A stop (Ctrl-C, a batch system's limit) ends the evaluations under way after their segment;
-      // the finished ones stay in --cache.
-      signals::catch_stop();
-      if (log::level() != log::Level::kQuiet)
-        signals::set_stop_notice(cache.enabled() ? "stopping after this segment; finished evaluations are kept in " + cache.path()
-                                                 : "stopping after this segment");
-      es.stop_on_signal = true;
       std::vector<analysis::AblationSide> sides;
       for (size_t side = 0; side < side_paths.size(); ++side) {
         sides.emplace_back();
@@ -182,15 +188,9 @@ int main(int argc, char** argv) {
                             << parse::format_duration(each * static_cast<double>(total - done)) << " left");
           };
           auto result = analysis::ablate_each_head([&] { return st.make(); }, ids, s, cli.get<int>("jobs"), progress, &cache);
-          if (const int sig = result.stopped_by) {
-            XL_INFO("stopped by signal " << sig << " after " << result.finished << " of " << result.evaluations
-                                         << " evaluations of " << st.path << "; "
-                                         << (cache.enabled() ? "they are kept in " + cache.path() +
-                                                                   ": the same command goes on from them"
-                                                             : std::string("--cache FILE keeps finished evaluations "
-                                                                           "for the next run")));
-            return 128 + sig;
-          }
+          if (const int sig = result.stopped_by)
+            return stopped(sig, std::to_string(result.finished) + " of " + std::to_string(result.evaluations) +
+                                    " evaluations of " + st.path);
           XL_INFO(st.path << ": " << result.heads.size() << " heads ablated in " << static_cast<int>(result.seconds) << " s"
                           << (result.kept ? " (" + std::to_string(result.kept) + " of " +
                                                 std::to_string(result.evaluations) + " evaluations kept in " +
@@ -220,13 +220,20 @@ int main(int argc, char** argv) {
     is.normalize_layers = cli.get<bool>("normalize-layers");
     is.head_mask = es.head_mask;
     is.precision = es.precision;
+    is.stop_on_signal = true;
     const std::string score_split = cli.get<std::string>("importance-split");
     auto score_ids = score_split == request.split
                          ? ids
                          : tokens.read_split(score_split, "--importance-split picks another", eval::kMinEvalTokens);
 
     if (mode == "importance") {
-      torch::Tensor scores = analysis::head_importance(model, score_ids, is);
+      const analysis::Importance importance = analysis::head_importance(model, score_ids, is, &cache);
+      if (const int sig = importance.stopped_by) {
+        XL_INFO("stopped by signal " << sig << " before the importance pass of " << study.path << " finished");
+        return 128 + sig;
+      }
+      if (importance.kept) XL_INFO(study.path << ": importance scores kept in " << cache.path());
+      const torch::Tensor& scores = importance.scores;
       if (format == "md") std::cout << analysis::matrix_markdown(scores, "Head importance (Michel et al.) of " + study.path);
       else if (format == "tsv") std::cout << analysis::matrix_tsv(scores);
       else
@@ -256,7 +263,18 @@ int main(int argc, char** argv) {
       if (format == "jsonl") std::cout << row.dump() << std::endl;
       XL_INFO(p.pruned << " heads pruned (" << static_cast<int>(100 * p.fraction + 0.5) << "%): " << metric.name() << " "
                        << metric.of(p.loss));
-    });
+    }, &cache);
+    const std::string passes = std::to_string(result.evaluations) + (result.evaluations == 1 ? " evaluation" : " evaluations") +
+                               " and " + std::to_string(result.scorings) +
+                               (result.scorings == 1 ? " importance pass" : " importance passes");
+    if (const int sig = result.stopped_by) {
+      if (result.evaluations + result.scorings > 0) return stopped(sig, passes + " of " + study.path);
+      XL_INFO("stopped by signal " << sig << " before the first importance pass of " << study.path << " finished");
+      return 128 + sig;
+    }
+    if (result.kept)
+      XL_INFO(study.path << ": " << result.kept << " of its " << result.evaluations + result.scorings << " passes (" << passes
+                         << ") kept in " << cache.path());
     if (format == "md") {
       std::cout << "| fraction pruned | heads pruned | " << metric.name() << " |\n|---:|---:|---:|\n";
       for (const auto& p : result.curve)
@@ -276,6 +294,8 @@ int main(int argc, char** argv) {
       eval::EvalSettings plain = es;
       plain.head_mask = torch::Tensor();
       auto t_masked = eval::evaluate(model, ids, masked), t_pruned = eval::evaluate(pruned, ids, plain);
+      if (const int sig = t_masked.stopped_by ? t_masked.stopped_by : t_pruned.stopped_by)
+        return stopped(sig, passes + " of " + study.path + ", before " + cli.output() + " was written");
       nlohmann::json row = {{"event", "pruned"}, {"path", cli.output()}, {"heads_left", model::kept_head_counts(model->config, result.keep)},
                             {"loss_masked", t_masked.loss()}, {"loss_pruned", t_pruned.loss()},
                             {"seconds_masked", t_masked.seconds}, {"seconds_pruned", t_pruned.seconds},

@@ -63,10 +63,32 @@ grep -q "evaluations kept" "$TMP/err" && fail "other settings took kept evaluati
 printf 'not json\n' >bad.jsonl
 expect 65 xl-prune-heads $E --cache bad.jsonl sch.h5 tokens.h5
 stderr_is_one_line "bad.jsonl:1: not an evaluation kept by xl-prune-heads --cache"
-expect 64 xl-prune-heads --mode importance $E --cache kept.jsonl sch.h5 tokens.h5
-stderr_is_one_line "--cache goes with --mode ablate-one"
 expect 64 xl-prune-heads $E --cache - sch.h5 tokens.h5
 stderr_is_one_line "--cache must be a file"
+
+step "a stopped iterative pruning goes on from its --cache, to the curve of one run without a stop"
+# Importance passes and evaluations over the whole valid split in 2-token segments: 3 evaluations
+# (0, 3 and 6 heads pruned) and 2 importance passes of about 0.5 s each.
+I="--mode iterative --step 50 --rescore --importance-split valid --importance-max-tokens 0 $S"
+expect 0 xl-prune-heads $I sch.h5 tokens.h5
+mv out whole.jsonl
+xl-prune-heads $I --cache iter.jsonl sch.h5 tokens.h5 >/dev/null 2>"$TMP/err" &
+signal_when iter.jsonl key 2 INT $!
+[ "$STATUS" -eq 130 ] || fail "expected exit 130 after SIGINT, got $STATUS: $(cat "$TMP/err")"
+grep -q "stopped by signal 2 after [1-3] evaluations\? and [1-2] importance pass\(es\)\? of sch.h5; they are kept in iter.jsonl" "$TMP/err" ||
+  fail "the stop does not say what is kept: $(cat "$TMP/err")"
+finished=$(wc -l <iter.jsonl)
+expect 0 xl-prune-heads $I --cache iter.jsonl sch.h5 tokens.h5
+grep -q "sch.h5: $finished of its 5 passes (3 evaluations and 2 importance passes) kept in iter.jsonl" "$TMP/err" ||
+  fail "the kept passes were not taken: $(cat "$TMP/err")"
+[ "$(wc -l <iter.jsonl)" -eq 5 ] || fail "iter.jsonl should hold 3 evaluations and 2 importance passes: $(cat iter.jsonl)"
+cmp -s whole.jsonl out || fail "the resumed curve differs from the uninterrupted one: $(cat whole.jsonl out)"
+# Importance alone takes the first pass (the same mask, all heads) and writes the same scores.
+expect 0 xl-prune-heads --mode importance --importance-split valid --importance-max-tokens 0 $S --cache iter.jsonl sch.h5 tokens.h5
+mv out scores.jsonl
+grep -q "importance scores kept in iter.jsonl" "$TMP/err" || fail "importance did not take its kept pass: $(cat "$TMP/err")"
+expect 0 xl-prune-heads --mode importance --importance-split valid --importance-max-tokens 0 $S sch.h5 tokens.h5
+cmp -s scores.jsonl out || fail "kept importance scores differ from computed ones: $(cat scores.jsonl out)"
 
 step "importance, stored in the checkpoint with -o"
 expect 0 xl-prune-heads --mode importance --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o scored.h5

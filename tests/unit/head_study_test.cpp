@@ -155,12 +155,12 @@ TEST(HeadStudy, AHeadWhoseOutputColumnsAreZeroHasImportanceZero) {
   s.tgt_len = 8;
   s.mem_len = 8;
   s.batch_size = 2;
-  auto scores = analysis::head_importance(m, stream(200), s);
+  auto scores = analysis::head_importance(m, stream(200), s).scores;
   EXPECT_EQ(scores[0][1].item<float>(), 0.0f);
   EXPECT_GT(scores[0][0].item<float>(), 0.0f);
   EXPECT_GT(scores[1][2].item<float>(), 0.0f);
   s.normalize_layers = true;
-  auto norm = analysis::head_importance(m, stream(200), s);
+  auto norm = analysis::head_importance(m, stream(200), s).scores;
   EXPECT_NEAR(norm[1].norm().item<double>(), 1.0, 1e-5);
 }
 
@@ -202,4 +202,53 @@ TEST(HeadStudy, IterativePruningFollowsImportanceAndRefusesTooMany) {
   EXPECT_LE(max_removed, min_kept);
   sched.exact_heads = 7;
   EXPECT_THROW(analysis::prune_iteratively(m, ids, es, ids, is, sched), xl::Error);
+}
+
+TEST(HeadStudy, IterativePruningRunAgainTakesItsKeptPassesAndGivesTheSameCurve) {
+  torch::manual_seed(3);
+  auto m = tiny_model();
+  eval::EvalSettings es = short_segments();
+  analysis::ImportanceSettings is;
+  is.tgt_len = 8;
+  is.mem_len = 8;
+  is.batch_size = 2;
+  auto ids = stream(160);
+  analysis::PruningSchedule sched;
+  sched.step_percent = 50;
+  sched.rescore = true;
+  const auto plain = analysis::prune_iteratively(m, ids, es, ids, is, sched);
+  const std::string file = ::testing::TempDir() + "kept-iterative-" + std::to_string(getpid()) + ".jsonl";
+  std::remove(file.c_str());
+  analysis::EvalCache first(file);
+  const auto a = analysis::prune_iteratively(m, ids, es, ids, is, sched, nullptr, &first);
+  // 0, 3 and 6 heads pruned, scored before the first and second steps.
+  EXPECT_EQ(a.evaluations, 3);
+  EXPECT_EQ(a.scorings, 2);
+  EXPECT_EQ(a.kept, 0);
+  analysis::EvalCache again(file);
+  const auto b = analysis::prune_iteratively(m, ids, es, ids, is, sched, nullptr, &again);
+  EXPECT_EQ(b.kept, 5);
+  for (const auto* r : {&a, &b}) {
+    ASSERT_EQ(r->curve.size(), plain.curve.size());
+    for (size_t i = 0; i < plain.curve.size(); ++i) EXPECT_EQ(r->curve[i].loss, plain.curve[i].loss) << i;
+    EXPECT_TRUE(torch::equal(r->importance, plain.importance));
+    EXPECT_TRUE(torch::equal(r->keep, plain.keep));
+  }
+  // Kept scores are the computed ones to the bit, and the layer normalisation applies to them.
+  analysis::ImportanceSettings n = is;
+  n.head_mask = torch::ones({2, 3});
+  n.normalize_layers = true;
+  const auto fresh = analysis::head_importance(m, ids, n);
+  const auto kept = analysis::head_importance(m, ids, n, &again);
+  EXPECT_TRUE(kept.kept);
+  EXPECT_TRUE(torch::equal(kept.scores, fresh.scores));
+  analysis::ImportanceSettings none = n;
+  none.head_mask = torch::Tensor();
+  EXPECT_TRUE(analysis::head_importance(m, ids, none, &again).kept);  // no mask: every head's
+  n.head_mask[0][1] = 0;
+  EXPECT_FALSE(analysis::head_importance(m, ids, n, &again).kept);
+  n.max_tokens = 16;
+  n.head_mask = torch::ones({2, 3});
+  EXPECT_FALSE(analysis::head_importance(m, ids, n, &again).kept);
+  std::remove(file.c_str());
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "xl/analysis/head_importance.h"
 #include "xl/util/error.h"
 #include "xl/util/sha256.h"
 
@@ -17,6 +18,20 @@ void hash_tensor(Sha256& h, const torch::Tensor& t) {
   for (int64_t d : c.sizes()) h.update(std::to_string(d) + ",");
   h.update("]");
   h.update(c.data_ptr(), c.numel() * c.element_size());
+}
+
+// The model's configuration, weights and buffers, and the tokens.
+void hash_model_and_tokens(Sha256& h, const model::TransformerXL& model, const std::vector<int32_t>& ids) {
+  h.update(model->config.to_json().dump());
+  for (const auto& p : model->named_parameters()) {
+    h.update(p.key());
+    hash_tensor(h, p.value());
+  }
+  for (const auto& b : model->named_buffers()) {
+    h.update(b.key());
+    hash_tensor(h, b.value());
+  }
+  h.update(ids.data(), ids.size() * sizeof(int32_t));
 }
 
 }  // namespace
@@ -41,12 +56,23 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
     ++line_no;
     try {
       const auto j = nlohmann::json::parse(line);
+      if (j.contains("scores")) {
+        const auto rows = j.at("scores").get<std::vector<std::vector<float>>>();
+        if (rows.empty() || rows.front().empty()) throw std::invalid_argument("no scores");
+        torch::Tensor t = torch::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.front().size())});
+        for (size_t l = 0; l < rows.size(); ++l) {
+          if (rows[l].size() != rows.front().size()) throw std::invalid_argument("ragged scores");
+          for (size_t h = 0; h < rows[l].size(); ++h) t[static_cast<int64_t>(l)][static_cast<int64_t>(h)] = rows[l][h];
+        }
+        kept_scores_[j.at("key").get<std::string>()] = t;
+        continue;
+      }
       eval::EvalResult r;
       r.loss_sum = j.at("loss_sum").get<double>();
       r.tokens = j.at("tokens").get<int64_t>();
       r.seconds = j.at("seconds").get<double>();
       kept_[j.at("key").get<std::string>()] = r;
-    } catch (const nlohmann::json::exception&) {
+    } catch (const std::exception&) {
       XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by xl-prune-heads --cache");
     }
   }
@@ -57,22 +83,24 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
 std::string EvalCache::study_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
                                  const eval::EvalSettings& s) {
   Sha256 h;
-  h.update(model->config.to_json().dump());
-  for (const auto& p : model->named_parameters()) {
-    h.update(p.key());
-    hash_tensor(h, p.value());
-  }
-  for (const auto& b : model->named_buffers()) {
-    h.update(b.key());
-    hash_tensor(h, b.value());
-  }
-  h.update(ids.data(), ids.size() * sizeof(int32_t));
+  hash_model_and_tokens(h, model, ids);
   const nlohmann::json settings = {
       {"tgt_len", s.tgt_len},         {"mem_len", s.mem_len},
       {"batch_size", s.batch_size},   {"clamp_len", s.clamp_len ? nlohmann::json(*s.clamp_len) : nlohmann::json()},
       {"warmup", s.warmup},           {"same_length", s.same_length ? nlohmann::json(*s.same_length) : nlohmann::json()},
       {"max_tokens", s.max_tokens},   {"precision", model::to_string(s.precision)},
       {"shard", s.shard},             {"shards", s.shards}};
+  h.update(settings.dump());
+  return h.hex();
+}
+
+std::string EvalCache::importance_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
+                                      const ImportanceSettings& s) {
+  Sha256 h;
+  hash_model_and_tokens(h, model, ids);
+  const nlohmann::json settings = {{"importance", true},         {"tgt_len", s.tgt_len},
+                                   {"mem_len", s.mem_len},       {"batch_size", s.batch_size},
+                                   {"max_tokens", s.max_tokens}, {"precision", model::to_string(s.precision)}};
   h.update(settings.dump());
   return h.hex();
 }
@@ -95,8 +123,29 @@ void EvalCache::add(const std::string& key, const eval::EvalResult& r) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   kept_[key] = r;
-  out_ << nlohmann::json{{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}}.dump()
-       << '\n';
+  append({{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}});
+}
+
+std::optional<torch::Tensor> EvalCache::find_scores(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = kept_scores_.find(key);
+  if (it == kept_scores_.end()) return std::nullopt;
+  return it->second.clone();
+}
+
+void EvalCache::add_scores(const std::string& key, const torch::Tensor& scores) {
+  if (!enabled()) return;
+  const torch::Tensor t = scores.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  std::vector<std::vector<float>> rows(static_cast<size_t>(t.size(0)));
+  for (int64_t l = 0; l < t.size(0); ++l)
+    rows[static_cast<size_t>(l)].assign(t[l].data_ptr<float>(), t[l].data_ptr<float>() + t.size(1));
+  std::lock_guard<std::mutex> lock(mutex_);
+  kept_scores_[key] = t.clone();
+  append({{"key", key}, {"scores", rows}});
+}
+
+void EvalCache::append(const nlohmann::json& record) {
+  out_ << record.dump() << '\n';
   out_.flush();
   XL_CHECK(out_.good(), kExitIoErr, path_ << ": write error (disk full?)");
 }

@@ -1,11 +1,13 @@
-// Evaluations of a head study kept in a file as they finish (xl-prune-heads --cache): a study that
-// a signal, a batch system's time limit or SIGKILL stopped goes on where it stopped when it runs
-// again, instead of evaluating every head again (a base model's 97 evaluations take hours on a CPU).
+// Evaluations and importance passes of a head study kept in a file as they finish (xl-prune-heads
+// --cache): a study that a signal, a batch system's time limit or SIGKILL stopped goes on where it
+// stopped when it runs again, instead of evaluating every head again (a base model's 97
+// evaluations take hours on a CPU; iterative pruning with --rescore an importance pass a step).
 #pragma once
 #include <cstdint>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,8 @@
 #include "xl/model/transformer_xl.h"
 
 namespace xl::analysis {
+
+struct ImportanceSettings;
 
 class EvalCache {
  public:
@@ -29,15 +33,25 @@ class EvalCache {
   // study resumed on another node takes what it kept.
   static std::string study_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
                                const eval::EvalSettings& settings);
-  // One evaluation of the study: its head mask (undefined: all heads).
+  // What importance scores depend on but their head mask (the layer normalisation is applied to
+  // the kept scores).
+  static std::string importance_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
+                                    const ImportanceSettings& settings);
+  // One evaluation or importance pass of the study: its head mask (undefined: all heads).
   static std::string key(const std::string& study, const torch::Tensor& head_mask);
 
+  // Each written and flushed at once; thread-safe.
   std::optional<eval::EvalResult> find(const std::string& key) const;
-  void add(const std::string& key, const eval::EvalResult& result);  // written and flushed at once; thread-safe
+  void add(const std::string& key, const eval::EvalResult& result);
+  std::optional<torch::Tensor> find_scores(const std::string& key) const;  // [n_layer, n_head] float32
+  void add_scores(const std::string& key, const torch::Tensor& scores);
 
  private:
   std::string path_;
+  void append(const nlohmann::json& record);
+
   std::map<std::string, eval::EvalResult> kept_;
+  std::map<std::string, torch::Tensor> kept_scores_;
   std::ofstream out_;
   mutable std::mutex mutex_;
 };

@@ -2,11 +2,15 @@
 
 #include "xl/train/batcher.h"
 #include "xl/util/error.h"
+#include "xl/util/signals.h"
 
 namespace xl::analysis {
+namespace {
 
-torch::Tensor head_importance(model::TransformerXL& model, const std::vector<int32_t>& ids,
-                              const ImportanceSettings& s) {
+// Each batch's |dL/d mask| averaged over the batches, 0 beyond a layer's heads; undefined when a
+// stop signal ended the pass.
+torch::Tensor raw_scores(model::TransformerXL& model, const std::vector<int32_t>& ids, const ImportanceSettings& s,
+                         int& stopped_by) {
   const auto& cfg = model->config;
   const bool was_training = model->is_training();
   model->eval();  // dropout off
@@ -33,16 +37,42 @@ torch::Tensor head_importance(model::TransformerXL& model, const std::vector<int
     total += grad.abs();
     ++batches;
     tokens += seg.input.numel();
+    if (s.stop_on_signal && (stopped_by = signals::pending())) break;
   } while (cursor.epoch == 0 && cursor.offset < batcher.stream_length() - 1 && (s.max_tokens <= 0 || tokens < s.max_tokens));
   if (was_training) model->train();
+  if (stopped_by) return {};
   torch::Tensor scores = (total / static_cast<double>(batches)).to(torch::kFloat32).cpu();
   for (int64_t l = 0; l < cfg.n_layer; ++l)
     if (cfg.heads_in_layer(l) < cfg.n_head) scores[l].slice(0, cfg.heads_in_layer(l)).zero_();
-  if (s.normalize_layers) {
-    auto norm = scores.pow(2).sum(-1, true).sqrt().clamp_min(1e-20);
-    scores = scores / norm;
-  }
   return scores;
+}
+
+}  // namespace
+
+Importance head_importance(model::TransformerXL& model, const std::vector<int32_t>& ids, const ImportanceSettings& s,
+                           EvalCache* cache) {
+  Importance out;
+  std::string key;
+  if (cache && cache->enabled()) {
+    // No mask is every head's: the key is that of a mask of ones (iterative pruning's first pass).
+    const auto& cfg = model->config;
+    key = EvalCache::key(EvalCache::importance_key(model, ids, s),
+                         s.head_mask.defined() ? s.head_mask : torch::ones({cfg.n_layer, cfg.n_head}));
+    if (auto kept = cache->find_scores(key)) {
+      out.scores = *kept;
+      out.kept = true;
+    }
+  }
+  if (!out.kept) {
+    out.scores = raw_scores(model, ids, s, out.stopped_by);
+    if (out.stopped_by) return out;
+    if (cache) cache->add_scores(key, out.scores);
+  }
+  if (s.normalize_layers) {
+    auto norm = out.scores.pow(2).sum(-1, true).sqrt().clamp_min(1e-20);
+    out.scores = out.scores / norm;
+  }
+  return out;
 }
 
 }  // namespace xl::analysis

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "xl/analysis/eval_cache.h"
 #include "xl/model/precision.h"
 #include "xl/model/transformer_xl.h"
 
@@ -20,10 +21,20 @@ struct ImportanceSettings {
   bool normalize_layers = false; // divide each layer's scores by their L2 norm
   torch::Tensor head_mask;       // [n_layer, n_head] 0/1 mask in force (pruned heads), or undefined
   model::Precision precision = model::Precision::kFp32;  // of the matrix products
+  // A stop signal caught by the process (signals::catch_stop) ends the pass after its batch, with
+  // Importance::stopped_by set and no scores.
+  bool stop_on_signal = false;
 };
 
-// [n_layer, n_head] float scores; entries beyond a layer's head count are 0.
-torch::Tensor head_importance(model::TransformerXL& model, const std::vector<int32_t>& ids,
-                              const ImportanceSettings& settings);
+struct Importance {
+  torch::Tensor scores;  // [n_layer, n_head] float; entries beyond a layer's head count are 0
+  bool kept = false;     // taken from the cache
+  int stopped_by = 0;    // the signal that ended the pass (stop_on_signal), or 0
+};
+
+// `cache`, when given, supplies the scores it holds for this model, tokens, settings and head mask,
+// and keeps them when they are computed.
+Importance head_importance(model::TransformerXL& model, const std::vector<int32_t>& ids,
+                           const ImportanceSettings& settings, EvalCache* cache = nullptr);
 
 }  // namespace xl::analysis

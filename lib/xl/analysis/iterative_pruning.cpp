@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "xl/model/head_pruning.h"
 #include "xl/util/error.h"
@@ -11,7 +12,7 @@ namespace xl::analysis {
 IterativePruning prune_iteratively(model::TransformerXL& model, const std::vector<int32_t>& eval_ids,
                                    const eval::EvalSettings& eval_settings, const std::vector<int32_t>& score_ids,
                                    const ImportanceSettings& score_settings, const PruningSchedule& sched,
-                                   const PruningProgress& progress) {
+                                   const PruningProgress& progress, EvalCache* cache) {
   const auto& cfg = model->config;
   torch::Tensor keep = model::all_heads_mask(cfg);
   const int64_t total = keep.sum().item<int64_t>();
@@ -20,22 +21,40 @@ IterativePruning prune_iteratively(model::TransformerXL& model, const std::vecto
   XL_CHECK(sched.step_percent > 0 && sched.max_fraction > 0 && sched.max_fraction <= 1, kExitUsage,
            "--step must be positive and --max-fraction in (0, 1]");
   auto dtype = model->parameters().front().scalar_type();
+  IterativePruning out;
+  // The masks change, the weights do not: the study's key is taken once.
+  const std::string study = cache && cache->enabled() ? EvalCache::study_key(model, eval_ids, eval_settings) : "";
   auto evaluate = [&](int64_t pruned) {
     eval::EvalSettings s = eval_settings;
     s.head_mask = model::keep_to_head_mask(cfg, keep, dtype);
-    PruningPoint p{static_cast<double>(pruned) / static_cast<double>(total), pruned, eval::evaluate(model, eval_ids, s).loss()};
-    if (progress) progress(p);
-    return p;
+    const std::string key = study.empty() ? "" : EvalCache::key(study, s.head_mask);
+    std::optional<eval::EvalResult> r = study.empty() ? std::nullopt : cache->find(key);
+    if (r) {
+      ++out.kept;
+    } else {
+      r = eval::evaluate(model, eval_ids, s);
+      if ((out.stopped_by = r->stopped_by)) return false;
+      if (cache) cache->add(key, *r);
+    }
+    ++out.evaluations;
+    out.curve.push_back({static_cast<double>(pruned) / static_cast<double>(total), pruned, r->loss()});
+    if (progress) progress(out.curve.back());
+    return true;
   };
+  torch::Tensor importance;
   auto score = [&]() {
     ImportanceSettings s = score_settings;
     s.head_mask = model::keep_to_head_mask(cfg, keep, dtype);
-    return head_importance(model, score_ids, s);
+    Importance r = head_importance(model, score_ids, s, cache);
+    if ((out.stopped_by = r.stopped_by)) return false;
+    out.kept += r.kept;
+    ++out.scorings;
+    importance = r.scores;
+    return true;
   };
-  IterativePruning out;
-  torch::Tensor importance = score();
+  if (!score()) return out;
   out.importance = importance.clone();
-  out.curve.push_back(evaluate(0));
+  if (!evaluate(0)) return out;
   int64_t pruned = 0;
   const int64_t most = static_cast<int64_t>(std::floor(sched.max_fraction * total + 1e-9));
   for (int step = 1;; ++step) {
@@ -55,9 +74,9 @@ IterativePruning prune_iteratively(model::TransformerXL& model, const std::vecto
     for (int64_t k = 0; k < target - pruned && k < static_cast<int64_t>(order.size()); ++k)
       keep[std::get<1>(order[k])][std::get<2>(order[k])] = false;
     pruned = target;
-    out.curve.push_back(evaluate(pruned));
+    if (!evaluate(pruned)) return out;
     if (sched.exact_heads >= 0 || pruned >= total) break;
-    if (sched.rescore) importance = score();
+    if (sched.rescore && !score()) return out;
   }
   out.keep = keep;
   return out;

@@ -26,13 +26,20 @@ struct IterativePruning {
   std::vector<PruningPoint> curve;
   torch::Tensor keep;        // [n_layer, n_head] bool after the last step
   torch::Tensor importance;  // the first scores
+  int64_t evaluations = 0, scorings = 0;  // passes finished (kept ones included)
+  int64_t kept = 0;                       // of them, taken from the cache
+  // A stop signal (the settings' stop_on_signal) ended it: the curve so far; the passes finished
+  // before it are in the cache.
+  int stopped_by = 0;
 };
 
 using PruningProgress = std::function<void(const PruningPoint&)>;
 
+// `cache`, when given, supplies the evaluations and importance passes it holds and keeps each new
+// one as it finishes.
 IterativePruning prune_iteratively(model::TransformerXL& model, const std::vector<int32_t>& eval_ids,
                                    const eval::EvalSettings& eval_settings, const std::vector<int32_t>& score_ids,
                                    const ImportanceSettings& score_settings, const PruningSchedule& schedule,
-                                   const PruningProgress& progress = nullptr);
+                                   const PruningProgress& progress = nullptr, EvalCache* cache = nullptr);
 
 }  // namespace xl::analysis
