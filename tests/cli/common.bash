@@ -43,6 +43,13 @@ signal_when() {
   wait "$5" || STATUS=$?
 }
 
+# same_checkpoint A B WHAT: the same parameters, optimizer state, memories and generators.
+same_checkpoint() {
+  for g in /model /optimizer /memory /rng; do
+    h5diff -q "$1" "$2" "$g" "$g" >/dev/null || fail "$3: $g differs between $1 and $2"
+  done
+}
+
 # stopped_step_saved CHECKPOINT METRICS: the checkpoint is of the step the run's done event gives.
 stopped_step_saved() {
   [ "$(xl-inspect --json "$1" | json /dev/stdin 'j["attributes"]["step"]')" = \

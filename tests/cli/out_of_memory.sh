@@ -3,8 +3,9 @@
 # that needs more memory than training (a long --eval-mem-len) saves the trained step, ends with
 # one line that says so, where the checkpoint is and what needs less, and the run resumes; with 2
 # ranks the lowest rank that failed says it once; a training step that runs out names what needs
-# less; a memory sweep keeps the rows it finished; no tool calls it an internal error; a limit
-# too small to start in is one line, not a hang.
+# less, and one process saves the run as its last whole step left it; a memory sweep keeps the
+# rows it finished; no tool calls it an internal error; a limit too small to start in is one line,
+# not a hang.
 source "$(dirname "$0")/common.bash"
 
 make_mixed_text corpus.txt 1000000
@@ -14,12 +15,12 @@ T="$MODEL --tgt-len 16 --mem-len 16"
 # Validation's attention over 40,000 + 40,000 positions: 12.8 GB in one allocation.
 LONG="--eval-interval 10 --eval-tgt-len 40000 --eval-mem-len 40000"
 
-# limited CMD...: CMD in 4 GB of address space (training here needs under 1 GB), with one BLAS and
-# OpenMP thread and two malloc arenas, so that what start-up reserves does not grow with the
-# machine's cores (OpenBLAS 0.3.21 retries a buffer it cannot map for ever: hence the timeout).
+# limited CMD...: CMD in 4 GB of address space (LIMIT_KB; training here needs under 1 GB), with one
+# BLAS and OpenMP thread and two malloc arenas, so that what start-up reserves does not grow with
+# the machine's cores (OpenBLAS 0.3.21 retries a buffer it cannot map for ever: hence the timeout).
 limited() {
   STATUS=0
-  (ulimit -v 4000000; OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=2 exec timeout 300 "$@") \
+  (ulimit -v "${LIMIT_KB:-4000000}"; OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=2 exec timeout 300 "$@") \
     >"$TMP/out" 2>"$TMP/err" || STATUS=$?
 }
 # status_is CODE: the last limited command exited with CODE.
@@ -68,6 +69,22 @@ status_is 70
 stderr_is_one_line "xl-train-phase1: step 1: out of memory: could not allocate" "a larger --batch-chunk" \
   "--attention-probs recompute needs less"
 [ ! -e big.h5 ] || fail "a run that never finished a step wrote big.h5"
+
+step "a training step that runs out after a step: the run is saved as that step left it and resumes to the bits"
+# Step 1 attends over 6,000 keys, step 2 over its memory too (1.2 GB of probabilities at once): in
+# 2.75 GB, step 1 runs (it ran in 2.5) and step 2 does not (it needed 3.5).
+MID="$MODEL --tgt-len 6000 --mem-len 6000 --attention-probs keep --max-steps 2 --eval-interval 0 --eval-tgt-len 16
+     --eval-mem-len 16 --eval-max-tokens 1000"
+LIMIT_KB=2750000 limited $MID tokens.h5 -o mid.h5 --metrics mid.jsonl
+status_is 70
+stderr_is_one_line "xl-train-phase1: step 2: out of memory: could not allocate" \
+  "the run is saved at step 1, resume with --resume -o mid.h5" "a larger --batch-chunk"
+[ "$(checkpoint_step mid.h5)" = 1 ] || fail "the checkpoint is of step $(checkpoint_step mid.h5), not 1"
+stopped_step_saved mid.h5 mid.jsonl || fail "the done event's step is not the checkpoint's"
+grep '"event":"done"' mid.jsonl | grep -q '"reason":"out of memory"' || fail "the done event does not say why: $(cat mid.jsonl)"
+expect 0 $MID --resume tokens.h5 -o mid.h5
+expect 0 $MID tokens.h5 -o whole.h5
+same_checkpoint whole.h5 mid.h5 "resumed after a step that ran out of memory"
 
 step "a sweep that runs out at its longest memory keeps the rows finished before it"
 limited xl-eval-longctx --split valid --tgt-len 10000 --mem-len 0,100000 --batch-size 1 --max-tokens 60K -q \

@@ -97,6 +97,7 @@ class Trainer {
     std::vector<bool> crossed;  // per layer: cross-head attention fired
   };
   Step train_step();  // this rank's mean loss
+  void forward_backward(Step* step);  // the step's draws, segment, losses and gradients
   bool validate();  // true when the stopping rule fires
   // A validation that failed on some rank: the step saved, then the run ends, said by the lowest
   // rank that failed (`failure`: its error, else nullopt).
@@ -379,9 +380,8 @@ void Trainer::check_last_save() const {
                        << (saved_once_ ? "; the last good one is from step " + std::to_string(saved_step_) : ""));
 }
 
-Trainer::Step Trainer::train_step() {
-  const auto t0 = Clock::now();
-  Step out;
+void Trainer::forward_backward(Step* step) {
+  Step& out = *step;
   if (phase1_) out.skips = model::draw_skips(gen_.skip, p_skip_);
   const auto perms = model::draw_cross_head(gen_.cross_head, cfg_.sch_beta, model_->heads_per_layer());
   for (const auto& p : perms) out.crossed.push_back(!p.empty());
@@ -417,6 +417,26 @@ Trainer::Step Trainer::train_step() {
   sync_->finish();
   out.loss = loss_sum / static_cast<double>(chunks);
   out.tokens = cfg_.batch_size * t;
+}
+
+Trainer::Step Trainer::train_step() {
+  const auto t0 = Clock::now();
+  Step out;
+  // What the step changes before its update. A step that fails (runs out of memory) puts them
+  // back: the run is then as the last whole step left it, and can be saved.
+  const Cursor cursor_before = cursor_;
+  const std::vector<model::Memory> memories_before = memories_;
+  checkpoint::TensorList generators_before;
+  gen_.to_tensors(&generators_before);
+  try {
+    forward_backward(&out);
+  } catch (...) {
+    cursor_ = cursor_before;
+    memories_ = memories_before;
+    gen_.load(generators_before, "the step's generators");  // this process's streams, under rank 0's names
+    adam_->clear_grads();
+    throw;
+  }
   state_.tokens_seen += out.tokens;
   ++state_.step;
   // fp16: gradients that overflowed skip the update (the data is consumed) and shrink the scale.
@@ -666,11 +686,18 @@ int Trainer::run() {
     try {
       st = train_step();
     } catch (...) {
-      // A step half done cannot be saved: the run ends at the last checkpoint, with what needs less.
+      // The failed step was put back: one process saves the run as its last whole step left it, when
+      // it stepped since it started. (Ranks cannot: the others wait in the step's all-reduce; the
+      // run ends at the last checkpoint.)
       const Failure f = describe_failure(std::current_exception());
       if (!f.out_of_memory) throw;
-      const std::string keep = saved_once_ ? "; the last checkpoint is of step " + std::to_string(saved_step_) : "";
-      XL_FAIL(f.code, "step " << state_.step + 1 << ": " << f.line << keep
+      const int64_t failed = state_.step + 1;
+      std::string keep = saved_once_ ? "; the last checkpoint is of step " + std::to_string(saved_step_) : "";
+      if (dist_.single() && state_.step > start_step_) {
+        keep = "; the run is saved at step " + std::to_string(state_.step) + ", " + save_at_stop();
+        metrics_.write("done", {{"step", state_.step}, {"reason", "out of memory"}, {"peak_rss_mb", peak_rss_mb()}});
+      }
+      XL_FAIL(f.code, "step " << failed << ": " << f.line << keep
                               << "; a larger --batch-chunk (the same step in smaller pieces), a smaller --batch-size, "
                                  "--tgt-len or --mem-len"
                               << (attention_probs_ == "keep" ? ", or --attention-probs recompute" : "") << " needs less");
