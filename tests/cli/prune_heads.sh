@@ -39,14 +39,22 @@ stderr_is_one_line "is sch2.h5, which is also CHECKPOINT"
 step "a stopped study goes on from its --cache, to the rows of one run without a stop"
 # The whole valid split in 2-token segments of 2 streams: each of the 7 evaluations takes about 0.4 s.
 S="--tgt-len 2 --mem-len 32 --batch-size 2 --threads 1"
-expect 0 xl-prune-heads $S sch.h5 tokens.h5
-mv out whole.jsonl
-xl-prune-heads $S --cache kept.jsonl sch.h5 tokens.h5 >/dev/null 2>"$TMP/err" &
-signal_when kept.jsonl key 2 INT $!
-[ "$STATUS" -eq 130 ] || fail "expected exit 130 after SIGINT, got $STATUS: $(cat "$TMP/err")"
+# run_through_then_stop CACHE ARGS...: the study of ARGS run through (its rows in whole.jsonl), then
+# with --cache CACHE stopped by SIGINT once CACHE holds 2 passes (130; its lines in $TMP/err);
+# $finished: the passes kept then.
+run_through_then_stop() {
+  local cache=$1
+  shift
+  expect 0 xl-prune-heads "$@" sch.h5 tokens.h5
+  mv out whole.jsonl
+  xl-prune-heads "$@" --cache "$cache" sch.h5 tokens.h5 >/dev/null 2>"$TMP/err" &
+  signal_when "$cache" key 2 INT $!
+  [ "$STATUS" -eq 130 ] || fail "expected exit 130 after SIGINT, got $STATUS: $(cat "$TMP/err")"
+  finished=$(wc -l <"$cache")
+}
+run_through_then_stop kept.jsonl $S
 grep -q "stopped by signal 2 after [2-6] of 7 evaluations of sch.h5; they are kept in kept.jsonl" "$TMP/err" ||
   fail "the stop does not say what is kept: $(cat "$TMP/err")"
-finished=$(wc -l <kept.jsonl)
 # SIGKILL while a line was written: the cut line is dropped.
 printf '{"key":"0123' >>kept.jsonl
 expect 0 xl-prune-heads $S --cache kept.jsonl sch.h5 tokens.h5
@@ -70,14 +78,9 @@ step "a stopped iterative pruning goes on from its --cache, to the curve of one 
 # Importance passes and evaluations over the whole valid split in 2-token segments: 3 evaluations
 # (0, 3 and 6 heads pruned) and 2 importance passes of about 0.5 s each.
 I="--mode iterative --step 50 --rescore --importance-split valid --importance-max-tokens 0 $S"
-expect 0 xl-prune-heads $I sch.h5 tokens.h5
-mv out whole.jsonl
-xl-prune-heads $I --cache iter.jsonl sch.h5 tokens.h5 >/dev/null 2>"$TMP/err" &
-signal_when iter.jsonl key 2 INT $!
-[ "$STATUS" -eq 130 ] || fail "expected exit 130 after SIGINT, got $STATUS: $(cat "$TMP/err")"
+run_through_then_stop iter.jsonl $I
 grep -q "stopped by signal 2 after [1-3] evaluations\? and [1-2] importance pass\(es\)\? of sch.h5; they are kept in iter.jsonl" "$TMP/err" ||
   fail "the stop does not say what is kept: $(cat "$TMP/err")"
-finished=$(wc -l <iter.jsonl)
 expect 0 xl-prune-heads $I --cache iter.jsonl sch.h5 tokens.h5
 grep -q "sch.h5: $finished of its 5 passes (3 evaluations and 2 importance passes) kept in iter.jsonl" "$TMP/err" ||
   fail "the kept passes were not taken: $(cat "$TMP/err")"

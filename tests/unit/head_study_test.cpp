@@ -29,9 +29,10 @@ model::TransformerXL tiny_model(int seed = 1) {
   return m;
 }
 
-// The studies' evaluation: 8-token segments, 8 of memory, 2 streams.
-eval::EvalSettings short_segments() {
-  eval::EvalSettings s;
+// The studies' evaluation (and importance passes): 8-token segments, 8 of memory, 2 streams.
+template <typename Settings = eval::EvalSettings>
+Settings short_segments() {
+  Settings s;
   s.tgt_len = 8;
   s.mem_len = 8;
   s.batch_size = 2;
@@ -151,10 +152,7 @@ TEST(HeadStudy, AHeadWhoseOutputColumnsAreZeroHasImportanceZero) {
     torch::NoGradGuard ng;
     m->layer_list[0]->dec_attn->o_net->weight.narrow(1, 1 * 4, 4).zero_();  // head 1 of layer 0
   }
-  analysis::ImportanceSettings s;
-  s.tgt_len = 8;
-  s.mem_len = 8;
-  s.batch_size = 2;
+  analysis::ImportanceSettings s = short_segments<analysis::ImportanceSettings>();
   auto scores = analysis::head_importance(m, stream(200), s).scores;
   EXPECT_EQ(scores[0][1].item<float>(), 0.0f);
   EXPECT_GT(scores[0][0].item<float>(), 0.0f);
@@ -164,20 +162,19 @@ TEST(HeadStudy, AHeadWhoseOutputColumnsAreZeroHasImportanceZero) {
   EXPECT_NEAR(norm[1].norm().item<double>(), 1.0, 1e-5);
 }
 
-TEST(HeadStudy, IterativePruningFollowsImportanceAndRefusesTooMany) {
-  torch::manual_seed(3);
-  auto m = tiny_model();
-  eval::EvalSettings es;
-  es.tgt_len = 8;
-  es.mem_len = 8;
-  es.batch_size = 2;
-  analysis::ImportanceSettings is;
-  is.tgt_len = 8;
-  is.mem_len = 8;
-  is.batch_size = 2;
-  auto ids = stream(160);
+// The iterative pruning tests' model (6 heads), settings and schedule (half of the heads a step).
+struct PruningStudy {
+  model::TransformerXL m = tiny_model();
+  const eval::EvalSettings es = short_segments();
+  const analysis::ImportanceSettings is = short_segments<analysis::ImportanceSettings>();
+  const std::vector<int32_t> ids = stream(160);
   analysis::PruningSchedule sched;
-  sched.step_percent = 50;
+  PruningStudy() { sched.step_percent = 50; }
+};
+
+TEST(HeadStudy, IterativePruningFollowsImportanceAndRefusesTooMany) {
+  PruningStudy study;
+  auto& [m, es, is, ids, sched] = study;
   auto r = analysis::prune_iteratively(m, ids, es, ids, is, sched);
   ASSERT_EQ(r.curve.size(), 3u);  // 0, 3 and 6 of 6 heads
   EXPECT_EQ(r.curve[1].pruned, 3);
@@ -205,16 +202,8 @@ TEST(HeadStudy, IterativePruningFollowsImportanceAndRefusesTooMany) {
 }
 
 TEST(HeadStudy, IterativePruningRunAgainTakesItsKeptPassesAndGivesTheSameCurve) {
-  torch::manual_seed(3);
-  auto m = tiny_model();
-  eval::EvalSettings es = short_segments();
-  analysis::ImportanceSettings is;
-  is.tgt_len = 8;
-  is.mem_len = 8;
-  is.batch_size = 2;
-  auto ids = stream(160);
-  analysis::PruningSchedule sched;
-  sched.step_percent = 50;
+  PruningStudy study;
+  auto& [m, es, is, ids, sched] = study;
   sched.rescore = true;
   const auto plain = analysis::prune_iteratively(m, ids, es, ids, is, sched);
   const std::string file = ::testing::TempDir() + "kept-iterative-" + std::to_string(getpid()) + ".jsonl";
