@@ -2,6 +2,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "xl/analysis/eval_cache.h"
 #include "xl/cli/options.h"
 #include "xl/model/kernels/torch_process.h"
 #include "xl/eval/evaluator.h"
@@ -64,11 +65,13 @@ int main(int argc, char** argv) {
     xl::options::add_eval_options(cli, "test", xl::options::MemLens::kSweep);
     cli.add("Output")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
-        ("per-token", po::value<std::string>(), "write each scored token's loss to FILE (HDF5, one group per setting)");
+        ("per-token", po::value<std::string>(), "write each scored token's loss to FILE (HDF5, one group per setting)")
+        ("cache", po::value<std::string>(), "keep each finished setting's evaluation in FILE and take those it holds "
+                                            "(a sweep stopped, even by SIGKILL, goes on where it stopped)");
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
     cli.add_output("the result rows");
-    cli.files({"checkpoint", "tokens"}, {"per-token"});
+    cli.files({"checkpoint", "tokens"}, {"per-token", "cache"});
     xl::options::add_compute_options(cli);
     if (!cli.parse(argc, argv)) return 0;
 
@@ -83,6 +86,11 @@ int main(int argc, char** argv) {
     const std::string per_token_path = cli.has("per-token") ? cli.get<std::string>("per-token") : "";
     XL_CHECK(!(xl::io::is_stdio(per_token_path) && xl::io::is_stdio(cli.output())), xl::kExitUsage,
              "--per-token - and the rows cannot both go to stdout (use -o FILE for the rows)");
+    const std::string cache_path = cli.has("cache") ? cli.get<std::string>("cache") : "";
+    if (!cache_path.empty() && (xl::io::is_stdio(cache_path) || xl::io::is_stream(cache_path)))
+      cli.fail("cache", "must be a file: it is read, then appended to");
+    XL_CHECK(cache_path.empty() || per_token_path.empty(), xl::kExitUsage,
+             "--cache keeps each setting's loss, not its per-token losses: drop --cache or --per-token");
 
     const auto compute = xl::options::compute_settings(cli);
     xl::model::set_threads(compute.threads);
@@ -98,6 +106,8 @@ int main(int argc, char** argv) {
     model->to(device);
 
     xl::io::AtomicOutput out(cli.output(), cli.force(), false);
+    xl::analysis::EvalCache cache(cache_path);
+    size_t kept = 0;
     std::unique_ptr<xl::eval::PerTokenFile> per_token;
     if (!per_token_path.empty()) per_token = std::make_unique<xl::eval::PerTokenFile>(per_token_path, cli.force());
     xl::eval::RowWriter rows(out.stream(), format);
@@ -112,9 +122,11 @@ int main(int argc, char** argv) {
       s.mem_len = mem_len;
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
       xl::eval::ScoringClock clock;
+      const std::string key = cache.enabled() ? xl::analysis::EvalCache::key(xl::analysis::EvalCache::study_key(model, ids, s), s.head_mask) : "";
+      std::optional<xl::eval::EvalResult> kept_result = cache.enabled() ? cache.find(key) : std::nullopt;
       xl::eval::EvalResult result;
       try {
-        result = xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));
+        result = kept_result ? *kept_result : xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));
       } catch (...) {
         // Out of memory at a longer memory: the settings finished before it are kept, as on a stop.
         const xl::Failure f = xl::describe_failure(std::current_exception());
@@ -141,7 +153,10 @@ int main(int argc, char** argv) {
         }
         return 128 + sig;
       }
-      const double scoring_seconds = clock.scoring_seconds();
+      if (kept_result) ++kept;
+      else cache.add(key, result);
+      // A kept setting's time is its whole evaluation's, taken in the run that kept it.
+      const double scoring_seconds = kept_result ? 0 : clock.scoring_seconds();
       xl::eval::EvalRow row;
       row.split = split;
       row.tgt_len = s.tgt_len;
@@ -165,6 +180,7 @@ int main(int argc, char** argv) {
     }
     if (per_token) per_token->commit();
     out.commit();
+    if (kept) XL_INFO(kept << " of " << request.mem_lens.size() << " settings kept in " << cache.path());
     return 0;
   });
 }

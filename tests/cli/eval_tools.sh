@@ -124,6 +124,28 @@ assert groups == ["mem_len_%d" % m for m in range(int(sys.argv[2]))], groups
 PY
 no_temp_files .
 
+step "a sweep killed by SIGKILL goes on from its --cache, to the rows of one run without a stop"
+K="--threads 1 --split valid --tgt-len 1 --batch-size 1 --mem-len 0,1,2,3"
+expect 0 xl-eval-longctx $K ckpt.h5 tokens.h5
+mv out whole.jsonl
+xl-eval-longctx $K --cache sweep.cache ckpt.h5 tokens.h5 >/dev/null 2>&1 &
+signal_when sweep.cache key 1 KILL $!
+finished=$(wc -l <sweep.cache)
+expect 0 xl-eval-longctx $K --cache sweep.cache ckpt.h5 tokens.h5
+grep -q "$finished of 4 settings kept in sweep.cache" err || fail "the kept settings were not taken: $(cat err)"
+[ "$(wc -l <sweep.cache)" -eq 4 ] || fail "sweep.cache should hold the 4 settings: $(cat sweep.cache)"
+/usr/bin/python3 - whole.jsonl out <<'PY' || fail "the resumed sweep's rows differ from the uninterrupted one's"
+import json, sys
+timing = {"seconds", "tokens_per_s", "peak_rss_mb"}
+rows = [[{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(f)] for f in sys.argv[1:]]
+assert rows[0] == rows[1] and len(rows[0]) == 4, rows
+PY
+# Other settings evaluate anew; per-token losses are not kept.
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16 --max-tokens 200 --cache sweep.cache ckpt.h5 tokens.h5
+grep -q "kept in" err && fail "other settings took kept evaluations: $(cat err)"
+expect 64 xl-eval-longctx $K --cache sweep.cache --per-token p.h5 ckpt.h5 tokens.h5
+stderr_is_one_line "--cache keeps each setting's loss, not its per-token losses"
+
 step "refusals: another vocab, a missing split, bad values"
 expect 0 xl-tokenize --mode byte --split 0.8,0.1,0.1 text.txt -o bytes.h5
 expect 65 xl-eval-longctx ckpt.h5 bytes.h5

@@ -70,7 +70,7 @@ expect 0 xl-prune-heads $E --cache kept.jsonl sch.h5 tokens.h5
 grep -q "evaluations kept" "$TMP/err" && fail "other settings took kept evaluations: $(cat "$TMP/err")"
 printf 'not json\n' >bad.jsonl
 expect 65 xl-prune-heads $E --cache bad.jsonl sch.h5 tokens.h5
-stderr_is_one_line "bad.jsonl:1: not an evaluation kept by xl-prune-heads --cache"
+stderr_is_one_line "bad.jsonl:1: not an evaluation kept by --cache"
 expect 64 xl-prune-heads $E --cache - sch.h5 tokens.h5
 stderr_is_one_line "--cache must be a file"
 

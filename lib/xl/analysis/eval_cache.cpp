@@ -73,7 +73,7 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
       r.seconds = j.at("seconds").get<double>();
       kept_[j.at("key").get<std::string>()] = r;
     } catch (const std::exception&) {
-      XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by xl-prune-heads --cache");
+      XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by --cache");
     }
   }
   out_.open(path_, std::ios::app | std::ios::binary);

@@ -1,7 +1,8 @@
-// Evaluations and importance passes of a head study kept in a file as they finish (xl-prune-heads
-// --cache): a study that a signal, a batch system's time limit or SIGKILL stopped goes on where it
-// stopped when it runs again, instead of evaluating every head again (a base model's 97
-// evaluations take hours on a CPU; iterative pruning with --rescore an importance pass a step).
+// Evaluations and importance passes kept in a file as they finish (--cache of xl-prune-heads and
+// xl-eval-longctx): a head study or a memory sweep that a signal, a batch system's time limit or
+// SIGKILL stopped goes on where it stopped when it runs again, instead of evaluating everything
+// again (a base model's 97 head evaluations take hours on a CPU, iterative pruning with --rescore
+// an importance pass a step, a sweep to 3,800 memory slots over enwik8's test split as long).
 #pragma once
 #include <cstdint>
 #include <fstream>
