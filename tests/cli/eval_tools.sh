@@ -145,6 +145,14 @@ expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16 --max-tokens 200 
 grep -q "kept in" err && fail "other settings took kept evaluations: $(cat err)"
 expect 64 xl-eval-longctx $K --cache sweep.cache --per-token p.h5 ckpt.h5 tokens.h5
 stderr_is_one_line "--cache keeps each setting's loss, not its per-token losses"
+# A cache that cannot grow (a full disk: files limited to 2 KB, SIGXFSZ ignored so that write()
+# fails): one warning, and every row all the same.
+/usr/bin/python3 -c 'import json; print(json.dumps({"key": "x" * 1950, "loss_sum": 0, "tokens": 1, "seconds": 0}))' >full.cache
+STATUS=0
+(trap '' XFSZ; ulimit -f 2; exec xl-eval-longctx $K --cache full.cache ckpt.h5 tokens.h5) >out 2>err || STATUS=$?
+[ "$STATUS" -eq 0 ] || fail "a cache that cannot be written failed the sweep ($STATUS): $(cat err)"
+stderr_is_one_line "full.cache: cannot keep evaluations (File too large; disk full?)"
+[ "$(wc -l <out)" -eq 4 ] || fail "expected the 4 rows: $(cat out)"
 
 step "refusals: another vocab, a missing split, bad values"
 expect 0 xl-tokenize --mode byte --split 0.8,0.1,0.1 text.txt -o bytes.h5

@@ -7,6 +7,7 @@
 
 #include "xl/analysis/head_importance.h"
 #include "xl/util/error.h"
+#include "xl/util/log.h"
 #include "xl/util/sha256.h"
 
 namespace xl::analysis {
@@ -144,10 +145,16 @@ void EvalCache::add_scores(const std::string& key, const torch::Tensor& scores) 
   append({{"key", key}, {"scores", rows}});
 }
 
+// A file that cannot be written (a full disk) costs the study nothing but what it would keep: the
+// evaluations go on and their results are written where they go.
 void EvalCache::append(const nlohmann::json& record) {
+  if (failed_) return;
   out_ << record.dump() << '\n';
   out_.flush();
-  XL_CHECK(out_.good(), kExitIoErr, path_ << ": write error (disk full?)");
+  if (out_.good()) return;
+  failed_ = true;
+  XL_WARN(path_ << ": cannot keep evaluations (" << std::strerror(errno)
+                << "; disk full?): they go on without being kept for the next run");
 }
 
 }  // namespace xl::analysis

@@ -41,7 +41,7 @@ class EvalCache {
   // One evaluation or importance pass of the study: its head mask (undefined: all heads).
   static std::string key(const std::string& study, const torch::Tensor& head_mask);
 
-  // Each written and flushed at once; thread-safe.
+  // Each written and flushed at once (a failed write is a warning); thread-safe.
   std::optional<eval::EvalResult> find(const std::string& key) const;
   void add(const std::string& key, const eval::EvalResult& result);
   std::optional<torch::Tensor> find_scores(const std::string& key) const;  // [n_layer, n_head] float32
@@ -54,6 +54,7 @@ class EvalCache {
   std::map<std::string, eval::EvalResult> kept_;
   std::map<std::string, torch::Tensor> kept_scores_;
   std::ofstream out_;
+  bool failed_ = false;  // a write failed (said once): nothing more is appended
   mutable std::mutex mutex_;
 };
 
