@@ -65,9 +65,7 @@ int main(int argc, char** argv) {
     xl::options::add_eval_options(cli, "test", xl::options::MemLens::kSweep);
     cli.add("Output")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
-        ("per-token", po::value<std::string>(), "write each scored token's loss to FILE (HDF5, one group per setting)")
-        ("cache", po::value<std::string>(), "keep each finished setting's evaluation in FILE and take those it holds "
-                                            "(a sweep stopped, even by SIGKILL, goes on where it stopped)");
+        ("per-token", po::value<std::string>(), "write each scored token's loss to FILE (HDF5, one group per setting)");
     cli.positional("checkpoint", 1);
     cli.positional("tokens", 1);
     cli.add_output("the result rows");
@@ -86,9 +84,7 @@ int main(int argc, char** argv) {
     const std::string per_token_path = cli.has("per-token") ? cli.get<std::string>("per-token") : "";
     XL_CHECK(!(xl::io::is_stdio(per_token_path) && xl::io::is_stdio(cli.output())), xl::kExitUsage,
              "--per-token - and the rows cannot both go to stdout (use -o FILE for the rows)");
-    const std::string cache_path = cli.has("cache") ? cli.get<std::string>("cache") : "";
-    if (!cache_path.empty() && (xl::io::is_stdio(cache_path) || xl::io::is_stream(cache_path)))
-      cli.fail("cache", "must be a file: it is read, then appended to");
+    const std::string& cache_path = request.cache;
     XL_CHECK(cache_path.empty() || per_token_path.empty(), xl::kExitUsage,
              "--cache keeps each setting's loss, not its per-token losses: drop --cache or --per-token");
 
@@ -122,8 +118,9 @@ int main(int argc, char** argv) {
       s.mem_len = mem_len;
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
       xl::eval::ScoringClock clock;
-      const std::string key = cache.enabled() ? xl::analysis::EvalCache::key(xl::analysis::EvalCache::study_key(model, ids, s), s.head_mask) : "";
-      std::optional<xl::eval::EvalResult> kept_result = cache.enabled() ? cache.find(key) : std::nullopt;
+      using xl::analysis::EvalCache;
+      const std::string key = cache.enabled() ? EvalCache::key(EvalCache::study_key(model, ids, s), s.head_mask) : "";
+      const std::optional<xl::eval::EvalResult> kept_result = cache.enabled() ? cache.find(key) : std::nullopt;
       xl::eval::EvalResult result;
       try {
         result = kept_result ? *kept_result : xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));

@@ -90,9 +90,7 @@ int main(int argc, char** argv) {
         ("mode", po::value<std::string>()->default_value("ablate-one"), "ablate-one, importance or iterative")
         ("compare", po::value<std::string>(), "ablate-one: second checkpoint(s) shown beside the first (a comma list: seeds)")
         ("format", po::value<std::string>()->default_value("jsonl"), "jsonl, md (Markdown tables) or tsv")
-        ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)")
-        ("cache", po::value<std::string>(), "keep each finished evaluation and importance pass in FILE and take those it "
-                                            "holds (a stopped study run again goes on where it stopped)");
+        ("jobs", po::value<int>()->default_value(1), "evaluations run in parallel (one thread each)");
     options::add_eval_options(cli, "valid", options::MemLens::kOne);
     cli.add("Importance and pruning")
         ("importance-split", po::value<std::string>()->default_value("train"), "split the importance scores are computed on")
@@ -121,8 +119,6 @@ int main(int argc, char** argv) {
     if (format != "jsonl" && format != "md" && format != "tsv") cli.fail("format", "must be jsonl, md or tsv");
     const bool write_output = cli.given("output") && cli.output() != "-";
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
-    if (cli.has("cache") && (io::is_stdio(cli.get<std::string>("cache")) || io::is_stream(cli.get<std::string>("cache"))))
-      cli.fail("cache", "must be a file: it is read, then appended to");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
 
@@ -148,7 +144,7 @@ int main(int argc, char** argv) {
     };
     es.head_mask = head_mask(study.ckpt);
 
-    analysis::EvalCache cache(cli.has("cache") ? cli.get<std::string>("cache") : "");
+    analysis::EvalCache cache(request.cache);
     // A stop (Ctrl-C, a batch system's limit) ends the evaluation or importance pass under way
     // after its segment; the finished ones stay in --cache.
     signals::catch_stop();

@@ -48,9 +48,9 @@ class EvalCache {
   void add_scores(const std::string& key, const torch::Tensor& scores);
 
  private:
-  std::string path_;
   void append(const nlohmann::json& record);
 
+  std::string path_;
   std::map<std::string, eval::EvalResult> kept_;
   std::map<std::string, torch::Tensor> kept_scores_;
   std::ofstream out_;

@@ -4,6 +4,7 @@
 
 #include "xl/options/compute_options.h"
 #include "xl/util/error.h"
+#include "xl/util/io.h"
 #include "xl/util/parse.h"
 
 namespace xl::options {
@@ -25,7 +26,10 @@ void add_eval_options(cli::Options& cli, const std::string& default_split, MemLe
        (std::string("bytes the memories may take to keep their key/value projections in place of their inputs, "
                     "which spares each segment projecting its memory again (0: never; K, M, G; ") +
         kMemoryBudgetHelp + ")").c_str())
-      ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask");
+      ("ignore-head-mask", po::bool_switch(), "evaluate all heads even when the checkpoint has a head mask")
+      ("cache", po::value<std::string>(), "keep each finished evaluation (a sweep's setting, a head study's pass) in FILE "
+                                          "and take those it holds: run again after a stop, even by SIGKILL, it goes on "
+                                          "from them");
 }
 
 EvalRequest eval_request(const cli::Options& cli, MemLens mem_lens) {
@@ -40,6 +44,10 @@ EvalRequest eval_request(const cli::Options& cli, MemLens mem_lens) {
   s.max_tokens = static_cast<int64_t>(cli.count("max-tokens"));
   s.kv_cache_bytes = memory_budget(cli, "kv-cache-budget");
   r.ignore_head_mask = cli.get<bool>("ignore-head-mask");
+  if (cli.has("cache")) {
+    r.cache = cli.get<std::string>("cache");
+    if (io::is_stdio(r.cache) || io::is_stream(r.cache)) cli.fail("cache", "must be a file: it is read, then appended to");
+  }
   if (s.tgt_len < 1) cli.fail("tgt-len", "must be at least 1");
   if (s.batch_size < 1) cli.fail("batch-size", "must be at least 1");
   if (s.clamp_len && *s.clamp_len < 0) cli.fail("clamp-len", "must be 0 (off) or positive");

@@ -20,6 +20,7 @@ struct EvalRequest {
   eval::EvalSettings settings;    // mem_len is the first of mem_lens
   std::vector<int64_t> mem_lens;  // one per evaluation (a sweep); at least one
   bool ignore_head_mask = false;
+  std::string cache;  // --cache: the file of kept evaluations, or empty
 };
 // 64 with one line for a bad value (a list for MemLens::kOne among them).
 EvalRequest eval_request(const cli::Options& cli, MemLens mem_lens);
