@@ -98,6 +98,7 @@ class Trainer {
   };
   Step train_step();  // this rank's mean loss
   void forward_backward(Step* step);  // the step's draws, segment, losses and gradients
+  bool step_undone_ = false;  // a step failed before its update and was put back
   bool validate();  // true when the stopping rule fires
   // A validation that failed on some rank: the step saved, then the run ends, said by the lowest
   // rank that failed (`failure`: its error, else nullopt).
@@ -435,6 +436,7 @@ Trainer::Step Trainer::train_step() {
     memories_ = memories_before;
     gen_.load(generators_before, "the step's generators");  // this process's streams, under rank 0's names
     adam_->clear_grads();
+    step_undone_ = true;
     throw;
   }
   state_.tokens_seen += out.tokens;
@@ -686,14 +688,14 @@ int Trainer::run() {
     try {
       st = train_step();
     } catch (...) {
-      // The failed step was put back: one process saves the run as its last whole step left it, when
-      // it stepped since it started. (Ranks cannot: the others wait in the step's all-reduce; the
-      // run ends at the last checkpoint.)
+      // A step that failed before its update was put back: one process saves the run as its last
+      // whole step left it, when it stepped since it started. (Ranks cannot: the others wait in the
+      // step's all-reduce; the run ends at the last checkpoint. So does a failed update.)
       const Failure f = describe_failure(std::current_exception());
       if (!f.out_of_memory) throw;
       const int64_t failed = state_.step + 1;
       std::string keep = saved_once_ ? "; the last checkpoint is of step " + std::to_string(saved_step_) : "";
-      if (dist_.single() && state_.step > start_step_) {
+      if (dist_.single() && step_undone_ && state_.step > start_step_) {
         keep = "; the run is saved at step " + std::to_string(state_.step) + ", " + save_at_stop();
         metrics_.write("done", {{"step", state_.step}, {"reason", "out of memory"}, {"peak_rss_mb", peak_rss_mb()}});
       }
