@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
       row.scoring_seconds = scoring_seconds;
       row.vocab_type = tokens.vocab().type();
       row.peak_rss_mb = xl::peak_rss_mb();
+      row.kept = kept_result.has_value();
       // A memory longer than the streams never fills: the row is empty (null loss), not an error.
       if (!xl::eval::scores_any(model, static_cast<int64_t>(ids.size()), s))
         XL_WARN("--warmup --mem-len " << mem_len << ": no segment had a full memory (" << row.batch_size

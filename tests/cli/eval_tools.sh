@@ -134,11 +134,13 @@ finished=$(wc -l <sweep.cache)
 expect 0 xl-eval-longctx $K --cache sweep.cache ckpt.h5 tokens.h5
 grep -q "$finished of 4 settings kept in sweep.cache" err || fail "the kept settings were not taken: $(cat err)"
 [ "$(wc -l <sweep.cache)" -eq 4 ] || fail "sweep.cache should hold the 4 settings: $(cat sweep.cache)"
-/usr/bin/python3 - whole.jsonl out <<'PY' || fail "the resumed sweep's rows differ from the uninterrupted one's"
+/usr/bin/python3 - whole.jsonl out "$finished" <<'PY' || fail "the resumed sweep's rows differ from the uninterrupted one's"
 import json, sys
-timing = {"seconds", "tokens_per_s", "peak_rss_mb"}
-rows = [[{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(f)] for f in sys.argv[1:]]
+timing = {"seconds", "tokens_per_s", "peak_rss_mb", "kept"}
+rows = [[{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(f)] for f in sys.argv[1:3]]
 assert rows[0] == rows[1] and len(rows[0]) == 4, rows
+kept = [json.loads(l).get("kept", False) for l in open(sys.argv[2])]
+assert kept.count(True) == int(sys.argv[3]) and kept[:kept.count(True)] == [True] * kept.count(True), kept
 PY
 # Other settings evaluate anew; per-token losses are not kept.
 expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16 --max-tokens 200 --cache sweep.cache ckpt.h5 tokens.h5

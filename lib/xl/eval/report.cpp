@@ -70,6 +70,7 @@ nlohmann::json EvalRow::to_json() const {
   j["tokens_per_s"] = tokens_per_s(*this);
   j["seconds"] = result.seconds;
   j["peak_rss_mb"] = peak_rss_mb;
+  if (kept) j["kept"] = true;
   return j;
 }
 

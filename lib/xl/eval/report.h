@@ -34,6 +34,8 @@ struct EvalRow {
   // bpc for byte and char vocabs, ppl for word vocabs.
   text::VocabType vocab_type = text::VocabType::kByte;
   double peak_rss_mb = 0;
+  // Taken from a --cache file: its seconds are those of the run that kept it ("kept": true).
+  bool kept = false;
 
   nlohmann::json to_json() const;
 };
