@@ -72,7 +72,7 @@ stderr_is_one_line "xl-train-phase1: step 1: out of memory: could not allocate" 
 
 step "a training step that runs out after a step: the run is saved as that step left it and resumes to the bits"
 # Step 1 attends over 6,000 keys, step 2 over its memory too (1.2 GB of probabilities at once): in
-# 2.75 GB, step 1 runs (it ran in 2.5) and step 2 does not (it needed 3.5).
+# 2.75 GB, step 1 runs (it ran in 2.3 on a Zen 4) and step 2 does not (it needed over 3.35).
 MID="$MODEL --tgt-len 6000 --mem-len 6000 --attention-probs keep --max-steps 2 --eval-interval 0 --eval-tgt-len 16
      --eval-mem-len 16 --eval-max-tokens 1000"
 LIMIT_KB=2750000 limited $MID tokens.h5 -o mid.h5 --metrics mid.jsonl
