@@ -7,6 +7,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/train/adam.h"
 #include "xl/train/batcher.h"
+#include "xl/train/generators.h"
 #include "xl/train/loss_scale.h"
 #include "xl/train/lr_schedule.h"
 #include "xl/train/train_config.h"
@@ -39,6 +40,23 @@ TEST(Batcher, StreamsSegmentsAndAnExactCursor) {
   EXPECT_EQ(c.epoch, 1);
   EXPECT_TRUE(torch::equal(a1.input, a2.input));
   EXPECT_THROW(StreamBatcher(std::vector<int32_t>(5), 4, 10), xl::Error);
+}
+
+TEST(Generators, StreamsPutBackDrawWhatTheyDrewWhenSaved) {
+  Generators g = Generators::seeded(7);
+  g.skip.uniform();  // not at their seeds
+  torch::rand({3});
+  const Generators::Saved saved = g.save();
+  const double skip = g.skip.uniform(), cross = g.cross_head.uniform();
+  const torch::Tensor dropout = torch::rand({5});
+  g.put_back(saved);
+  EXPECT_EQ(g.skip.uniform(), skip);
+  EXPECT_EQ(g.cross_head.uniform(), cross);
+  EXPECT_TRUE(torch::equal(torch::rand({5}), dropout));
+  // The saved copies did not move with the draws: a second put_back draws the same again.
+  g.put_back(saved);
+  EXPECT_EQ(g.skip.uniform(), skip);
+  EXPECT_TRUE(torch::equal(torch::rand({5}), dropout));
 }
 
 TEST(LearningRate, TxlCountFollowsTransformerXLsTrainingLoop) {

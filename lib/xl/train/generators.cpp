@@ -96,4 +96,25 @@ bool Generators::load(const checkpoint::TensorList& states, const std::string& f
   return true;
 }
 
+Generators::Saved Generators::save() const {
+  auto copy = [](c10::DeviceType type) {
+    auto gen = dropout_generator(type);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return gen.clone();
+  };
+  return {skip, cross_head, copy(c10::kCPU), have_cuda() ? copy(c10::kCUDA) : at::Generator()};
+}
+
+void Generators::put_back(const Saved& saved) {
+  skip = saved.skip;
+  cross_head = saved.cross_head;
+  auto restore = [](c10::DeviceType type, const at::Generator& from) {
+    auto gen = dropout_generator(type);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(from.get_state());
+  };
+  restore(c10::kCPU, saved.dropout_cpu);
+  if (saved.dropout_cuda.defined()) restore(c10::kCUDA, saved.dropout_cuda);
+}
+
 }  // namespace xl::train

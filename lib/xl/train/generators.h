@@ -28,6 +28,15 @@ struct Generators {
   // state for `rank` (written with fewer ranks): this rank's masks then draw afresh. 65 naming
   // `file` when a state is missing or malformed.
   bool load(const checkpoint::TensorList& states, const std::string& file, int rank = 0);
+
+  // Every stream as it is now, to be put back (a training step undone): copies of the generators,
+  // where to_tensors would cost each step a text round trip of two engines' states.
+  struct Saved {
+    Rng skip, cross_head;
+    at::Generator dropout_cpu, dropout_cuda;  // the latter undefined without a GPU
+  };
+  Saved save() const;
+  void put_back(const Saved& saved);
 };
 
 }  // namespace xl::train

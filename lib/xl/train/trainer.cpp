@@ -98,7 +98,6 @@ class Trainer {
   };
   Step train_step();  // this rank's mean loss
   void forward_backward(Step* step);  // the step's draws, segment, losses and gradients
-  bool step_undone_ = false;  // a step failed before its update and was put back
   bool validate();  // true when the stopping rule fires
   // A validation that failed on some rank: the step saved, then the run ends, said by the lowest
   // rank that failed (`failure`: its error, else nullopt).
@@ -174,6 +173,7 @@ class Trainer {
   // (saving gathers from all of them), so it must rest on what all know alike: saved_step_ and
   // save_failed_ are rank 0's alone.
   int64_t snapshot_step_ = -1;
+  bool step_undone_ = false;  // a step failed before its update and was put back (train_step)
   std::unique_ptr<TrainWindow> window_;
 };
 
@@ -427,14 +427,13 @@ Trainer::Step Trainer::train_step() {
   // back: the run is then as the last whole step left it, and can be saved.
   const Cursor cursor_before = cursor_;
   const std::vector<model::Memory> memories_before = memories_;
-  checkpoint::TensorList generators_before;
-  gen_.to_tensors(&generators_before);
+  const Generators::Saved generators_before = gen_.save();
   try {
     forward_backward(&out);
   } catch (...) {
     cursor_ = cursor_before;
     memories_ = memories_before;
-    gen_.load(generators_before, "the step's generators");  // this process's streams, under rank 0's names
+    gen_.put_back(generators_before);
     adam_->clear_grads();
     step_undone_ = true;
     throw;
