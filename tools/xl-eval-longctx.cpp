@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
       xl::eval::ScoringClock clock;
       using xl::analysis::EvalCache;
-      const std::string key = cache.enabled() ? EvalCache::key(EvalCache::study_key(model, ids, s), s.head_mask) : "";
+      const std::string key = cache.enabled() ? EvalCache::key(EvalCache::study_key(model, ids, s), model->config, s.head_mask) : "";
       const std::optional<xl::eval::EvalResult> kept_result = cache.enabled() ? cache.find(key) : std::nullopt;
       xl::eval::EvalResult result;
       try {

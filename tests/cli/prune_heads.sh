@@ -65,6 +65,12 @@ import json, sys
 rows = [[{k: v for k, v in json.loads(l).items() if k != "seconds"} for l in open(f)] for f in sys.argv[1:]]
 assert rows[0] == rows[1] and len(rows[0]) == 9, rows
 PY
+# xl-eval-longctx's evaluation (no mask) is the study's unpruned one (a mask of ones), both ways.
+expect 0 xl-eval-longctx --split valid $S --cache shared.jsonl sch.h5 tokens.h5
+expect 0 xl-prune-heads $S --cache shared.jsonl sch.h5 tokens.h5
+grep -q "(1 of 7 evaluations kept in shared.jsonl)" "$TMP/err" || fail "the evaluation of xl-eval-longctx was not taken: $(cat "$TMP/err")"
+expect 0 xl-eval-longctx --split valid $S --cache kept.jsonl sch.h5 tokens.h5
+grep -q '"kept":true' out || fail "xl-eval-longctx did not take the study's unpruned evaluation: $(cat out)"
 # Another study (other settings) in the same file evaluates anew.
 expect 0 xl-prune-heads $E --cache kept.jsonl sch.h5 tokens.h5
 grep -q "evaluations kept" "$TMP/err" && fail "other settings took kept evaluations: $(cat "$TMP/err")"

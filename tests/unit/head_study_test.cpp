@@ -93,11 +93,22 @@ TEST(HeadStudy, AKeptEvaluationIsTakenOnlyForTheSameModelTokensSettingsAndMask) 
     change(other);
     EXPECT_NE(study, analysis::EvalCache::study_key(m, ids, other));
   }
+  const model::ModelConfig& cfg = m->config;
   torch::Tensor mask = torch::ones({2, 3});
-  const std::string all = analysis::EvalCache::key(study, mask);
+  const std::string all = analysis::EvalCache::key(study, cfg, mask);
   mask[1][2] = 0;
-  EXPECT_NE(all, analysis::EvalCache::key(study, mask));
-  EXPECT_EQ(all, analysis::EvalCache::key(study, torch::ones({2, 3}, torch::kFloat64)));  // as the evaluation sees it
+  const std::string one_off = analysis::EvalCache::key(study, cfg, mask);
+  EXPECT_NE(all, one_off);
+  EXPECT_EQ(all, analysis::EvalCache::key(study, cfg, torch::ones({2, 3}, torch::kFloat64)));  // as the evaluation sees it
+  // No mask removes no head, as a mask of ones does: xl-eval-longctx's evaluation is xl-prune-heads'.
+  EXPECT_EQ(all, analysis::EvalCache::key(study, cfg, torch::Tensor()));
+  // Beside a layer pruned to 2 heads, its third entry removes nothing.
+  model::ModelConfig pruned = cfg;
+  pruned.heads_per_layer = {3, 2};
+  EXPECT_EQ(all, analysis::EvalCache::key(study, pruned, mask));
+  mask[0][0] = 0;
+  EXPECT_NE(analysis::EvalCache::key(study, pruned, mask), analysis::EvalCache::key(study, cfg, mask));
+  EXPECT_NE(analysis::EvalCache::key(study, pruned, mask), one_off);
 
   // A study with a cache: a second run evaluates nothing and gives the same table, to the bit.
   const std::string file = ::testing::TempDir() + "kept-" + std::to_string(getpid()) + ".jsonl";

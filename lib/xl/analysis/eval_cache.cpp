@@ -106,10 +106,13 @@ std::string EvalCache::importance_key(const model::TransformerXL& model, const s
   return h.hex();
 }
 
-std::string EvalCache::key(const std::string& study, const torch::Tensor& head_mask) {
+std::string EvalCache::key(const std::string& study, const model::ModelConfig& cfg, const torch::Tensor& head_mask) {
   Sha256 h;
   h.update(study);
-  if (head_mask.defined()) hash_tensor(h, head_mask.to(torch::kFloat32));
+  if (!head_mask.defined()) return h.hex();
+  torch::Tensor mask = head_mask.detach().to(torch::kCPU, torch::kFloat32).clone();
+  for (int64_t l = 0; l < cfg.n_layer && l < mask.size(0); ++l) mask[l].slice(0, cfg.heads_in_layer(l)).fill_(1);
+  if (!mask.eq(1).all().item<bool>()) hash_tensor(h, mask);
   return h.hex();
 }
 

@@ -38,8 +38,10 @@ class EvalCache {
   // the kept scores).
   static std::string importance_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
                                     const ImportanceSettings& settings);
-  // One evaluation or importance pass of the study: its head mask (undefined: all heads).
-  static std::string key(const std::string& study, const torch::Tensor& head_mask);
+  // One evaluation or importance pass of the study: the heads its mask removes. No mask, a mask of
+  // ones and a mask of ones beside a pruned layer's missing heads remove none: one key, so that
+  // xl-eval-longctx's evaluation and xl-prune-heads' unpruned one are kept for each other.
+  static std::string key(const std::string& study, const model::ModelConfig& cfg, const torch::Tensor& head_mask);
 
   // Each written and flushed at once (a failed write is a warning); thread-safe.
   std::optional<eval::EvalResult> find(const std::string& key) const;

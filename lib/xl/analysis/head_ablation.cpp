@@ -41,7 +41,7 @@ HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<
   if (cache && cache->enabled()) {
     const std::string study = EvalCache::study_key(first, ids, settings);
     for (size_t i = 0; i < work.size(); ++i) {
-      keys[i] = EvalCache::key(study, mask_of(i));
+      keys[i] = EvalCache::key(study, cfg, mask_of(i));
       if ((results[i] = cache->find(keys[i]))) ++out.kept;
     }
   }

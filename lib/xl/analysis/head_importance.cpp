@@ -54,10 +54,7 @@ Importance head_importance(model::TransformerXL& model, const std::vector<int32_
   Importance out;
   std::string key;
   if (cache && cache->enabled()) {
-    // No mask is every head's: the key is that of a mask of ones (iterative pruning's first pass).
-    const auto& cfg = model->config;
-    key = EvalCache::key(EvalCache::importance_key(model, ids, s),
-                         s.head_mask.defined() ? s.head_mask : torch::ones({cfg.n_layer, cfg.n_head}));
+    key = EvalCache::key(EvalCache::importance_key(model, ids, s), model->config, s.head_mask);
     if (auto kept = cache->find_scores(key)) {
       out.scores = *kept;
       out.kept = true;

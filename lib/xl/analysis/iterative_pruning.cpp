@@ -27,7 +27,7 @@ IterativePruning prune_iteratively(model::TransformerXL& model, const std::vecto
   auto evaluate = [&](int64_t pruned) {
     eval::EvalSettings s = eval_settings;
     s.head_mask = model::keep_to_head_mask(cfg, keep, dtype);
-    const std::string key = study.empty() ? "" : EvalCache::key(study, s.head_mask);
+    const std::string key = study.empty() ? "" : EvalCache::key(study, cfg, s.head_mask);
     std::optional<eval::EvalResult> r = study.empty() ? std::nullopt : cache->find(key);
     if (r) {
       ++out.kept;
