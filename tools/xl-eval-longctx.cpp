@@ -117,13 +117,12 @@ int main(int argc, char** argv) {
       xl::eval::EvalSettings s = base;
       s.mem_len = mem_len;
       auto sink = per_token ? per_token->sink() : xl::eval::PerTokenSink();
-      xl::eval::ScoringClock clock;
       using xl::analysis::EvalCache;
       const std::string key = cache.enabled() ? EvalCache::key(EvalCache::study_key(model, ids, s), model->config, s.head_mask) : "";
       const std::optional<xl::eval::EvalResult> kept_result = cache.enabled() ? cache.find(key) : std::nullopt;
       xl::eval::EvalResult result;
       try {
-        result = kept_result ? *kept_result : xl::eval::evaluate(model, ids, s, sink, clock.start(progress_lines(mem_len)));
+        result = kept_result ? *kept_result : xl::eval::evaluate(model, ids, s, sink, progress_lines(mem_len));
       } catch (...) {
         // Out of memory at a longer memory: the settings finished before it are kept, as on a stop.
         const xl::Failure f = xl::describe_failure(std::current_exception());
@@ -152,8 +151,6 @@ int main(int argc, char** argv) {
       }
       if (kept_result) ++kept;
       else cache.add(key, result);
-      // A kept setting's time is its whole evaluation's, taken in the run that kept it.
-      const double scoring_seconds = kept_result ? 0 : clock.scoring_seconds();
       xl::eval::EvalRow row;
       row.split = split;
       row.tgt_len = s.tgt_len;
@@ -163,7 +160,6 @@ int main(int argc, char** argv) {
       row.warmup = s.warmup;
       row.batch_size = xl::eval::stream_count(static_cast<int64_t>(ids.size()), s.batch_size);
       row.result = result;
-      row.scoring_seconds = scoring_seconds;
       row.vocab_type = tokens.vocab().type();
       row.peak_rss_mb = xl::peak_rss_mb();
       row.kept = kept_result.has_value();

@@ -142,6 +142,20 @@ assert rows[0] == rows[1] and len(rows[0]) == 4, rows
 kept = [json.loads(l).get("kept", False) for l in open(sys.argv[2])]
 assert kept.count(True) == int(sys.argv[3]) and kept[:kept.count(True)] == [True] * kept.count(True), kept
 PY
+# A kept row is the row its run wrote, speed included: with --warmup over the scored segments only.
+W="--threads 1 --split valid --tgt-len 16 --mem-len 32,48 --warmup"
+expect 0 xl-eval-longctx $W --cache warm.cache ckpt.h5 tokens.h5
+mv out warm.jsonl
+expect 0 xl-eval-longctx $W --cache warm.cache ckpt.h5 tokens.h5
+/usr/bin/python3 - warm.jsonl out <<'PY' || fail "kept --warmup rows differ from the rows that kept them: $(cat warm.jsonl out)"
+import json, sys
+rows = [[json.loads(l) for l in open(f)] for f in sys.argv[1:3]]
+assert len(rows[0]) == 2 and all(r.pop("kept") for r in rows[1]), rows
+for a, b in zip(*rows):
+    del a["peak_rss_mb"], b["peak_rss_mb"]
+    assert a == b, (a, b)
+    assert a["tokens_per_s"] >= a["tokens"] / a["seconds"], a  # the memory-filling segments left out
+PY
 # Other settings evaluate anew; per-token losses are not kept.
 expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 16 --max-tokens 200 --cache sweep.cache ckpt.h5 tokens.h5
 grep -q "kept in" err && fail "other settings took kept evaluations: $(cat err)"

@@ -72,6 +72,7 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
       r.loss_sum = j.at("loss_sum").get<double>();
       r.tokens = j.at("tokens").get<int64_t>();
       r.seconds = j.at("seconds").get<double>();
+      r.scoring_seconds = j.value("scoring_seconds", 0.0);  // kept by xl before 2026-11-29: none
       kept_[j.at("key").get<std::string>()] = r;
     } catch (const std::exception&) {
       XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by --cache");
@@ -127,7 +128,7 @@ void EvalCache::add(const std::string& key, const eval::EvalResult& r) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   kept_[key] = r;
-  append({{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}});
+  append({{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}, {"scoring_seconds", r.scoring_seconds}});
 }
 
 std::optional<torch::Tensor> EvalCache::find_scores(const std::string& key) const {

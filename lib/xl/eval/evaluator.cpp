@@ -160,8 +160,10 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   const int64_t total = n - b;
   int64_t consumed = 0, all_scored = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  auto scoring_t0 = t0;
   for (int64_t pos = 0; pos < steps; pos += s.tgt_len) {
     if (s.stop_on_signal && (result.stopped_by = signals::pending())) break;
+    if (result.tokens == 0) scoring_t0 = std::chrono::steady_clock::now();
     const int64_t t = std::min(s.tgt_len, steps - pos);
     bool scored = true;
     if (s.warmup && s.mem_len > 0)
@@ -195,7 +197,9 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
       for (int64_t i = 0; i < b; ++i) all_scored += std::max<int64_t>(0, std::min(t, length[static_cast<size_t>(i)] - 1 - pos));
     if (s.max_tokens > 0 && all_scored >= s.max_tokens) break;
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  result.seconds = std::chrono::duration<double>(t1 - t0).count();
+  result.scoring_seconds = std::chrono::duration<double>(t1 - scoring_t0).count();
   return result;
 }
 

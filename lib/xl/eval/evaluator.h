@@ -60,6 +60,9 @@ struct EvalResult {
   double loss_sum = 0;       // sum of NLL (nats) over scored tokens
   int64_t tokens = 0;        // scored tokens
   double seconds = 0;
+  // Seconds from the first segment that scored tokens to the end: with --warmup the segments that
+  // fill the memory are left out, so that tokens / scoring_seconds is the speed at full memory.
+  double scoring_seconds = 0;
   int stopped_by = 0;        // the signal that ended it early (stop_on_signal), or 0
   double loss() const;       // loss_sum / tokens (NaN when nothing was scored)
 };

@@ -14,7 +14,7 @@ namespace xl::eval {
 namespace {
 
 double tokens_per_s(const EvalRow& row) {
-  const double s = row.scoring_seconds > 0 ? row.scoring_seconds : row.result.seconds;
+  const double s = row.result.scoring_seconds > 0 ? row.result.scoring_seconds : row.result.seconds;
   return s > 0 ? static_cast<double>(row.result.tokens) / s : 0.0;
 }
 
@@ -107,20 +107,6 @@ void RowWriter::write(const EvalRow& row) {
     header_done_ = true;
   }
   out_ << line(2) << std::flush;
-}
-
-ProgressFn ScoringClock::start(ProgressFn inner) {
-  scoring_start_ = std::make_shared<Clock::time_point>(Clock::now());
-  auto at = scoring_start_;
-  return [at, inner](int64_t scored, int64_t consumed, int64_t total) {
-    if (scored == 0) *at = Clock::now();
-    if (inner) inner(scored, consumed, total);
-  };
-}
-
-double ScoringClock::scoring_seconds() const {
-  if (!scoring_start_) return 0;
-  return std::chrono::duration<double>(Clock::now() - *scoring_start_).count();
 }
 
 PerTokenFile::PerTokenFile(const std::string& path, bool force) : out_(std::make_unique<h5::OutputFile>(path, force)) {

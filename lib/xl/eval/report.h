@@ -3,7 +3,6 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -27,10 +26,7 @@ struct EvalRow {
   bool same_length = false;  // in force
   bool warmup = false;
   int64_t batch_size = 0;    // streams used
-  EvalResult result;
-  // Seconds spent on scored segments (with --warmup the memory-filling segments are left out, so
-  // tokens_per_s is the throughput at full memory); 0: result.seconds.
-  double scoring_seconds = 0;
+  EvalResult result;  // tokens_per_s: over its scoring_seconds (0, as kept by an older xl: seconds)
   // bpc for byte and char vocabs, ppl for word vocabs.
   text::VocabType vocab_type = text::VocabType::kByte;
   double peak_rss_mb = 0;
@@ -53,20 +49,6 @@ class RowWriter {
   std::ostream& out_;
   RowFormat format_;
   bool header_done_ = false;
-};
-
-// Wraps an evaluation's progress callback to time the scored segments: the clock starts after
-// the last segment that scored nothing (memory-filling segments under warmup).
-class ScoringClock {
- public:
-  // Call right before evaluate(); `inner` (may be empty) still receives every report.
-  ProgressFn start(ProgressFn inner);
-  // Call right after evaluate() returns.
-  double scoring_seconds() const;
-
- private:
-  using Clock = std::chrono::steady_clock;
-  std::shared_ptr<Clock::time_point> scoring_start_;
 };
 
 // Per-token losses: one group per setting holding `nll` float32 [tokens] and `index` int64
