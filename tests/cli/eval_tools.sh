@@ -142,6 +142,33 @@ assert rows[0] == rows[1] and len(rows[0]) == 4, rows
 kept = [json.loads(l).get("kept", False) for l in open(sys.argv[2])]
 assert kept.count(True) == int(sys.argv[3]) and kept[:kept.count(True)] == [True] * kept.count(True), kept
 PY
+# Another process writing to the same file (an array job's task) is waited for, not cut short:
+# a writer that holds the file's lock with half of a line written finishes it once this one waits
+# for the lock (/proc/locks shows the waiter; without the lock the half line was cut off as a
+# killed run's), and the line it wrote is taken.
+expect 0 xl-eval-longctx ${K%,1,2,3} --cache one.cache ckpt.h5 tokens.h5
+rm -f shared.cache ready
+/usr/bin/python3 - shared.cache one.cache <<'PY' &
+import fcntl, os, sys, time
+line = open(sys.argv[2]).read()
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX)
+f.write(line[:len(line) // 2]); f.flush()
+inode = ":%d " % os.fstat(f.fileno()).st_ino
+open("ready", "w").close()
+deadline = time.time() + 60
+while not any("->" in l and inode in l for l in open("/proc/locks")):
+    if time.time() > deadline: sys.exit("no one waited for the lock of " + sys.argv[1])
+    time.sleep(0.02)
+f.write(line[len(line) // 2:]); f.flush()
+PY
+writer=$!
+while [ ! -e ready ]; do sleep 0.05; done
+expect 0 xl-eval-longctx $K --cache shared.cache ckpt.h5 tokens.h5
+wait $writer || fail "xl-eval-longctx did not wait for the other writer's lock"
+grep -q "1 of 4 settings kept in shared.cache" err || fail "the other writer's line was not taken: $(cat err)"
+/usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' shared.cache || fail "shared.cache: $(cat shared.cache)"
+[ "$(wc -l <shared.cache)" -eq 4 ] || fail "shared.cache should hold 4 settings: $(cat shared.cache)"
 # A kept row is the row its run wrote, speed included: with --warmup over the scored segments only.
 W="--threads 1 --split valid --tgt-len 16 --mem-len 32,48 --warmup"
 expect 0 xl-eval-longctx $W --cache warm.cache ckpt.h5 tokens.h5

@@ -1,8 +1,12 @@
 #include "xl/analysis/eval_cache.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "xl/analysis/head_importance.h"
@@ -35,19 +39,53 @@ void hash_model_and_tokens(Sha256& h, const model::TransformerXL& model, const s
   h.update(ids.data(), ids.size() * sizeof(int32_t));
 }
 
+// The file's exclusive lock while alive; none where the file system has no locks (ENOLCK, some
+// NFS mounts): one process per file then.
+class FileLock {
+ public:
+  explicit FileLock(int fd) : fd_(fd) {
+    int rc;
+    while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    held_ = rc == 0;
+  }
+  ~FileLock() {
+    if (held_) ::flock(fd_, LOCK_UN);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+  bool held_ = false;
+};
+
 }  // namespace
 
 EvalCache::EvalCache(const std::string& path) : path_(path) {
   if (path_.empty()) return;
-  std::ifstream in(path_, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  XL_CHECK(!in.bad(), kExitNoInput, path_ << ": cannot read the kept evaluations");
-  // A kill while a line was written leaves it without its newline: it is dropped, and the file
-  // cut back to its last whole line so that the next line starts on a line of its own.
-  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-  if (whole < text.size()) {
-    text.resize(whole);
-    std::filesystem::resize_file(path_, whole);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  XL_CHECK(fd_ >= 0, kExitCantCreat, path_ << ": cannot write the kept evaluations: " << std::strerror(errno));
+  std::string text;
+  {
+    FileLock lock(fd_);
+    char block[1 << 16];
+    for (off_t at = 0;;) {
+      const ssize_t got = ::pread(fd_, block, sizeof block, at);
+      if (got < 0 && errno == EINTR) continue;
+      XL_CHECK(got >= 0, kExitNoInput, path_ << ": cannot read the kept evaluations: " << std::strerror(errno));
+      if (got == 0) break;
+      text.append(block, static_cast<size_t>(got));
+      at += got;
+    }
+    // A kill while a line was written leaves it without its newline: it is dropped, and the file
+    // cut back to its last whole line so that the next line starts on a line of its own.
+    const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    if (whole < text.size()) {
+      text.resize(whole);
+      XL_CHECK(::ftruncate(fd_, static_cast<off_t>(whole)) == 0, kExitCantCreat,
+               path_ << ": cannot cut the line a killed run left unfinished: " << std::strerror(errno));
+    }
   }
   size_t line_no = 0;
   for (size_t at = 0; at < text.size();) {
@@ -78,8 +116,10 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
       XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by --cache");
     }
   }
-  out_.open(path_, std::ios::app | std::ios::binary);
-  XL_CHECK(out_.good(), kExitCantCreat, path_ << ": cannot write the kept evaluations: " << std::strerror(errno));
+}
+
+EvalCache::~EvalCache() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 std::string EvalCache::study_key(const model::TransformerXL& model, const std::vector<int32_t>& ids,
@@ -151,13 +191,28 @@ void EvalCache::add_scores(const std::string& key, const torch::Tensor& scores) 
 
 // A file that cannot be written (a full disk) costs the study nothing but what it would keep: the
 // evaluations go on and their results are written where they go.
+// A line written in part is cut off again, so that no one meets it between whole lines.
 void EvalCache::append(const nlohmann::json& record) {
   if (failed_) return;
-  out_ << record.dump() << '\n';
-  out_.flush();
-  if (out_.good()) return;
+  const std::string line = record.dump() + '\n';
+  FileLock lock(fd_);
+  struct stat before {};
+  const bool sized = ::fstat(fd_, &before) == 0;
+  size_t done = 0;
+  int err = EIO;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done == line.size()) return;
+  if (sized && ::ftruncate(fd_, before.st_size) != 0) {
+    // The next run drops the cut line as it drops a killed run's.
+  }
   failed_ = true;
-  XL_WARN(path_ << ": cannot keep evaluations (" << std::strerror(errno)
+  XL_WARN(path_ << ": cannot keep evaluations (" << std::strerror(err)
                 << "; disk full?): they go on without being kept for the next run");
 }
 

@@ -3,9 +3,11 @@
 // SIGKILL stopped goes on where it stopped when it runs again, instead of evaluating everything
 // again (a base model's 97 head evaluations take hours on a CPU, iterative pruning with --rescore
 // an importance pass a step, a sweep to 3,800 memory slots over enwik8's test split as long).
+// Several processes may keep theirs in one file (an array job's tasks, a setting each): each reads,
+// cuts and appends whole lines under the file's exclusive flock, so that none reads or cuts a line
+// another is writing.
 #pragma once
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,6 +27,9 @@ class EvalCache {
   // `path` empty: nothing is kept. Else the evaluations the file holds are read (JSON Lines, one per
   // evaluation; a last line that a kill cut short is dropped) and new ones are appended to it.
   explicit EvalCache(const std::string& path);
+  ~EvalCache();
+  EvalCache(const EvalCache&) = delete;
+  EvalCache& operator=(const EvalCache&) = delete;
   bool enabled() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
 
@@ -55,7 +60,7 @@ class EvalCache {
   std::string path_;
   std::map<std::string, eval::EvalResult> kept_;
   std::map<std::string, torch::Tensor> kept_scores_;
-  std::ofstream out_;
+  int fd_ = -1;  // the file, opened to append
   bool failed_ = false;  // a write failed (said once): nothing more is appended
   mutable std::mutex mutex_;
 };
