@@ -142,6 +142,19 @@ assert rows[0] == rows[1] and len(rows[0]) == 4, rows
 kept = [json.loads(l).get("kept", False) for l in open(sys.argv[2])]
 assert kept.count(True) == int(sys.argv[3]) and kept[:kept.count(True)] == [True] * kept.count(True), kept
 PY
+# --cache naming a checkpoint by mistake: refused, the checkpoint as it was (its bytes after the
+# last newline were cut off as a killed run's unfinished line).
+cp ckpt.h5 victim.h5
+expect 65 xl-eval-longctx $K --cache victim.h5 ckpt.h5 tokens.h5
+stderr_is_one_line "victim.h5:1: not an evaluation kept by --cache"
+same_bytes victim.h5 ckpt.h5 "a checkpoint given as --cache"
+# Kept lines then a tail that no run of xl wrote: refused, nothing cut.
+head -n 1 sweep.cache >tail.cache
+printf 'not json' >>tail.cache
+cp tail.cache tail.before
+expect 65 xl-eval-longctx $K --cache tail.cache ckpt.h5 tokens.h5
+stderr_is_one_line "tail.cache:2: not an evaluation kept by --cache"
+same_bytes tail.cache tail.before "a cache whose last line no run wrote"
 # Another process writing to the same file (an array job's task) is waited for, not cut short:
 # a writer that holds the file's lock with half of a line written finishes it once this one waits
 # for the lock (/proc/locks shows the waiter; without the lock the half line was cut off as a

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -79,14 +80,23 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
       at += got;
     }
     // A kill while a line was written leaves it without its newline: it is dropped, and the file
-    // cut back to its last whole line so that the next line starts on a line of its own.
+    // cut back to its last whole line so that the next line starts on a line of its own. Only a
+    // file whose lines are all kept evaluations is cut: --cache naming a checkpoint by mistake
+    // leaves it as it was.
     const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    const size_t lines = load(text.substr(0, whole));
     if (whole < text.size()) {
-      text.resize(whole);
+      const std::string start = "{\"key\":";  // how every kept line begins (its keys are sorted)
+      const size_t n = std::min(text.size() - whole, start.size());
+      XL_CHECK(text.compare(whole, n, start, 0, n) == 0, kExitDataErr,
+               path_ << ":" << lines + 1 << ": not an evaluation kept by --cache");
       XL_CHECK(::ftruncate(fd_, static_cast<off_t>(whole)) == 0, kExitCantCreat,
                path_ << ": cannot cut the line a killed run left unfinished: " << std::strerror(errno));
     }
   }
+}
+
+size_t EvalCache::load(const std::string& text) {
   size_t line_no = 0;
   for (size_t at = 0; at < text.size();) {
     const size_t end = text.find('\n', at);
@@ -116,6 +126,7 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
       XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by --cache");
     }
   }
+  return line_no;
 }
 
 EvalCache::~EvalCache() {

@@ -55,6 +55,7 @@ class EvalCache {
   void add_scores(const std::string& key, const torch::Tensor& scores);
 
  private:
+  size_t load(const std::string& lines);  // whole lines; returns how many; fails with 65 on one not kept
   void append(const nlohmann::json& record);
 
   std::string path_;
