@@ -212,6 +212,15 @@ expect 0 $T --max-steps $target --schedule-steps 100000 --resume --log-interval 
 expect 0 $T --max-steps $target --schedule-steps 100000 --log-interval 1 tokens.h5 -o straight.h5
 same_checkpoint straight.h5 killed.h5 "resume after SIGTERM"
 no_temp_files .
+# --resume appends to the run's log: a line a kill left unfinished is cut off; a checkpoint named
+# by mistake is refused as it is.
+printf '{"event":"tra' >>killed.jsonl
+expect 0 $T --max-steps $((target + 1)) --schedule-steps 100000 --resume tokens.h5 -o killed.h5 --metrics killed.jsonl
+python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' killed.jsonl || fail "killed.jsonl: $(tail -n 3 killed.jsonl)"
+cp straight.h5 notlog.h5
+expect 65 $T --max-steps $((target + 2)) --schedule-steps 100000 --resume -q tokens.h5 -o killed.h5 --metrics notlog.h5
+stderr_is_one_line "notlog.h5: not a metrics log (JSON Lines) to append to"
+same_bytes notlog.h5 straight.h5 "a checkpoint given as --metrics"
 
 step "same seed, same run; another seed, another run"
 expect 0 $T --max-steps 8 --seed 7 tokens.h5 -o s7a.h5

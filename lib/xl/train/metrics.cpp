@@ -3,17 +3,41 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "xl/util/clock.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
 
 namespace xl::train {
+namespace {
+
+// --resume appends to the run's log. A file that is not one (a checkpoint named by mistake) is
+// refused before a byte is written to it; a line that a killed run left unfinished is cut off, so
+// that the next event starts a line of its own.
+void prepare_to_append(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.empty()) return;
+  XL_CHECK(text.front() == '{', kExitDataErr,
+           path << ": not a metrics log (JSON Lines) to append to: give --metrics the run's own log, or a new file");
+  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (whole == text.size()) return;
+  XL_CHECK(text[whole] == '{', kExitDataErr, path << ": its last line is not a metrics event");
+  std::error_code ec;
+  std::filesystem::resize_file(path, whole, ec);
+  XL_CHECK(!ec, kExitCantCreat, path << ": cannot cut the line a killed run left unfinished: " << ec.message());
+}
+
+}  // namespace
 
 MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool append, bool force)
     : path_(path), tool_(tool) {
   XL_CHECK(append || force || io::is_stream(path) || !io::is_file(path), kExitCantCreat,
            path << ": already exists (use -f to overwrite, or --resume to append)");
+  if (append && !io::is_stream(path) && io::is_file(path)) prepare_to_append(path);
   // A stream (--metrics /dev/stderr) is appended to: truncating it would erase what the shell's
   // file already holds.
   out_ = std::make_unique<std::ofstream>(path, append || io::is_stream(path) ? std::ios::app : std::ios::trunc);
