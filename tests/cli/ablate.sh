@@ -215,5 +215,19 @@ stderr_is_one_line "--plot is grid.ini, which is also"
 same_bytes grid.ini grid-before.ini "the grid after a refused --plot"
 expect 66 xl-ablate report nowhere
 stderr_is_one_line "nowhere"
+# --out a directory of the user's (--out . in a project): its Makefile or grid.json is not
+# replaced, and nothing is written there.
+mkdir project
+printf 'all:\n\techo mine\n' >project/Makefile
+cp project/Makefile mine.mk
+expect 73 xl-ablate grid.ini --tokens tokens.h5 --out project --emit-makefile
+stderr_is_one_line "project/Makefile: a Makefile that xl-ablate did not write"
+same_bytes project/Makefile mine.mk "a user's Makefile in --out"
+[ "$(ls project)" = Makefile ] || fail "xl-ablate wrote into a refused --out: $(ls project)"
+rm project/Makefile
+echo '{"notes": 1}' >project/grid.json
+expect 73 xl-ablate grid.ini --tokens tokens.h5 --out project
+stderr_is_one_line "project/grid.json: a file that xl-ablate did not write"
+grep -qx '{"notes": 1}' project/grid.json || fail "a user's grid.json was replaced"
 
 echo "ablate: all checks passed"

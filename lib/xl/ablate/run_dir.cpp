@@ -58,6 +58,24 @@ void ask_trainings_for_checkpoints(pid_t group) {
 }  // namespace
 
 void prepare_out_dir(const Grid& grid, const std::string& out) {
+  const auto refuse = [&](const std::string& file, const std::string& what) {
+    XL_FAIL(kExitCantCreat, (fs::path(out) / file).string() << ": " << what << " that xl-ablate did not write, and would replace; give --out "
+                                << "a directory of the grid's own");
+  };
+  if (std::ifstream in(out + "/Makefile"); in) {
+    std::string first;
+    std::getline(in, first);
+    if (first.rfind(kMakefileMark, 0) != 0) refuse("Makefile", "a Makefile");
+  }
+  if (fs::exists(out + "/grid.json")) {
+    bool ours = false;
+    try {
+      const nlohmann::json j = read_json_file(out + "/grid.json", "a grid description");
+      ours = j.is_object() && j.contains("grid_file") && j.contains("runs");
+    } catch (const std::exception&) {
+    }
+    if (!ours) refuse("grid.json", "a file");
+  }
   std::error_code ec;
   fs::create_directories(out, ec);
   XL_CHECK(!ec, kExitCantCreat, out << ": cannot create directory: " << ec.message());

@@ -10,7 +10,8 @@
 namespace xl::ablate {
 
 // Creates DIR and the run directories with their descriptions; 78 when a started run's settings
-// changed, 73 when a directory cannot be made.
+// changed, 73 when a directory cannot be made or DIR holds a Makefile or grid.json that xl-ablate
+// did not write (--out . in a project of the user's: both would be replaced).
 void prepare_out_dir(const Grid& grid, const std::string& out);
 
 // make -f MAKEFILE -jN, stdout sent to stderr (stdout is for the tables). Returns make's status,
