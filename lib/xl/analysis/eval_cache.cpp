@@ -201,8 +201,8 @@ void EvalCache::add_scores(const std::string& key, const torch::Tensor& scores) 
 }
 
 // A file that cannot be written (a full disk) costs the study nothing but what it would keep: the
-// evaluations go on and their results are written where they go.
-// A line written in part is cut off again, so that no one meets it between whole lines.
+// evaluations go on and their results are written where they go. A line written in part is cut
+// off again, so that no one meets it between whole lines.
 void EvalCache::append(const nlohmann::json& record) {
   if (failed_) return;
   const std::string line = record.dump() + '\n';
