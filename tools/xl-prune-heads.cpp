@@ -19,6 +19,7 @@
 #include "xl/options/compute_options.h"
 #include "xl/options/eval_options.h"
 #include "xl/util/error.h"
+#include "xl/util/gnuplot.h"
 #include "xl/util/io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
+    if (cli.has("plot")) check_gnuplot();  // 69 now, not after the study
 
     const auto request = options::eval_request(cli, options::MemLens::kOne);
     auto tokens = h5::TokensFile::open(cli.get<std::string>("tokens"));
@@ -280,7 +282,6 @@ int main(int argc, char** argv) {
       for (const auto& p : result.curve) std::cout << p.fraction << '\t' << p.pruned << '\t' << metric.of(p.loss) << "\n";
     }
     std::cout.flush();
-    if (cli.has("plot")) analysis::plot_curve(result.curve, metric, cli.get<std::string>("plot"));
     if (write_output) {
       guard.reset();
       auto pruned = model::remove_heads(model, result.keep);
@@ -310,6 +311,8 @@ int main(int argc, char** argv) {
       out.analysis.emplace_back("head_importance", result.importance);
       checkpoint::save(cli.output(), out, cli.force());
     }
+    // The plot last: one that fails (69) leaves the pruned checkpoint written.
+    if (cli.has("plot")) analysis::plot_curve(result.curve, metric, cli.get<std::string>("plot"));
     return 0;
   });
 }

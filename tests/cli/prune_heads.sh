@@ -106,10 +106,15 @@ h5ls -r scored.h5 > ls.txt
 grep -q 'analysis/head_importance' ls.txt || fail "scores not stored in /analysis"
 
 step "iterative pruning: curve, plot, physically pruned checkpoint"
-expect 0 xl-prune-heads --mode iterative --step 50 --rescore --importance-max-tokens 2000 $E --plot curve.png \
+# Without gnuplot, --plot fails at once, not after the study (which it lost, -o and all).
+expect 69 env PATH="$XL_BIN" xl-prune-heads --mode iterative --step 50 $E --plot curve.png sch.h5 tokens.h5 -o pruned.h5
+stderr_is_one_line "--plot needs gnuplot, which is not installed"
+[ ! -s out ] && [ ! -e pruned.h5 ] || fail "a study ran without gnuplot for its --plot: $(cat out)"
+# A PNG name with a quote in it (the shell that started gnuplot took it for the end of a string).
+expect 0 xl-prune-heads --mode iterative --step 50 --rescore --importance-max-tokens 2000 $E --plot "it's curve.png" \
   sch.h5 tokens.h5 -o pruned.h5
 [ "$(grep -c '"event":"prune"' out)" -eq 3 ] || fail "expected 3 points on the curve: $(cat out)"
-[ "$(head -c 4 curve.png | tail -c 3)" = PNG ] || fail "curve.png is not a PNG"
+[ "$(head -c 4 "it's curve.png" | tail -c 3)" = PNG ] || fail "it's curve.png is not a PNG"
 grep '"event":"pruned"' out | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())

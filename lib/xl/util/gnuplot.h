@@ -4,6 +4,9 @@
 
 namespace xl {
 
+// 69 when gnuplot is not on PATH: a tool given --plot checks before its work, not after it.
+void check_gnuplot();
+
 // Draws `png` (width x height): `data` goes to a temp file, and `commands` (gnuplot commands that
 // refer to that file as DATA, e.g. "plot DATA index 0 using 1:2") run after the terminal and
 // output are set. 69 when gnuplot is missing or fails, 73 when the PNG cannot be written.
