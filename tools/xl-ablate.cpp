@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     const std::string format = cli.get<std::string>("format");
     if (format != "md" && format != "tsv" && format != "jsonl") cli.fail("format", "must be md, tsv or jsonl");
     XL_CHECK(!args.empty(), kExitUsage, "give a GRID.ini (or: report DIR); see xl-ablate --help");
-    if (cli.has("plot")) check_gnuplot();  // 69 now, not after the grid has trained
+    if (cli.has("plot")) check_plot(cli.get<std::string>("plot"));  // now, not after the grid has trained
 
     if (args[0] == "report") {
       XL_CHECK(args.size() == 2, kExitUsage, "usage: xl-ablate report DIR [--format md|tsv|jsonl] [--plot FILE.png]");

@@ -213,6 +213,10 @@ cp grid.ini grid-before.ini
 expect 64 xl-ablate grid.ini --tokens tokens.h5 --out runs4 --plot grid.ini
 stderr_is_one_line "--plot is grid.ini, which is also"
 same_bytes grid.ini grid-before.ini "the grid after a refused --plot"
+# A plot that cannot be drawn fails before the grid trains, not after.
+expect 73 xl-ablate grid.ini --tokens tokens.h5 --out runs5 --plot nowhere/valid.png
+stderr_is_one_line "cannot create nowhere/valid.png"
+[ ! -e runs5 ] || fail "the grid was set up for a --plot that cannot be written"
 expect 66 xl-ablate report nowhere
 stderr_is_one_line "nowhere"
 # --out a directory of the user's (--out . in a project): its Makefile or grid.json is not

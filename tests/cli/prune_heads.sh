@@ -110,6 +110,9 @@ step "iterative pruning: curve, plot, physically pruned checkpoint"
 expect 69 env PATH="$XL_BIN" xl-prune-heads --mode iterative --step 50 $E --plot curve.png sch.h5 tokens.h5 -o pruned.h5
 stderr_is_one_line "--plot needs gnuplot, which is not installed"
 [ ! -s out ] && [ ! -e pruned.h5 ] || fail "a study ran without gnuplot for its --plot: $(cat out)"
+expect 73 xl-prune-heads --mode iterative --step 50 $E --plot nowhere/curve.png sch.h5 tokens.h5
+stderr_is_one_line "cannot create nowhere/curve.png"
+[ ! -s out ] || fail "a study ran whose --plot cannot be written: $(cat out)"
 # A PNG name with a quote in it (the shell that started gnuplot took it for the end of a string).
 expect 0 xl-prune-heads --mode iterative --step 50 --rescore --importance-max-tokens 2000 $E --plot "it's curve.png" \
   sch.h5 tokens.h5 -o pruned.h5

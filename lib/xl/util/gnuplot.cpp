@@ -48,10 +48,13 @@ std::string last_line(const std::string& path) {
 
 }  // namespace
 
-void check_gnuplot() { XL_CHECK(on_path("gnuplot"), kExitUnavailable, kMissing); }
+void check_plot(const std::string& png) {
+  XL_CHECK(on_path("gnuplot"), kExitUnavailable, kMissing);
+  io::AtomicOutput probe(png, true, true);  // its temp file, removed unwritten
+}
 
 void plot_png(const std::string& png, const std::string& data, const std::string& commands, int width, int height) {
-  check_gnuplot();
+  XL_CHECK(on_path("gnuplot"), kExitUnavailable, kMissing);
   io::AtomicOutput out(png, true, true);
   const std::string data_path = out.temp_path() + ".dat", script_path = out.temp_path() + ".gp",
                     err_path = out.temp_path() + ".err";

@@ -4,8 +4,9 @@
 
 namespace xl {
 
-// 69 when gnuplot is not on PATH: a tool given --plot checks before its work, not after it.
-void check_gnuplot();
+// A tool given --plot checks before its work, not after it: 69 when gnuplot is not on PATH, 73 when
+// `png` cannot be written where it is named.
+void check_plot(const std::string& png);
 
 // Draws `png` (width x height): `data` goes to a temp file, and `commands` (gnuplot commands that
 // refer to that file as DATA, e.g. "plot DATA index 0 using 1:2") run after the terminal and
