@@ -70,6 +70,7 @@ void plot_png(const std::string& png, const std::string& data, const std::string
   }
   // Started without a shell, so that any name of the PNG reaches gnuplot as it is.
   const pid_t pid = ::fork();
+  const int fork_error = errno;
   if (pid == 0) {
     const int null = ::open("/dev/null", O_RDWR), err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (null >= 0) {
@@ -88,7 +89,7 @@ void plot_png(const std::string& png, const std::string& data, const std::string
   std::remove(data_path.c_str());
   std::remove(script_path.c_str());
   std::remove(err_path.c_str());
-  XL_CHECK(pid > 0, kExitUnavailable, "--plot: cannot start gnuplot: " << std::strerror(errno));
+  XL_CHECK(pid > 0, kExitUnavailable, "--plot: cannot start gnuplot: " << std::strerror(fork_error));
   XL_CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 127), kExitUnavailable, kMissing);
   XL_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, kExitUnavailable,
            "--plot: gnuplot failed" << (error.empty() ? std::string() : ": " + error));
