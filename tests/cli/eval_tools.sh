@@ -180,6 +180,7 @@ while [ ! -e ready ]; do sleep 0.05; done
 expect 0 xl-eval-longctx $K --cache shared.cache ckpt.h5 tokens.h5
 wait $writer || fail "xl-eval-longctx did not wait for the other writer's lock"
 grep -q "1 of 4 settings kept in shared.cache" err || fail "the other writer's line was not taken: $(cat err)"
+grep -q "shared.cache: waiting for another process that writes it" err || fail "the wait was not said: $(cat err)"
 /usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' shared.cache || fail "shared.cache: $(cat shared.cache)"
 [ "$(wc -l <shared.cache)" -eq 4 ] || fail "shared.cache should hold 4 settings: $(cat shared.cache)"
 # A kept row is the row its run wrote, speed included: with --warmup over the scored segments only.

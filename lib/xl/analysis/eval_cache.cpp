@@ -41,12 +41,16 @@ void hash_model_and_tokens(Sha256& h, const model::TransformerXL& model, const s
 }
 
 // The file's exclusive lock while alive; none where the file system has no locks (ENOLCK, some
-// NFS mounts): one process per file then.
+// NFS mounts): one process per file then. Another holds it for a line's write: a wait that is
+// longer (a writer stopped with Ctrl-Z) is said, not silent.
 class FileLock {
  public:
-  explicit FileLock(int fd) : fd_(fd) {
-    int rc;
-    while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+  FileLock(int fd, const std::string& path) : fd_(fd) {
+    int rc = ::flock(fd_, LOCK_EX | LOCK_NB);
+    if (rc != 0 && errno == EWOULDBLOCK) {
+      XL_INFO(path << ": waiting for another process that writes it");
+      while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+      }
     }
     held_ = rc == 0;
   }
@@ -69,7 +73,7 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
   XL_CHECK(fd_ >= 0, kExitCantCreat, path_ << ": cannot write the kept evaluations: " << std::strerror(errno));
   std::string text;
   {
-    FileLock lock(fd_);
+    FileLock lock(fd_, path_);
     char block[1 << 16];
     for (off_t at = 0;;) {
       const ssize_t got = ::pread(fd_, block, sizeof block, at);
@@ -206,7 +210,7 @@ void EvalCache::add_scores(const std::string& key, const torch::Tensor& scores) 
 void EvalCache::append(const nlohmann::json& record) {
   if (failed_) return;
   const std::string line = record.dump() + '\n';
-  FileLock lock(fd_);
+  FileLock lock(fd_, path_);
   struct stat before {};
   const bool sized = ::fstat(fd_, &before) == 0;
   size_t done = 0;
