@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
     XL_CHECK(!cli.given("output") || mode != "ablate-one", kExitUsage, "-o goes with --mode importance or iterative");
     std::unique_ptr<io::AtomicOutput> guard;  // an unwritable output fails now, not after the study
     if (write_output) guard = std::make_unique<io::AtomicOutput>(cli.output(), cli.force(), true);
+    XL_CHECK(!cli.has("plot") || mode == "iterative", kExitUsage, "--plot goes with --mode iterative (its curve)");
     if (cli.has("plot")) check_plot(cli.get<std::string>("plot"));  // now, not after the study
 
     const auto request = options::eval_request(cli, options::MemLens::kOne);

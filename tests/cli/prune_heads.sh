@@ -110,6 +110,8 @@ step "iterative pruning: curve, plot, physically pruned checkpoint"
 expect 69 env PATH="$XL_BIN" xl-prune-heads --mode iterative --step 50 $E --plot curve.png sch.h5 tokens.h5 -o pruned.h5
 stderr_is_one_line "--plot needs gnuplot, which is not installed"
 [ ! -s out ] && [ ! -e pruned.h5 ] || fail "a study ran without gnuplot for its --plot: $(cat out)"
+expect 64 xl-prune-heads --mode ablate-one $E --plot curve.png sch.h5 tokens.h5
+stderr_is_one_line "--plot goes with --mode iterative"
 expect 73 xl-prune-heads --mode iterative --step 50 $E --plot nowhere/curve.png sch.h5 tokens.h5
 stderr_is_one_line "cannot create nowhere/curve.png"
 [ ! -s out ] || fail "a study ran whose --plot cannot be written: $(cat out)"
