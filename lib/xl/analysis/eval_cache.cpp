@@ -12,6 +12,7 @@
 
 #include "xl/analysis/head_importance.h"
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 #include "xl/util/log.h"
 #include "xl/util/sha256.h"
 
@@ -87,7 +88,7 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
     // cut back to its last whole line so that the next line starts on a line of its own. Only a
     // file whose lines are all kept evaluations is cut: --cache naming a checkpoint by mistake
     // leaves it as it was.
-    const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    const size_t whole = whole_lines_size(text);
     const size_t lines = load(text.substr(0, whole));
     if (whole < text.size()) {
       const std::string start = "{\"key\":";  // how every kept line begins (its keys are sorted)

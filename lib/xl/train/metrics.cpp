@@ -10,6 +10,7 @@
 #include "xl/util/clock.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/json_io.h"
 
 namespace xl::train {
 namespace {
@@ -23,7 +24,7 @@ void prepare_to_append(const std::string& path) {
   if (text.empty()) return;
   XL_CHECK(text.front() == '{', kExitDataErr,
            path << ": not a metrics log (JSON Lines) to append to: give --metrics the run's own log, or a new file");
-  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  const size_t whole = whole_lines_size(text);
   if (whole == text.size()) return;
   XL_CHECK(text[whole] == '{', kExitDataErr, path << ": its last line is not a metrics event");
   std::error_code ec;

@@ -54,7 +54,6 @@ void check_plot(const std::string& png) {
 }
 
 void plot_png(const std::string& png, const std::string& data, const std::string& commands, int width, int height) {
-  XL_CHECK(on_path("gnuplot"), kExitUnavailable, kMissing);
   io::AtomicOutput out(png, true, true);
   const std::string data_path = out.temp_path() + ".dat", script_path = out.temp_path() + ".gp",
                     err_path = out.temp_path() + ".err";
@@ -90,6 +89,7 @@ void plot_png(const std::string& png, const std::string& data, const std::string
   std::remove(script_path.c_str());
   std::remove(err_path.c_str());
   XL_CHECK(pid > 0, kExitUnavailable, "--plot: cannot start gnuplot: " << std::strerror(fork_error));
+  // 127: the child could not run it (gone from PATH since check_plot, or never checked for).
   XL_CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 127), kExitUnavailable, kMissing);
   XL_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, kExitUnavailable,
            "--plot: gnuplot failed" << (error.empty() ? std::string() : ": " + error));

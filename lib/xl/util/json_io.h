@@ -11,6 +11,13 @@ inline std::string json_line(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// How much of a JSON Lines `text` its whole lines take: through its last newline (0 without one).
+// A kill while a line was written leaves the rest, which a writer that appends on cuts off.
+inline size_t whole_lines_size(const std::string& text) {
+  const size_t last = text.rfind('\n');
+  return last == std::string::npos ? 0 : last + 1;
+}
+
 // The JSON document in PATH; 65 naming PATH and `what` it should be when it is not JSON, 66 when
 // it cannot be read.
 nlohmann::json read_json_file(const std::string& path, const std::string& what);
