@@ -43,6 +43,7 @@
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
+#include "xl/util/json_io.h"
 
 using namespace xl::model;
 using Clock = std::chrono::steady_clock;
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
       j["peak_rss_mb"] = peak_rss_mb();
       j["cpu"] = cpu_model_name();
       j["blas_core"] = blas_core();
-      std::cout << j.dump() << std::endl;
+      std::cout << xl::json_line(j) << std::endl;
       return 0;
     }
     const bool train = mode == "train";
@@ -335,7 +336,7 @@ int main(int argc, char** argv) {
                      : set == KernelSet::kOwn     ? "own (XL_KERNELS=own: xl's flash attention wherever it applies)"
                                                   : "default";
     }
-    std::cout << j.dump() << std::endl;
+    std::cout << xl::json_line(j) << std::endl;
     return 0;
   });
 }

@@ -6,6 +6,7 @@
 #include "xl/h5/checksum.h"
 #include "xl/h5/inspect.h"
 #include "xl/h5/upgrade.h"
+#include "xl/util/json_io.h"
 
 int main(int argc, char** argv) {
   return xl::cli::run_tool("xl-inspect", argc, argv, [](int argc, char** argv) {
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
     if (cli.get<bool>("upgrade")) {
       const std::string path = cli.get<std::string>("file");
       const int64_t changed = xl::h5::upgrade_string_attributes(path);
-      if (cli.get<bool>("json")) std::cout << nlohmann::json{{"file", path}, {"upgraded_attributes", changed}}.dump() << "\n";
+      if (cli.get<bool>("json")) std::cout << xl::json_line(nlohmann::json{{"file", path}, {"upgraded_attributes", changed}}) << "\n";
       else std::cout << path << ": " << (changed ? std::to_string(changed) + " string attributes rewritten" : "nothing to upgrade") << "\n";
       return 0;
     }
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     if (cli.get<bool>("verify")) {
       const auto r = xl::h5::verify_checksums(file);
       if (cli.get<bool>("json"))
-        std::cout << nlohmann::json{{"file", file.name()}, {"verified", r.checked}, {"without_checksum", r.unchecked}}.dump()
+        std::cout << xl::json_line(nlohmann::json{{"file", file.name()}, {"verified", r.checked}, {"without_checksum", r.unchecked}})
                   << "\n";
       else
         std::cout << file.name() << ": " << r.checked << " datasets match their checksums"
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto description = xl::h5::describe(file);
-    if (cli.get<bool>("json")) std::cout << description.dump() << "\n";
+    if (cli.get<bool>("json")) std::cout << xl::json_line(description) << "\n";
     else std::cout << xl::h5::describe_text(description);
     std::cout.flush();
     return 0;

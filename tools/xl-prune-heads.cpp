@@ -21,6 +21,7 @@
 #include "xl/util/error.h"
 #include "xl/util/gnuplot.h"
 #include "xl/util/io.h"
+#include "xl/util/json_io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
 #include "xl/util/signals.h"
@@ -42,7 +43,7 @@ struct Study {
 };
 
 void emit(const std::vector<nlohmann::json>& rows) {
-  for (const auto& r : rows) std::cout << r.dump() << "\n";
+  for (const auto& r : rows) std::cout << json_line(r) << "\n";
 }
 
 }  // namespace
@@ -238,7 +239,7 @@ int main(int argc, char** argv) {
       else
         for (int64_t l = 0; l < scores.size(0); ++l)
           for (int64_t h = 0; h < model->config.heads_in_layer(l); ++h)
-            std::cout << nlohmann::json{{"event", "importance"}, {"layer", l}, {"head", h}, {"score", scores[l][h].item<double>()}}.dump() << "\n";
+            std::cout << json_line(nlohmann::json{{"event", "importance"}, {"layer", l}, {"head", h}, {"score", scores[l][h].item<double>()}}) << "\n";
       std::cout.flush();
       if (write_output) {
         guard.reset();
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
     auto result = analysis::prune_iteratively(model, ids, es, score_ids, is, sched, [&](const analysis::PruningPoint& p) {
       nlohmann::json row = {{"event", "prune"}, {"fraction", p.fraction}, {"pruned", p.pruned}, {"loss", p.loss},
                             {metric.name(), metric.of(p.loss)}};
-      if (format == "jsonl") std::cout << row.dump() << std::endl;
+      if (format == "jsonl") std::cout << json_line(row) << std::endl;
       XL_INFO(p.pruned << " heads pruned (" << static_cast<int>(100 * p.fraction + 0.5) << "%): " << metric.name() << " "
                        << metric.of(p.loss));
     }, &cache);
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
                             {"seconds_masked", t_masked.seconds}, {"seconds_pruned", t_pruned.seconds},
                             {"speedup", t_masked.seconds / std::max(1e-9, t_pruned.seconds)},
                             {"parameters", pruned->parameter_count()}};
-      if (format == "jsonl") std::cout << row.dump() << std::endl;
+      if (format == "jsonl") std::cout << json_line(row) << std::endl;
       XL_INFO("pruned model: " << pruned->parameter_count() << " parameters, evaluates " << t_masked.seconds / std::max(1e-9, t_pruned.seconds)
                                << "x as fast as the masked one (loss " << t_pruned.loss() << " vs " << t_masked.loss() << ")");
       checkpoint::Checkpoint out = study.ckpt;

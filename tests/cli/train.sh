@@ -49,6 +49,20 @@ expect 0 $T --max-steps 1 --eval-interval 1 tokens.h5 -o linked.h5
 expect 0 $T --max-steps 1 --eval-interval 1 tokens.h5 -o linked.h5 -f
 no_temp_files .
 
+step "file names that are not UTF-8"
+# Linux names are bytes (a Latin-1 é here). They go into the JSON that xl writes (the command
+# line in the metrics, xl-inspect's file) as U+FFFD; the run itself never failed on them.
+latin=$(printf 'caf\xe9')
+cp tokens.h5 "$latin.tokens.h5"
+expect 0 $T --max-steps 2 --eval-interval 2 "$latin.tokens.h5" -o "$latin.h5" --metrics "$latin.jsonl"
+python3 - "$latin.jsonl" <<'PY' || fail "the metrics of a run with a Latin-1 file name are not JSON Lines"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+assert "caf\ufffd.tokens.h5" in events[0]["command_line"], events[0]["command_line"]
+assert events[-1]["event"] == "done", events[-1]
+PY
+[ "$(xl-inspect --json "$latin.h5" | json /dev/stdin 'j["file"]')" = "caf�.h5" ] || fail "xl-inspect --json does not name caf\\xe9.h5"
+
 step "phase 1 -> phase 2 through files"
 expect 0 xl-train-phase2 --init p1.h5 --max-steps 20 tokens.h5 -o p2.h5 --metrics p2.jsonl
 [ "$(xl-inspect --json p2.h5 | json /dev/stdin 'j["attributes"]["step"]')" = 140 ] || fail "phase 2 did not continue the step counter"

@@ -29,7 +29,7 @@ void hash_tensor(Sha256& h, const torch::Tensor& t) {
 
 // The model's configuration, weights and buffers, and the tokens.
 void hash_model_and_tokens(Sha256& h, const model::TransformerXL& model, const std::vector<int32_t>& ids) {
-  h.update(model->config.to_json().dump());
+  h.update(json_line(model->config.to_json()));
   for (const auto& p : model->named_parameters()) {
     h.update(p.key());
     hash_tensor(h, p.value());
@@ -148,7 +148,7 @@ std::string EvalCache::study_key(const model::TransformerXL& model, const std::v
       {"warmup", s.warmup},           {"same_length", s.same_length ? nlohmann::json(*s.same_length) : nlohmann::json()},
       {"max_tokens", s.max_tokens},   {"precision", model::to_string(s.precision)},
       {"shard", s.shard},             {"shards", s.shards}};
-  h.update(settings.dump());
+  h.update(json_line(settings));
   return h.hex();
 }
 
@@ -159,7 +159,7 @@ std::string EvalCache::importance_key(const model::TransformerXL& model, const s
   const nlohmann::json settings = {{"importance", true},         {"tgt_len", s.tgt_len},
                                    {"mem_len", s.mem_len},       {"batch_size", s.batch_size},
                                    {"max_tokens", s.max_tokens}, {"precision", model::to_string(s.precision)}};
-  h.update(settings.dump());
+  h.update(json_line(settings));
   return h.hex();
 }
 
@@ -210,7 +210,7 @@ void EvalCache::add_scores(const std::string& key, const torch::Tensor& scores) 
 // off again, so that no one meets it between whole lines.
 void EvalCache::append(const nlohmann::json& record) {
   if (failed_) return;
-  const std::string line = record.dump() + '\n';
+  const std::string line = json_line(record) + '\n';
   FileLock lock(fd_, path_);
   struct stat before {};
   const bool sized = ::fstat(fd_, &before) == 0;

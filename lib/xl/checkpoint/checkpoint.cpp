@@ -10,6 +10,7 @@
 #include "xl/util/clock.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/json_io.h"
 
 namespace xl::checkpoint {
 
@@ -256,9 +257,9 @@ void save(const std::string& path, const Checkpoint& ckpt, bool force) {
   write_attr(root, "created_by", std::string("xl " XL_VERSION));
   write_attr(root, "created_utc", utc_now());
   write_attr(root, "phase", ckpt.phase);
-  write_attr(root, "model_config", ckpt.model_config.dump());
-  write_attr(root, "train_config", ckpt.train_config.dump());
-  write_attr(root, "state", ckpt.state.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  write_attr(root, "model_config", json_line(ckpt.model_config));
+  write_attr(root, "train_config", json_line(ckpt.train_config));
+  write_attr(root, "state", json_line(ckpt.state.to_json()));
   // Copies of the two numbers people look for first (h5py, `xl-inspect --json | jq`); the state
   // JSON stays authoritative.
   write_attr(root, "step", ckpt.state.step);

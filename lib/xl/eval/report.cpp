@@ -8,6 +8,7 @@
 #include "xl/h5/formats.h"
 #include "xl/h5/h5.h"
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 
 namespace xl::eval {
 
@@ -83,7 +84,7 @@ RowFormat parse_row_format(const std::string& name) {
 
 void RowWriter::write(const EvalRow& row) {
   if (format_ == RowFormat::kJsonl) {
-    out_ << row.to_json().dump() << "\n" << std::flush;
+    out_ << json_line(row.to_json()) << "\n" << std::flush;
     return;
   }
   auto cols = columns(row);

@@ -11,6 +11,7 @@
 #include "xl/h5/formats.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 
 namespace xl::h5 {
 namespace {
@@ -167,7 +168,7 @@ nlohmann::json describe_checkpoint(const File& file) {
 }
 
 std::string short_value(const nlohmann::json& v) {
-  std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string text = v.is_string() ? v.get<std::string>() : json_line(v);
   return text.size() > 200 ? text.substr(0, 197) + "..." : text;
 }
 
@@ -330,7 +331,7 @@ std::string describe_text(const nlohmann::json& j) {
     os << "model:\n";
     for (const auto& t : j["checkpoint"]["model_tensors"])
       os << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << " "
-         << t["shape"].dump() << "\n";
+         << json_line(t["shape"]) << "\n";
     head_mask_text(os, j["checkpoint"]);
     if (j["checkpoint"].contains("spans")) {
       os << "adaptive spans (positions, per head):\n";
@@ -343,7 +344,7 @@ std::string describe_text(const nlohmann::json& j) {
     }
   } else if (!j.contains("splits")) {
     os << "datasets:\n";
-    for (const auto& d : j["datasets"]) os << "  " << d["path"].get<std::string>() << " " << d["dtype"].get<std::string>() << " " << d["shape"].dump() << "\n";
+    for (const auto& d : j["datasets"]) os << "  " << d["path"].get<std::string>() << " " << d["dtype"].get<std::string>() << " " << json_line(d["shape"]) << "\n";
   }
   return os.str();
 }

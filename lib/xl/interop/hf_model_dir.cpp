@@ -26,7 +26,7 @@ void read_shard_index(const std::string& base, HfModelDir* out) {
   for (const auto& [name, file] : map->items()) {
     const std::string f = file.is_string() ? file.get<std::string>() : "";
     XL_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", kExitDataErr,
-             out->weights << ": weight_map puts '" << name << "' in " << file.dump() << ", not a file name in the directory");
+             out->weights << ": weight_map puts '" << name << "' in " << json_line(file) << ", not a file name in the directory");
     shards.insert(base + f);
     out->shard_of.emplace(name, base + f);
   }
@@ -52,7 +52,7 @@ HfModelDir hf_model_dir(const std::string& dir) {
     XL_CHECK(out.config.is_object(), kExitDataErr, out.config_file << ": not a Hugging Face config (a JSON object)");
     const auto type = out.config.find("model_type");
     XL_CHECK(type == out.config.end() || *type == "transfo-xl", kExitDataErr,
-             out.config_file << ": model_type " << type->dump() << ", not Hugging Face's TransfoXL (transfo-xl)");
+             out.config_file << ": model_type " << json_line(*type) << ", not Hugging Face's TransfoXL (transfo-xl)");
   }
   return out;
 }
@@ -70,7 +70,7 @@ bool hf_lower_case(const std::string& dir) {
   XL_CHECK(config.is_object(), kExitDataErr, path << ": not a Hugging Face tokenizer config (a JSON object)");
   const auto it = config.find("lower_case");
   if (it == config.end() || it->is_null()) return false;
-  XL_CHECK(it->is_boolean(), kExitDataErr, path << ": lower_case is " << it->dump() << ", not true or false");
+  XL_CHECK(it->is_boolean(), kExitDataErr, path << ": lower_case is " << json_line(*it) << ", not true or false");
   return it->get<bool>();
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 
 namespace xl::interop {
 namespace {
@@ -46,29 +47,29 @@ Entry entry(const std::string& name, const nlohmann::json& j, const std::string&
   XL_CHECK(j.is_object() && j.contains("dtype") && j.contains("shape") && j.contains("data_offsets"), kExitDataErr,
            where << " is not an object with dtype, shape and data_offsets");
   const nlohmann::json &dtype = j.at("dtype"), &shape = j.at("shape"), &offsets = j.at("data_offsets");
-  XL_CHECK(dtype.is_string(), kExitDataErr, where << ": dtype " << dtype.dump() << " is not a string");
+  XL_CHECK(dtype.is_string(), kExitDataErr, where << ": dtype " << json_line(dtype) << " is not a string");
   const auto known = dtypes().find(dtype.get<std::string>());
   XL_CHECK(known != dtypes().end(), kExitDataErr,
            where << " has dtype " << dtype.get<std::string>() << ", which xl does not read (floats, signed integers, U8, BOOL)");
   Entry e{name, known->second, {}, 0, 0};
-  XL_CHECK(shape.is_array(), kExitDataErr, where << ": shape " << shape.dump() << " is not a list");
+  XL_CHECK(shape.is_array(), kExitDataErr, where << ": shape " << json_line(shape) << " is not a list");
   uint64_t count = 1;
   for (const auto& d : shape) {
-    XL_CHECK(d.is_number_unsigned(), kExitDataErr, where << ": shape " << shape.dump() << " is not a list of sizes");
+    XL_CHECK(d.is_number_unsigned(), kExitDataErr, where << ": shape " << json_line(shape) << " is not a list of sizes");
     const uint64_t size = d.get<uint64_t>();
     XL_CHECK(size <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) &&
                  (size == 0 || count <= std::numeric_limits<uint64_t>::max() / e.dtype.size / size),
-             kExitDataErr, where << ": shape " << shape.dump() << " is too large");
+             kExitDataErr, where << ": shape " << json_line(shape) << " is too large");
     count *= size;
     e.shape.push_back(static_cast<int64_t>(size));
   }
   XL_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
-           kExitDataErr, where << ": data_offsets " << offsets.dump() << " is not [begin, end]");
+           kExitDataErr, where << ": data_offsets " << json_line(offsets) << " is not [begin, end]");
   e.begin = offsets[0].get<uint64_t>();
   e.end = offsets[1].get<uint64_t>();
   XL_CHECK(e.begin <= e.end && e.end - e.begin == count * e.dtype.size, kExitDataErr,
-           where << ": data_offsets " << offsets.dump() << " hold " << (e.begin <= e.end ? e.end - e.begin : 0)
-                 << " bytes, its shape " << shape.dump() << " needs " << count * e.dtype.size);
+           where << ": data_offsets " << json_line(offsets) << " hold " << (e.begin <= e.end ? e.end - e.begin : 0)
+                 << " bytes, its shape " << json_line(shape) << " needs " << count * e.dtype.size);
   return e;
 }
 

@@ -7,6 +7,7 @@
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/json_io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
 #include "xl/util/torch_save_signature.h"
@@ -92,8 +93,8 @@ text::Vocab vocab_at(const TorchFile& f, const std::string& prefix, const std::s
   std::unordered_set<std::string> seen;
   for (const auto& s : symbols) {
     XL_CHECK(s.is_string() && !s.get<std::string>().empty(), kExitDataErr,
-             file << ": " << prefix << "idx2sym holds " << s.dump() << ", not a symbol");
-    XL_CHECK(seen.insert(s.get<std::string>()).second, kExitDataErr, file << ": " << prefix << "idx2sym holds " << s.dump() << " twice");
+             file << ": " << prefix << "idx2sym holds " << json_line(s) << ", not a symbol");
+    XL_CHECK(seen.insert(s.get<std::string>()).second, kExitDataErr, file << ": " << prefix << "idx2sym holds " << json_line(s) << " twice");
     pieces.push_back(s.get<std::string>());
     const auto c = counter.is_object() ? counter.find(pieces.back()) : counter.end();
     counts.push_back(counter.is_object() && c != counter.end() && c->is_number_integer() ? c->get<int64_t>() : 0);

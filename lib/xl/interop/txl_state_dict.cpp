@@ -11,6 +11,7 @@
 #include "xl/model/model_io.h"
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/json_io.h"
 #include "xl/util/log.h"
 #include "xl/util/parse.h"
 
@@ -304,10 +305,10 @@ SavedHyperParams SavedHyperParams::read(std::string source, const std::function<
 
 void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* given, const std::string& file) {
   XL_CHECK(saved.attn_type.is_null() || saved.attn_type == 0, kExitDataErr,
-           file << ": the model has attn_type " << saved.attn_type.dump()
+           file << ": the model has attn_type " << json_line(saved.attn_type)
                 << "; xl implements Transformer-XL's relative attention (attn_type 0) only");
   XL_CHECK(!saved.sample_softmax.is_number() || saved.sample_softmax.get<double>() <= 0, kExitDataErr,
-           file << ": the model has sample_softmax " << saved.sample_softmax.dump()
+           file << ": the model has sample_softmax " << json_line(saved.sample_softmax)
                 << "; xl implements the full and adaptive softmax, not the sampled one");
 
   // A flag given must agree on the architecture (pre_lnorm); on behaviour (as eval.py sets
@@ -341,7 +342,7 @@ void apply_saved_hyper_params(const SavedHyperParams& saved, TorchHyperParams* g
   if (c.is_array() && std::all_of(c.begin(), c.end(), [](const auto& x) { return x.is_number_integer(); })) {
     const auto cutoffs = c.get<std::vector<int64_t>>();
     if (given->cutoffs && *given->cutoffs != cutoffs)
-      XL_FAIL(kExitDataErr, file << ": --cutoffs is given, but " << saved.source << " has cutoffs " << c.dump());
+      XL_FAIL(kExitDataErr, file << ": --cutoffs is given, but " << saved.source << " has cutoffs " << json_line(c));
     given->cutoffs = cutoffs;
   }
 }

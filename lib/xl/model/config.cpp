@@ -1,6 +1,7 @@
 #include "xl/model/config.h"
 
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 #include "xl/util/parse.h"
 
 namespace xl::model {
@@ -35,7 +36,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     try {                                                                                                     \
       j.at(#f).get_to(c.f);                                                                                   \
     } catch (const std::exception&) {                                                                         \
-      XL_FAIL(kExitConfig, source << ": model config key '" #f "' has a bad value " << j.at(#f).dump());      \
+      XL_FAIL(kExitConfig, source << ": model config key '" #f "' has a bad value " << json_line(j.at(#f)));  \
     }                                                                                                         \
   }
   XL_MODEL_FIELDS(XL_GET)
@@ -98,7 +99,7 @@ void ModelConfig::validate(const SettingOrigins& origins) const {
   if (!tie_projs.empty() && tie_projs.size() != cutoffs.size() + 1)
     bad("tie_projs", "has " + std::to_string(tie_projs.size()) + " entries, but needs one per cluster: " +
                          std::to_string(cutoffs.size() + 1) + " (the head and one per cutoff of " +
-                         nlohmann::json(cutoffs).dump() + ")");
+                         json_line(nlohmann::json(cutoffs)) + ")");
   if (!heads_per_layer.empty()) {
     if (static_cast<int64_t>(heads_per_layer.size()) != n_layer) bad("heads_per_layer", "needs one entry per layer");
     for (int64_t h : heads_per_layer)

@@ -26,6 +26,7 @@
 #include "xl/train/heartbeat.h"
 #include "xl/train/launcher.h"
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 #include "xl/util/log.h"
 
 namespace xl::train {
@@ -370,10 +371,10 @@ std::string first_difference(const nlohmann::ordered_json& mine, const nlohmann:
   if (!mine.is_object() || !other.is_object()) return "";
   for (const auto& [key, value] : other.items()) {
     const std::string path = at + key;
-    if (!mine.contains(key)) return path + " = " + value.dump() + ", which rank 0 lacks";
+    if (!mine.contains(key)) return path + " = " + json_line(value) + ", which rank 0 lacks";
     if (mine[key] == value) continue;
     const std::string inner = first_difference(mine[key], value, path + ".");
-    return inner.empty() ? path + " = " + value.dump() + " against rank 0's " + mine[key].dump() : inner;
+    return inner.empty() ? path + " = " + json_line(value) + " against rank 0's " + json_line(mine[key]) : inner;
   }
   return "";
 }

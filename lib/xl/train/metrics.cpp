@@ -49,7 +49,7 @@ void MetricsLog::write(const std::string& event, nlohmann::json fields) {
   if (!out_) return;
   nlohmann::json j = {{"t", utc_now_ms()}, {"tool", tool_}, {"event", event}};
   j.update(fields);
-  *out_ << j.dump() << '\n';
+  *out_ << json_line(j) << '\n';
   out_->flush();
   if (out_->good()) return;
   failure_ = path_ + ": write error: " + std::strerror(errno);

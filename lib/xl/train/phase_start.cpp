@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "xl/util/error.h"
+#include "xl/util/json_io.h"
 #include "xl/util/parse.h"
 
 namespace xl::train {
@@ -58,12 +59,12 @@ model::ModelConfig checked_model(const TrainRequest& req, model::ModelConfig sav
     const std::string option = parse::kebab_case(field);
     if (listed(kModelBehaviour, field)) {
       merged[field] = want[field];
-      notes->push_back((resuming ? "resuming with " : "phase 2: ") + option + " = " + want[field].dump() + " (" + file +
-                       " has " + have[field].dump() + ")");
+      notes->push_back((resuming ? "resuming with " : "phase 2: ") + option + " = " + json_line(want[field]) + " (" + file +
+                       " has " + json_line(have[field]) + ")");
       continue;
     }
-    req.origins.fail(field, "= " + want[field].dump() + " is set for this run, but " + file + " holds a model with " + option +
-                                " = " + have[field].dump() +
+    req.origins.fail(field, "= " + json_line(want[field]) + " is set for this run, but " + file + " holds a model with " + option +
+                                " = " + json_line(have[field]) +
                                 (resuming ? " (a resumed run trains the model it made)" : " (phase 2 trains the model phase 1 made)"));
   }
   return model::ModelConfig::from_json(merged, file, req.origins.with_rest(file));
@@ -116,7 +117,7 @@ PhaseStart start_new_run(const TrainRequest& req, const h5::TokensFile& tokens) 
   const auto dropped = p.model.fit_to_vocab(vocab_size);
   if (!dropped.empty())
     p.notes.push_back("the vocab has " + std::to_string(vocab_size) + " entries: cutoffs " +
-                      nlohmann::json(dropped).dump() + " dropped, clusters " + nlohmann::json(p.model.cutoffs).dump() + " kept");
+                      json_line(nlohmann::json(dropped)) + " dropped, clusters " + json_line(nlohmann::json(p.model.cutoffs)) + " kept");
   // Adaptive span: by default a head may learn to see everything a training segment can.
   if (p.model.adaptive_span && p.model.span_max == 0) p.model.span_max = p.config.mem_len + p.config.tgt_len;
   p.model.validate(req.origins);
@@ -263,15 +264,15 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
   const nlohmann::json had = saved.to_json(), wants = req.train.to_json();
   for (const char* f : kFrozenOnResume)
     if (given.count(f) && had[f] != wants[f])
-      req.origins.fail(f, "= " + wants[f].dump() + " is set for this run, but " + file + " was trained with " +
-                              parse::kebab_case(f) + " = " + had[f].dump() +
+      req.origins.fail(f, "= " + json_line(wants[f]) + " is set for this run, but " + file + " was trained with " +
+                              parse::kebab_case(f) + " = " + json_line(had[f]) +
                               ": a resumed run keeps it (its data cursor and memories depend on it)");
   p.config = merge_given(saved, req.train, given);
   p.config.validate(req.origins.with_rest(file));
   const nlohmann::json now = p.config.to_json();
   for (const auto& [key, value] : now.items())
     if (had[key] != value)
-      p.notes.push_back("resuming with " + parse::kebab_case(key) + " = " + value.dump() + " (the run had " + had[key].dump() + ")");
+      p.notes.push_back("resuming with " + parse::kebab_case(key) + " = " + json_line(value) + " (the run had " + json_line(had[key]) + ")");
   p.model = checked_model(req, model::ModelConfig::from_json(latest.model_config, file), file, true, &p.notes);
   p.state = latest.state;
   const auto data = train_data_of(tokens, p.config.train_split);

@@ -34,6 +34,7 @@
 #include "xl/util/error.h"
 #include "xl/util/failure.h"
 #include "xl/util/io.h"
+#include "xl/util/json_io.h"
 #include "xl/util/log.h"
 #include "xl/util/output_lock.h"
 #include "xl/util/parse.h"
@@ -256,8 +257,8 @@ void Trainer::check_ranks_agree() {
   // another vocab also changes the training tokens and the model's settings.
   nlohmann::ordered_json data = {{"vocab_sha256", vocab_.sha256()}, {"train_tokens", train_ids_.size()}};
   if (state_.train_data) data["train_sha256"] = state_.train_data->sha256;
-  comm_->check_same("tokens", data.dump());
-  comm_->check_same("settings", nlohmann::json{{"train", cfg_.to_json()}, {"model", model_->config.to_json()}}.dump());
+  comm_->check_same("tokens", json_line(data));
+  comm_->check_same("settings", json_line(nlohmann::json{{"train", cfg_.to_json()}, {"model", model_->config.to_json()}}));
 }
 
 checkpoint::Checkpoint Trainer::snapshot() {

@@ -1,14 +1,24 @@
 // JSON files and lines as xl writes and reads them: one line of text (JSON Lines, run
 // descriptions), where invalid UTF-8 in a string (a path, a label) is replaced rather than thrown on.
+// Every JSON text xl writes, messages included, goes through json_line: a file name is bytes, and
+// nlohmann's dump() throws on a Latin-1 one.
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <type_traits>
 
 namespace xl {
 
 inline std::string json_line(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// An ordered_json keeps its keys in the order they were put (a template, so that a braced list
+// still means a json).
+template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::ordered_json>, int> = 0>
+std::string json_line(const Json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 // How much of a JSON Lines `text` its whole lines take: through its last newline (0 without one).
