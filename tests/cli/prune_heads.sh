@@ -115,6 +115,11 @@ stderr_is_one_line "--plot goes with --mode iterative"
 expect 73 xl-prune-heads --mode iterative --step 50 $E --plot nowhere/curve.png sch.h5 tokens.h5
 stderr_is_one_line "cannot create nowhere/curve.png"
 [ ! -s out ] || fail "a study ran whose --plot cannot be written: $(cat out)"
+# A plot replaces an earlier plot, not a checkpoint named by mistake.
+cp sch.h5 other.h5
+expect 73 xl-prune-heads --mode iterative --step 50 $E --plot other.h5 sch.h5 tokens.h5
+stderr_is_one_line "other.h5: exists and is not a PNG"
+same_bytes other.h5 sch.h5 "a checkpoint given as --plot"
 # A PNG name with a quote in it (the shell that started gnuplot took it for the end of a string).
 expect 0 xl-prune-heads --mode iterative --step 50 --rescore --importance-max-tokens 2000 $E --plot "it's curve.png" \
   sch.h5 tokens.h5 -o pruned.h5
@@ -124,6 +129,8 @@ grep '"event":"pruned"' out | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())
 assert abs(r["loss_masked"] - r["loss_pruned"]) < 1e-5, r' || fail "pruned model does not match the masked one"
+# The next run draws its curve over the last one.
+expect 0 xl-prune-heads --mode iterative --step 50 --importance-max-tokens 2000 $E --plot "it's curve.png" sch.h5 tokens.h5
 expect 0 xl-prune-heads --mode iterative --prune-heads 2 --importance-max-tokens 2000 $E sch.h5 tokens.h5 -o two.h5
 expect 0 xl-eval-longctx --split valid --tgt-len 16 --mem-len 32 --max-tokens 2000 two.h5 tokens.h5
 [ "$(xl-inspect --json two.h5 | json /dev/stdin 'j["attributes"]["phase"]')" = pruned ] || fail "phase is not pruned"

@@ -46,14 +46,27 @@ std::string last_line(const std::string& path) {
   return last;
 }
 
+// A plot replaces an earlier plot, as a rerun draws it again; any other file at its name (a
+// checkpoint typed by mistake) is refused.
+void refuse_other_file(const std::string& png) {
+  std::ifstream in(png, std::ios::binary);
+  if (!in || io::is_stream(png)) return;
+  char head[8] = {};
+  in.read(head, sizeof head);
+  XL_CHECK(in.gcount() == 0 || std::memcmp(head, "\x89PNG\r\n\x1a\n", 8) == 0, kExitCantCreat,
+           png << ": exists and is not a PNG: --plot replaces only an earlier plot");
+}
+
 }  // namespace
 
 void check_plot(const std::string& png) {
+  refuse_other_file(png);
   XL_CHECK(on_path("gnuplot"), kExitUnavailable, kMissing);
   io::AtomicOutput probe(png, true, true);  // its temp file, removed unwritten
 }
 
 void plot_png(const std::string& png, const std::string& data, const std::string& commands, int width, int height) {
+  refuse_other_file(png);
   io::AtomicOutput out(png, true, true);
   const std::string data_path = out.temp_path() + ".dat", script_path = out.temp_path() + ".gp",
                     err_path = out.temp_path() + ".err";
