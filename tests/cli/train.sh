@@ -49,6 +49,18 @@ expect 0 $T --max-steps 1 --eval-interval 1 tokens.h5 -o linked.h5
 expect 0 $T --max-steps 1 --eval-interval 1 tokens.h5 -o linked.h5 -f
 no_temp_files .
 
+step "a large word vocab without --cutoffs is pointed to the adaptive softmax"
+# 3,000 words at d 32: one softmax's products are 4x the small model's layers'.
+python3 -c 'import random; r = random.Random(1); print("\n".join(" ".join("w%d" % r.randrange(3000) for _ in range(20)) for _ in range(3000)))' > many-words.txt
+xl-tokenize --mode word many-words.txt -o many-words.h5 -q
+expect 0 $T --max-steps 1 many-words.h5 -o many-words1.h5
+grep -q "one softmax over all .* (no --cutoffs below its size) takes 3.*x the layers' products per token: an adaptive softmax" "$TMP/err" ||
+  fail "no word about the adaptive softmax: $(cat "$TMP/err")"
+expect 0 $T --max-steps 1 --cutoffs 1000 many-words.h5 -o many-words2.h5
+grep -q "no --cutoffs" "$TMP/err" && fail "the adaptive softmax is suggested to a run that has it"
+expect 0 $T --max-steps 1 tokens.h5 -o bytes1.h5
+grep -q "no --cutoffs" "$TMP/err" && fail "the adaptive softmax is suggested for a byte vocab of 256"
+
 step "file names that are not UTF-8"
 # Linux names are bytes (a Latin-1 é here). They go into the JSON that xl writes (the command
 # line in the metrics, xl-inspect's file) as U+FFFD; the run itself never failed on them.
