@@ -14,6 +14,7 @@ packages=(
   gnuplot-nox             # plots of pruning curves and ablations
   curl unzip              # Makefile.pipeline downloads full corpora for real users
   xz-utils zstd           # the tests' compressed corpora
+  strace                  # the tests check that outputs are synced to disk before their rename
   bible-kjv               # the public-domain King James Bible: the offline demo corpus
   python3-h5py            # checks that our HDF5 files read from Python
   python3-torch           # checks that exported state_dicts load in PyTorch

@@ -97,6 +97,22 @@ stderr_is_one_line "sd.pt" "write error"
 [ ! -e sd.pt ] || fail "a failed export left sd.pt"
 no_temp_files .
 
+step "a checkpoint reaches the disk before its name: fsync, rename, then its directory"
+# A machine that goes down after the rename must not leave an empty file where the last good
+# checkpoint was. strace shows the order of the calls (each fd with its path: -y).
+if strace -f -o /dev/null true 2>/dev/null; then
+  expect 0 strace -f -y -e trace=fsync,fdatasync,rename,renameat,renameat2 -o trace.txt $T --max-steps 2 tokens.h5 -o synced.h5
+  python3 - trace.txt "$PWD" <<'PY' || fail "synced.h5 was not synced before and after its rename: $(cat trace.txt)"
+import re, sys
+calls = [re.sub(r"^\d+ +", "", line) for line in open(sys.argv[1])]
+at = next(i for i, c in enumerate(calls) if re.match(r'rename(at2?)?\(.*"synced\.h5\.tmp\.\d+", .*"synced\.h5"', c))
+assert any(re.match(r"f(data)?sync\(\d+<.*/synced\.h5\.tmp\.\d+>\) = 0", c) for c in calls[:at]), "no sync of the temp file before the rename"
+assert any(c.startswith("fsync(") and ("<%s>" % sys.argv[2]) in c for c in calls[at + 1:]), "no sync of the directory after it"
+PY
+else
+  echo "strace cannot trace here: the order of sync and rename is not checked"
+fi
+
 step "a full disk (tmpfs)"
 mnt=$TMP/small-disk
 mkdir -p "$mnt"

@@ -1,5 +1,6 @@
 #include "xl/util/io.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +103,32 @@ Entry entry_of(const std::string& path) {
 
 // Where an output is made before it is renamed onto PATH: PATH.tmp.PID, in PATH's directory.
 std::string temp_beside(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+// An output's bytes reach the disk before its name does: a machine that goes down after the
+// rename (a node lost on a cluster) must not leave an empty or partial file where the last good
+// one was. A write error that the file system reports only now (NFS: a quota) stops the commit
+// with PATH as it was.
+void sync_file(const std::string& temp, const std::string& path) {
+  const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC);
+  XL_CHECK(fd >= 0, kExitIoErr, path << ": cannot open its temp file again: " << std::strerror(errno));
+  int rc;
+  while ((rc = ::fsync(fd)) != 0 && errno == EINTR) {
+  }
+  const int err = errno;
+  ::close(fd);
+  XL_CHECK(rc == 0 || err == EINVAL || err == ENOTSUP, kExitIoErr, path << ": write error: " << std::strerror(err));
+}
+
+// The rename itself, kept by the directory that holds PATH. Best effort: some file systems refuse
+// to sync a directory, and the rename has happened either way.
+void sync_directory_of(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  while (::fsync(fd) != 0 && errno == EINTR) {
+  }
+  ::close(fd);
+}
 
 }  // namespace
 
@@ -324,8 +351,10 @@ void AtomicOutput::commit() {
     XL_CHECK(to.good() && from.eof(), kExitIoErr, path_ << ": write error: " << std::strerror(errno));
     std::remove(temp_path_.c_str());
   } else {
+    sync_file(temp_path_, path_);
     XL_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, kExitCantCreat,
              "cannot rename " << temp_path_ << " to " << path_ << ": " << std::strerror(errno));
+    sync_directory_of(path_);
   }
   unregister_temp(temp_path_);
   committed_ = true;
@@ -339,6 +368,7 @@ bool link_as(const std::string& existing, const std::string& path) {
   const bool renamed = ::rename(temp.c_str(), path.c_str()) == 0;
   ::unlink(temp.c_str());  // still there when PATH already named this file: rename does nothing then
   unregister_temp(temp);
+  if (renamed) sync_directory_of(path);
   return renamed;
 }
 

@@ -34,7 +34,8 @@ enum class ZipArchives { kRefuse, kAsStored };
 std::string read_text(const std::string& path, ZipArchives zip = ZipArchives::kRefuse);
 
 // An output written to PATH.tmp.PID and renamed onto PATH by commit(), so a reader never sees a
-// half-written file and a killed process leaves nothing behind. "-" writes to stdout. A PATH that
+// half-written file and a killed process leaves nothing behind; the bytes are synced to disk
+// before the rename, so neither does a machine that goes down. "-" writes to stdout. A PATH that
 // is a device or a FIFO (/dev/null) is written through, never replaced by a file: the temp file is
 // made in the temp directory and commit() copies it into PATH; it needs no -f.
 class AtomicOutput {
@@ -51,7 +52,7 @@ class AtomicOutput {
   const std::string& temp_path() const { return temp_path_; }
   // A stream on the temp file or on stdout.
   std::ostream& stream();
-  // Flushes and renames; for stdout flushes and checks for write errors.
+  // Flushes, syncs and renames; for stdout flushes and checks for write errors.
   void commit();
 
  private:
