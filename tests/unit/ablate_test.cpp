@@ -434,6 +434,43 @@ TEST(Ablation, ReportReadsFinishedAndUnfinishedRuns) {
 
 
 
+TEST(Ablation, ReportTakesAResumedRunsEventsOverThoseItsKillLost) {
+  TempDir tmp;
+  const std::string d = tmp.path();
+  auto g = parse("p1-steps = 12\n[run base]\n");
+  ASSERT_EQ(g.runs.size(), 1u);
+  write(d + "/grid.json", ablate::grid_json(g).dump());
+  const std::string run = d + "/" + g.runs[0].name;
+  write(run + "/run.json", ablate::run_json(g, g.runs[0]).dump());
+  // SIGKILLed after step 8's validation, before its checkpoint: resumed from step 4's, it trains
+  // steps 5-8 again, and their new events are the run's.
+  write(run + "/p1.jsonl",
+        R"({"event":"start","step":0,"parameters":99}
+{"event":"train","step":4,"ms_per_batch":100.0,"elapsed":1.0}
+{"event":"valid","step":4,"bpc":4.0}
+{"event":"checkpoint","step":4}
+{"event":"train","step":8,"ms_per_batch":500.0,"elapsed":2.0}
+{"event":"valid","step":8,"bpc":3.9}
+{"event":"start","step":4,"parameters":99,"resumed":true}
+{"event":"train","step":8,"ms_per_batch":110.0,"elapsed":2.1}
+{"event":"valid","step":8,"bpc":3.5}
+{"event":"train","step":12,"ms_per_batch":120.0,"elapsed":3.0}
+{"event":"valid","step":12,"bpc":3.0}
+{"event":"done","step":12,"reason":"reached --max-steps 12","elapsed":3.2,"peak_rss_mb":300.0}
+)");
+  const auto rep = ablate::read_report(d);
+  ASSERT_EQ(rep.runs.size(), 1u);
+  const auto& r = rep.runs[0];
+  ASSERT_EQ(r.curve.size(), 3u);
+  EXPECT_EQ(r.curve[0].step, 4);
+  EXPECT_EQ(r.curve[1].step, 8);
+  EXPECT_DOUBLE_EQ(r.curve[1].value, 3.5);
+  EXPECT_EQ(r.curve[2].step, 12);
+  ASSERT_EQ(r.ms_per_batch.size(), 1u);
+  EXPECT_DOUBLE_EQ(*r.ms_per_batch[0], 110.0);  // (100 + 110 + 120) / 3
+  EXPECT_DOUBLE_EQ(r.wall_s, 3.2);
+}
+
 TEST(Ablation, SeedsRepeatEachSettingAndTablesShowMeansAndPairedDifferences) {
   auto g = parse("p1-steps = 10\nseeds = 1, 2, 3\nbaseline = base\n[run base]\nsch-beta = 0\n[run sch]\nsch-beta = 0.1\n");
   EXPECT_EQ(names(g), (std::vector<std::string>{"base,seed=1", "base,seed=2", "base,seed=3", "sch,seed=1", "sch,seed=2", "sch,seed=3"}));

@@ -46,8 +46,8 @@ struct PhaseState {
 PhaseState read_phase(const std::string& file, RunReport& r) {
   PhaseState st;
   auto events = read_jsonl(file);
-  double ms_sum = 0, elapsed = 0;
-  int ms_n = 0;
+  double elapsed = 0;
+  std::vector<CurvePoint> curve, ms;  // ms: each train event's ms_per_batch at its step
   for (const auto& e : events) {
     const std::string ev = e.value("event", "");
     if (e.contains("step") && e["step"].is_number_integer()) st.step = e["step"].get<int64_t>();
@@ -57,17 +57,19 @@ PhaseState read_phase(const std::string& file, RunReport& r) {
       st.finished = st.stopped = false;
       if (!r.parameters && e.contains("parameters") && e["parameters"].is_number_integer())
         r.parameters = e["parameters"].get<int64_t>();
+      // A run resumed at step S after a kill trains S+1... again: what it logged past S before
+      // the kill was lost with the steps, and the steps' new events replace it.
+      auto superseded = [&](const CurvePoint& p) { return p.step > st.step; };
+      curve.erase(std::remove_if(curve.begin(), curve.end(), superseded), curve.end());
+      ms.erase(std::remove_if(ms.begin(), ms.end(), superseded), ms.end());
     } else if (ev == "train") {
       st.finished = st.stopped = false;
-      if (e.contains("ms_per_batch") && e["ms_per_batch"].is_number()) {
-        ms_sum += e["ms_per_batch"].get<double>();
-        ++ms_n;
-      }
+      if (e.contains("ms_per_batch") && e["ms_per_batch"].is_number()) ms.push_back({st.step, e["ms_per_batch"].get<double>()});
     } else if (ev == "valid") {
       for (const char* m : {"bpc", "ppl"})
         if (e.contains(m) && e[m].is_number()) {
           r.metric = m;
-          r.curve.push_back({st.step, e[m].get<double>()});
+          curve.push_back({st.step, e[m].get<double>()});
         }
     } else if (ev == "done") {
       const std::string reason = e.value("reason", "");
@@ -77,7 +79,10 @@ PhaseState read_phase(const std::string& file, RunReport& r) {
       if (rss >= 0) r.peak_rss_mb = std::max(r.peak_rss_mb.value_or(0.0), rss);
     }
   }
-  r.ms_per_batch.push_back(ms_n ? std::optional<double>(ms_sum / ms_n) : std::nullopt);
+  r.curve.insert(r.curve.end(), curve.begin(), curve.end());
+  double ms_sum = 0;
+  for (const CurvePoint& p : ms) ms_sum += p.value;
+  r.ms_per_batch.push_back(ms.empty() ? std::nullopt : std::optional<double>(ms_sum / static_cast<double>(ms.size())));
   r.steps.push_back(st.step);
   r.wall_s += elapsed;
   return st;
