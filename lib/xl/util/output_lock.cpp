@@ -16,6 +16,12 @@ namespace xl::io {
 
 namespace {
 
+std::string host_name() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
 // The holder's name as the lock file gives it, without its line end.
 std::string read_holder(int fd) {
   char text[256] = {0};
@@ -23,6 +29,15 @@ std::string read_holder(int fd) {
   std::string who(text, got > 0 ? static_cast<size_t>(got) : 0);
   while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
   return who;
+}
+
+// "pid N on HOST": HOST when it is another machine. On a network file system a machine that went
+// down can hold its lock long after (NFSv3 until it boots again): a requeued job is told the way out.
+std::string other_host(const std::string& who) {
+  const size_t on = who.rfind(" on ");
+  if (who.rfind("pid ", 0) != 0 || on == std::string::npos) return "";
+  const std::string host = who.substr(on + 4);
+  return host == host_name() ? "" : host;
 }
 
 }  // namespace
@@ -53,18 +68,16 @@ OutputLock::OutputLock(const std::string& path) : lock_path_(path + ".lock") {
         lock_path_.clear();
         return;
       }
-      const std::string who = read_holder(fd);
+      const std::string who = read_holder(fd), host = other_host(who);
       ::close(fd);
       XL_FAIL(kExitCantCreat, path << ": another training writes it" << (who.empty() ? "" : " (" + who + ")")
                                    << "; stop it first, or give this one another -o (the lock is " << lock_path_
-                                   << ")");
+                                   << (host.empty() ? "" : "; if " + host + " is down, remove it") << ")");
     }
     struct stat held, named;
     if (::fstat(fd, &held) == 0 && ::stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
         held.st_dev == named.st_dev) {
-      char host[256] = {0};
-      ::gethostname(host, sizeof host - 1);
-      const std::string me = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
+      const std::string me = "pid " + std::to_string(::getpid()) + " on " + host_name() + "\n";
       if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
         // The name of the holder is a courtesy: the lock holds without it.
       }
