@@ -64,7 +64,8 @@ PhaseState read_phase(const std::string& file, RunReport& r) {
       ms.erase(std::remove_if(ms.begin(), ms.end(), superseded), ms.end());
     } else if (ev == "train") {
       st.finished = st.stopped = false;
-      if (e.contains("ms_per_batch") && e["ms_per_batch"].is_number()) ms.push_back({st.step, e["ms_per_batch"].get<double>()});
+      if (e.contains("ms_per_batch") && e["ms_per_batch"].is_number())
+        ms.push_back({st.step, e["ms_per_batch"].get<double>()});
     } else if (ev == "valid") {
       for (const char* m : {"bpc", "ppl"})
         if (e.contains(m) && e[m].is_number()) {

@@ -107,13 +107,15 @@ void note_full_softmax(PhaseStart* p) {
   const model::ModelConfig& m = p->model;
   if (!m.cutoffs.empty()) return;
   double layers = 0;
-  for (int64_t l = 0; l < m.n_layer; ++l)
-    layers += static_cast<double>(4 * m.heads_in_layer(l) * m.d_head * m.d_model + (m.ff ? 2 * m.d_model * m.d_inner : 0));
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    const int64_t attention = 4 * m.heads_in_layer(l) * m.d_head * m.d_model;  // q, k, v, o
+    layers += static_cast<double>(attention + (m.ff ? 2 * m.d_model * m.d_inner : 0));
+  }
   const double softmax = static_cast<double>(m.n_token) * static_cast<double>(m.embed_dim());
   if (softmax <= 2 * layers) return;
   std::ostringstream note;
-  note << "one softmax over all " << m.n_token << " entries of the vocab (no --cutoffs below its size) takes " << std::fixed
-       << std::setprecision(1) << softmax / layers
+  note << "one softmax over all " << m.n_token << " entries of the vocab (no --cutoffs below its size) takes "
+       << std::fixed << std::setprecision(1) << softmax / layers
        << "x the layers' products per token: an adaptive softmax (--cutoffs; Transformer-XL's WikiText-103 recipe "
           "has 20000,40000,200000) trains and validates faster";
   p->notes.push_back(note.str());
