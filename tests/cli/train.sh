@@ -258,6 +258,35 @@ expect 65 $T --max-steps $((target + 2)) --schedule-steps 100000 --resume -q tok
 stderr_is_one_line "notlog.h5: not a metrics log (JSON Lines) to append to"
 same_bytes notlog.h5 straight.h5 "a checkpoint given as --metrics"
 
+step "SIGKILL: resumed, the run's metrics read as an uninterrupted run's (the README's jq recipe)"
+# Validations (each with its checkpoint) every 5 steps: the kill loses the steps logged since the
+# last one, and the resumed run logs them again.
+K="$T --schedule-steps 100000 --eval-interval 5 --log-interval 1"
+$K --max-steps 100000 tokens.h5 -o kill9.h5 --metrics kill9.jsonl -q &
+pid=$!
+wait_for_lines kill9.jsonl '"event":"train"' 23
+kill -KILL $pid
+wait $pid 2>/dev/null || true
+target=$(($(grep -c '"event":"train"' kill9.jsonl) + 5))
+# A kill during a save leaves its temp file (up to a checkpoint's size): the next writer of -o
+# removes what earlier ones left, and no one else's.
+head -c 1000 kill9.h5 >kill9.h5.tmp.999999
+ln -f kill9.h5 kill9.best.h5.tmp.999998
+touch other.h5.tmp.999997
+expect 0 $K --max-steps $target --resume tokens.h5 -o kill9.h5 --metrics kill9.jsonl
+grep -q "removed kill9.h5.tmp.999999, left unfinished by a training that was killed" "$TMP/err" ||
+  fail "no word of the temp file removed: $(cat "$TMP/err")"
+[ -e other.h5.tmp.999997 ] || fail "another output's temp file was removed"
+rm other.h5.tmp.999997
+no_temp_files .
+expect 0 $K --max-steps $target tokens.h5 -o straight9.h5 --metrics straight9.jsonl
+# The README's curve of a resumed run, for the training loss too.
+curve='reduce .[] as $e ([]; if $e.event == "start" then map(select(.step <= $e.step)) + [$e] else . + [$e] end)
+  | .[] | select(.event == "valid" or .event == "train") | [.event, .step, .loss] | @tsv'
+[ "$(jq -rs "$curve" kill9.jsonl)" = "$(jq -rs "$curve" straight9.jsonl)" ] ||
+  fail "the resumed run's curve differs from the uninterrupted one's: $(diff <(jq -rs "$curve" kill9.jsonl) <(jq -rs "$curve" straight9.jsonl) | head -5)"
+echo "  steps the kill lost, logged twice: $(jq -r 'select(.event == "train") | .step' kill9.jsonl | sort -n | uniq -d | tr '\n' ' ')"
+
 step "same seed, same run; another seed, another run"
 expect 0 $T --max-steps 8 --seed 7 tokens.h5 -o s7a.h5
 expect 0 $T --max-steps 8 --seed 7 tokens.h5 -o s7b.h5

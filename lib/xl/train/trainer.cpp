@@ -60,6 +60,12 @@ namespace {
 std::unique_ptr<io::OutputLock> claim_output(const TrainRequest& req) {
   std::unique_ptr<io::OutputLock> lock;
   if (!io::is_stream(req.output)) lock = std::make_unique<io::OutputLock>(req.output);  // before it is read or replaced
+  // The one writer of -o clears what a SIGKILLed writer left: a checkpoint half written (up to its
+  // size again on disk for every kill), the best one's link.
+  if (lock && lock->held())
+    for (const std::string& file : {req.output, best_path(req.output)})
+      for (const std::string& left : io::remove_stale_temps(file))
+        XL_INFO("removed " << left << ", left unfinished by a training that was killed");
   if (req.resume) {
     XL_CHECK(!io::is_stream(req.output), kExitUsage, "--resume needs -o FILE (the run's latest checkpoint)");
     XL_CHECK(io::exists(req.output), kExitNoInput, req.output << ": no checkpoint to resume from");

@@ -360,6 +360,24 @@ void AtomicOutput::commit() {
   committed_ = true;
 }
 
+std::vector<std::string> remove_stale_temps(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp.";
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(p.parent_path().empty() ? fs::path(".") : p.parent_path(), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
+    std::error_code gone;
+    if (fs::remove(it->path(), gone)) removed.push_back((p.parent_path() / name).string());  // as PATH names its directory
+  }
+  return removed;
+}
+
 bool link_as(const std::string& existing, const std::string& path) {
   const std::string temp = temp_beside(path);
   ::unlink(temp.c_str());

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace xl::io {
 
@@ -61,6 +62,11 @@ class AtomicOutput {
   bool committed_ = false;
   bool write_through_ = false;  // PATH is a device or FIFO
 };
+
+// Removes the temp files (PATH.tmp.PID) that writers of PATH killed by SIGKILL left behind, and
+// returns their names. Only for the one writer of PATH (the holder of its OutputLock): another
+// writer's temp file may still be in the making.
+std::vector<std::string> remove_stale_temps(const std::string& path);
 
 // Makes PATH a second name of the file at EXISTING (a hard link, put in place by rename, so a
 // reader sees the old PATH or the new one). False where the file system has no hard links, and

@@ -15,6 +15,8 @@ class OutputLock {
   ~OutputLock();  // removes PATH.lock
   // Who holds PATH.lock ("pid 123 on host"), or "" when no one does: a training still writes PATH.
   static std::string holder(const std::string& path);
+  // Whether this process holds the lock (false where the file system has none).
+  bool held() const { return fd_ >= 0; }
   OutputLock(const OutputLock&) = delete;
   OutputLock& operator=(const OutputLock&) = delete;
 
