@@ -120,9 +120,13 @@ int main(int argc, char** argv) {
       using xl::analysis::EvalCache;
       const std::string key = cache.enabled() ? EvalCache::key(EvalCache::study_key(model, ids, s), model->config, s.head_mask) : "";
       const std::optional<xl::eval::EvalResult> kept_result = cache.enabled() ? cache.find(key) : std::nullopt;
+      // A memory longer than the streams never fills: with --warmup the row is empty (null loss), not
+      // an error, and known before a segment runs (a sweep's longest memories cost the most).
+      const bool scores = xl::eval::scores_any(model, static_cast<int64_t>(ids.size()), s);
       xl::eval::EvalResult result;
       try {
-        result = kept_result ? *kept_result : xl::eval::evaluate(model, ids, s, sink, progress_lines(mem_len));
+        if (kept_result) result = *kept_result;
+        else if (scores) result = xl::eval::evaluate(model, ids, s, sink, progress_lines(mem_len));
       } catch (...) {
         // Out of memory at a longer memory: the settings finished before it are kept, as on a stop.
         const xl::Failure f = xl::describe_failure(std::current_exception());
@@ -163,8 +167,7 @@ int main(int argc, char** argv) {
       row.vocab_type = tokens.vocab().type();
       row.peak_rss_mb = xl::peak_rss_mb();
       row.kept = kept_result.has_value();
-      // A memory longer than the streams never fills: the row is empty (null loss), not an error.
-      if (!xl::eval::scores_any(model, static_cast<int64_t>(ids.size()), s))
+      if (!scores)
         XL_WARN("--warmup --mem-len " << mem_len << ": no segment had a full memory (" << row.batch_size
                                       << " streams of about " << static_cast<int64_t>(ids.size()) / row.batch_size
                                       << " tokens): nothing was scored");

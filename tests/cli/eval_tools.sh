@@ -69,6 +69,8 @@ warm=$(json out 'j["tokens"]')
 # A memory the streams cannot fill: an empty row, and a warning that says why.
 expect 0 xl-eval-longctx --threads 1 --split valid --tgt-len 16 --mem-len 1000000 --warmup ckpt.h5 tokens.h5
 [ "$(json out 'j["tokens"]')" = 0 ] || fail "a memory longer than the streams filled: $(cat out)"
+# ... known before a segment runs: nothing is computed for it.
+[ "$(json out 'j["seconds"]')" = 0.0 ] || fail "the segments of a memory that cannot fill were run: $(cat out)"
 grep -q -- "--warmup --mem-len 1000000: no segment had a full memory" err || fail "no warning for an empty --warmup row: $(cat err)"
 
 step "--per-token writes one group per setting"
