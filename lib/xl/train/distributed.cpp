@@ -28,6 +28,7 @@
 #include "xl/util/error.h"
 #include "xl/util/json_io.h"
 #include "xl/util/log.h"
+#include "xl/util/resources.h"
 
 namespace xl::train {
 namespace {
@@ -61,12 +62,6 @@ bool process_gone(long pid) {
   return state == "Z" || state == "X";
 }
 
-std::string hostname() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 // One process: every collective is the identity.
 class SingleProcess : public Communicator {
  public:
@@ -97,7 +92,7 @@ std::string failed_key(int r) { return store_prefix() + "failed/" + std::to_stri
 // How many ranks failed before they joined, and how many ranks have read that.
 std::string failed_count_key() { return store_prefix() + "failed"; }
 std::string failed_read_key() { return store_prefix() + "failed_read"; }
-std::string here() { return std::to_string(getpid()) + " " + hostname(); }
+std::string here() { return std::to_string(getpid()) + " " + host_name(); }
 
 // Where rank r runs, as it wrote it to the store when it connected (pid 0: it has not connected).
 struct Place {
@@ -116,7 +111,7 @@ Place place_of(c10d::Store& store, int r) {
 
 // The pid of each other rank that runs on this machine (0 for this one and those elsewhere).
 std::vector<long> pids_on_this_machine(c10d::Store& store, const DistConfig& config) {
-  const std::string me = hostname();
+  const std::string me = host_name();
   std::vector<long> pids(static_cast<size_t>(config.world), 0);
   for (int r = 0; r < config.world; ++r) {
     if (r == config.rank) continue;
@@ -129,7 +124,7 @@ std::vector<long> pids_on_this_machine(c10d::Store& store, const DistConfig& con
 // "rank 1 (pid 4242)" for a rank of this machine, "rank 1 (pid 4242 on node7)" for one elsewhere.
 std::string rank_name(int r, const Place& p) {
   return "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) +
-         (p.host.empty() || p.host == hostname() ? "" : " on " + p.host) + ")";
+         (p.host.empty() || p.host == host_name() ? "" : " on " + p.host) + ")";
 }
 
 std::string rank_name(c10d::Store& store, int r) { return rank_name(r, place_of(store, r)); }

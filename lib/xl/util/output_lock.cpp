@@ -11,16 +11,11 @@
 
 #include "xl/util/error.h"
 #include "xl/util/io.h"
+#include "xl/util/resources.h"
 
 namespace xl::io {
 
 namespace {
-
-std::string host_name() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
 
 // The holder's name as the lock file gives it, without its line end.
 std::string read_holder(int fd) {

@@ -104,4 +104,10 @@ double rss_mb() {
 
 int64_t mapped_bytes() { return statm_bytes().mapped; }
 
+std::string host_name() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
 }  // namespace xl

@@ -1,6 +1,8 @@
-// What the process has used so far, for reports and metrics, and the cores it may use.
+// What the process has used so far, for reports and metrics, the cores it may use, and the
+// machine it runs on.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace xl {
 
@@ -19,5 +21,8 @@ double peak_rss_mb();
 double rss_mb();
 // The address space mapped now, in bytes, as an address-space limit counts it (0 without /proc).
 int64_t mapped_bytes();
+
+// This machine's name, as the ranks and the output locks name where a process runs.
+std::string host_name();
 
 }  // namespace xl
