@@ -14,7 +14,8 @@
 # REFERENCE (a kimiyoung/transformer-xl checkout's pytorch/ folder, not part of xl: its model runs
 # beside ours at the same shapes, alternating run by run, with the same 2 threads, waiting policy
 # (passive after a short spin, as the tools set it) and BLAS kernels; "speedup" is xl's median over
-# its median), PYTHON (with torch; default python3).
+# its median), PRECISION (fp32, the default, or bf16: xl's products and the reference's through
+# torch.autocast; MFU against the peak in that precision), PYTHON (with torch; default python3).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$(cd "${1:-${XL_BUILD:-$here/../build}}" && pwd)
@@ -26,6 +27,9 @@ if [ -n "${REFERENCE:-}" ]; then  # fail now, not after the first of xl's runs
   "${PYTHON:-python3}" -c 'import torch' 2>/dev/null || { echo "model.sh: ${PYTHON:-python3} cannot import torch, which the reference needs (set PYTHON, e.g. PYTHON=/usr/bin/python3 with Debian's python3-torch)" >&2; exit 69; }
 fi
 RUNS=${RUNS:-3}
+PRECISION=${PRECISION:-fp32}
+case "$PRECISION" in fp32|bf16) ;; *) echo "model.sh: PRECISION=$PRECISION is not fp32 or bf16" >&2; exit 64 ;; esac
+export XL_BENCH_PRECISION=$PRECISION
 CONFIGS=${CONFIGS:-tiny small base wt103}
 # The word-level shapes (WikiText-103's adaptive softmax over 267,735 words) at 512 and 600 tokens
 # a step: their per-GPU batches of 16 and 60 would take minutes per step on a small machine.
@@ -56,7 +60,7 @@ for c in $CONFIGS; do
         echo "model.sh: $c $m reference run $r/$RUNS ($core kernels)" >&2
         XL_BENCH_BATCH=$(batch_for "$c") OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=20000 \
           OPENBLAS_THREAD_TIMEOUT=4 OPENBLAS_CORETYPE="$core" \
-          "${PYTHON:-python3}" "$here/reference_txl.py" "$REFERENCE" "$c" "$m" "$(steps "$c" "$m")" cpu fp32 >>"$out"
+          "${PYTHON:-python3}" "$here/reference_txl.py" "$REFERENCE" "$c" "$m" "$(steps "$c" "$m")" cpu "$PRECISION" >>"$out"
       fi
     done
   done
@@ -69,7 +73,7 @@ for r in rows:
     (ref if r.get("implementation") == "reference" else res).setdefault(r["config"], {}).setdefault(r["mode"], []).append(r)
 def med(v): return statistics.median(v)
 first = rows[0]
-out = {"runs": int(sys.argv[2]), "cpu": first["cpu"], "blas": first["blas"],
+out = {"runs": int(sys.argv[2]), "precision": first["precision"], "cpu": first["cpu"], "blas": first["blas"],
        "gemm_choice": first.get("gemm_choice", ""), "results": {}}
 for c, modes in res.items():
     for m, rs in modes.items():

@@ -89,9 +89,11 @@ int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64
   int64_t width = 0;  // keys (MGK: all of a mixture's) and values of every head of every layer
   const int64_t parts = c.attention == "mgk" ? 1 + c.mgk_keys : 2;
   for (int64_t l = 0; l < c.n_layer; ++l) width += parts * c.heads_in_layer(l) * c.d_head;
-  const int64_t element = precision == model::Precision::kFp32
-                              ? static_cast<int64_t>(model->parameters().front().element_size())
-                              : 2;  // bf16 or fp16
+  // fp32 runs keep the parameters' dtype, and so do bf16 runs whose products the CPU's kernels take
+  // (fp32 results); autocast's tensor ops keep bf16 or fp16.
+  const torch::Tensor param = model->parameters().front();
+  const bool params_dtype = precision == model::Precision::kFp32 || model::cpu_kernels_run_bf16(precision, param.device());
+  const int64_t element = params_dtype ? static_cast<int64_t>(param.element_size()) : 2;
   return streams * model::row_window_capacity(mem_len, tgt_len) * width * element;
 }
 

@@ -3,7 +3,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/cuda_support.h"
+#include "xl/model/kernels/kernel_choice.h"
 #include "xl/util/error.h"
 
 // LibTorch 2.4 made the autocast switches per device type; 1.13 to 2.3 have one per backend.
@@ -55,7 +57,19 @@ at::ScalarType active_autocast_dtype(const torch::Device& device) {
   return autocast_enabled(cuda) ? autocast_dtype(cuda) : at::ScalarType::Undefined;
 }
 
+bool cpu_kernels_run_bf16(Precision p, const torch::Device& device) {
+  return p == Precision::kBf16 && device.is_cpu() && bf16_gemm_native() && !generic_kernels_forced();
+}
+
+bool cpu_bf16_products() {
+  return cpu_autocast_enabled() && autocast_dtype(false) == at::kBFloat16 &&
+         cpu_kernels_run_bf16(Precision::kBf16, torch::kCPU);
+}
+
+bool cpu_kernels_take_products() { return !cpu_autocast_enabled() || cpu_bf16_products(); }
+
 at::ScalarType product_dtype(const torch::Tensor& x) {
+  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat && cpu_bf16_products()) return torch::kFloat;
   const at::ScalarType autocast = active_autocast_dtype(x.device());
   return autocast == at::ScalarType::Undefined ? x.scalar_type() : autocast;
 }

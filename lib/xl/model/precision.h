@@ -26,8 +26,20 @@ Precision resolve_precision(const std::string& name, const torch::Device& device
 bool cpu_autocast_enabled();
 // The dtype autocast computes in on `device` in this thread; Undefined when it is off.
 at::ScalarType active_autocast_dtype(const torch::Device& device);
-// The dtype a matrix product of x runs in here: autocast's where it is on, else x's own.
+// The dtype a matrix product of x gives here: autocast's where it is on, else x's own; fp32 where
+// the CPU's kernels take autocast's bf16 products (cpu_bf16_products: fp32 sums and results).
 at::ScalarType product_dtype(const torch::Tensor& x);
+
+// Whether a run in precision p on `device` has the CPU's fused kernels run its products in bf16
+// themselves: operands rounded to bf16, oneDNN's GEMM on AVX-512 BF16 or AMX (bf16_gemm_native),
+// sums and results in fp32. Where they cannot (no such units, the generic path forced), autocast's
+// tensor ops run them, with bf16 results.
+bool cpu_kernels_run_bf16(Precision p, const torch::Device& device);
+// Whether, in this thread, CPU autocast is on in bf16 and the CPU's kernels run its products.
+bool cpu_bf16_products();
+// Whether the CPU's fused kernels take this thread's products: CPU autocast off (fp32), or
+// cpu_bf16_products(). Otherwise autocast's tensor ops must, so that it reaches every product.
+bool cpu_kernels_take_products();
 
 // Half and bfloat16 tensors as float; others as they are.
 torch::Tensor upcast(const torch::Tensor& x);

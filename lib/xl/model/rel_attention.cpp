@@ -219,7 +219,7 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     // The blocked kernel runs in float32 on the CPU, so the queries are float32 when x_q is and no
     // autocast is on. (same_length without memory hides every key: left to the general path.)
     const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
-                         chunked_attention_usable(x_q) && !cpu_autocast_enabled();
+                         chunked_attention_usable(x_q) && cpu_kernels_take_products();
     // Without a variant, the projections' pass adds u and v to the queries for the blocked kernel.
     const bool biased = blocked && !variants.has_variant();
     const torch::Tensor u_in = biased ? u : torch::Tensor(), v_in = biased ? v : torch::Tensor();

@@ -187,7 +187,8 @@ class Projections : public torch::autograd::Function<Projections> {
 };
 
 // Whether the kernels here run on x and the other tensors: float32 on the CPU (undefined ones
-// pass), with a BLAS, outside autocast.
+// pass), with a BLAS, outside autocast (with bf16 products on the CPU the general path sends them
+// to linear(), which runs them in bf16).
 bool runs_here(const torch::Tensor& x, std::initializer_list<torch::Tensor> others) {
   if (!cpu_kernel_allowed(x) || !blas().sgemm || cpu_autocast_enabled() || x.dim() != 3 || x.numel() == 0)
     return false;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "xl/model/kernels/parallel.h"
@@ -73,8 +75,10 @@ const Blas& blas() {
     r.get_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
     auto parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
     if (parallel) r.openblas_threading = parallel();
-    if (env("XL_GEMM") != "blas")
+    if (env("XL_GEMM") != "blas") {
       r.onednn_sgemm = reinterpret_cast<Blas::OnednnSgemm>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
+      r.onednn_gemm_bf16 = reinterpret_cast<Blas::OnednnGemmBf16>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
+    }
     return r;
   }();
   return b;
@@ -89,6 +93,7 @@ CpuVectorUnits this_cpu_vector_units() {
   u.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   u.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  u.avx512_bf16 = u.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
   return u;
 }
@@ -97,7 +102,7 @@ CpuVectorUnits kernel_vector_units() {
   static const CpuVectorUnits units = [] {
     CpuVectorUnits u = this_cpu_vector_units();
     const std::string cap = lower(env("XL_VECTOR_UNITS"));
-    if (cap == "avx2" || cap == "none") u.avx512 = false;
+    if (cap == "avx2" || cap == "none") u.avx512 = u.avx512_bf16 = false;
     if (cap == "none") u.avx = u.avx2_fma = false;
     // Said once, by the process that runs the tool (run_torch_tool re-executes the first).
     if (!cap.empty() && cap != "avx512" && cap != "avx2" && cap != "none" && std::getenv("XL_RUNTIME_READY"))
@@ -264,6 +269,15 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     beta = 1;
   }
   blas().sgemm(&op_b, &op_a, &ni, &mi, &ki, &one, b, &lb, a, &la, &beta, c, &lc);
+}
+
+bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units().avx512_bf16; }
+
+void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                         const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int status =
+      blas().onednn_gemm_bf16(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  if (status != 0) throw std::runtime_error("oneDNN's bf16 GEMM failed with status " + std::to_string(status));
 }
 
 SingleThreadedBlas::SingleThreadedBlas() {

@@ -107,7 +107,7 @@ bool runs_here(const torch::Tensor& x, const torch::Tensor& residual, const torc
                const torch::Tensor& bias) {
   const auto dtype = x.scalar_type();
   auto same = [&](const torch::Tensor& t) { return t.defined() && t.scalar_type() == dtype && t.device().is_cpu(); };
-  return cpu_kernel_allowed(x) && !cpu_autocast_enabled() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
+  return cpu_kernel_allowed(x) && cpu_kernels_take_products() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
          x.dim() >= 1 && x.numel() > 0 && same(residual) && residual.sizes() == x.sizes() && same(weight) &&
          same(bias) && weight.dim() == 1 && bias.dim() == 1 && weight.size(0) == x.size(-1) &&
          bias.size(0) == x.size(-1);

@@ -187,7 +187,7 @@ torch::Tensor linear_relu_dropout(const torch::Tensor& x, const torch::Tensor& w
                                   double p, bool train) {
   RECORD_FUNCTION("xl::linear_relu_dropout", std::vector<c10::IValue>());
   const bool drop = train && p > 0 && p < 1;
-  const bool bias_here = drop && fused(x) && !cpu_autocast_enabled() && bias.defined() && bias.dim() == 1 &&
+  const bool bias_here = drop && fused(x) && cpu_kernels_take_products() && bias.defined() && bias.dim() == 1 &&
                          bias.device().is_cpu() && bias.scalar_type() == x.scalar_type() &&
                          weight.scalar_type() == x.scalar_type() && weight.dim() == 2 &&
                          bias.size(0) == weight.size(0);

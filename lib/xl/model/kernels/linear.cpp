@@ -9,13 +9,26 @@ namespace {
 
 const float* floats(const torch::Tensor& t) { return t.data_ptr<float>(); }
 float* floats(torch::Tensor& t) { return t.data_ptr<float>(); }
+const uint16_t* bf16_bits(const torch::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// Row-major C = op(A) op(B) + beta C in the operands' precision: fp32 or bf16 (fp32 sums).
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const torch::Tensor& a, int64_t lda,
+          const torch::Tensor& b, int64_t ldb, float beta, torch::Tensor& c, int64_t ldc) {
+  if (a.scalar_type() == torch::kBFloat16)
+    bf16_gemm_row_major(trans_a, trans_b, m, n, k, bf16_bits(a), lda, bf16_bits(b), ldb, beta, floats(c), ldc);
+  else
+    sgemm_row_major(trans_a, trans_b, m, n, k, floats(a), lda, floats(b), ldb, beta, floats(c), ldc);
+}
 
 class Linear : public torch::autograd::Function<Linear> {
  public:
   // x2 [n, in] contiguous; weight [out, in] with unit column stride; bias [out] or [0] for none
-  // (LibTorch 1.13's Function::apply takes no undefined tensors).
+  // (LibTorch 1.13's Function::apply takes no undefined tensors). bf16: the products take operands
+  // rounded to bf16 (cpu_bf16_products), kept for backward at half the room.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2,
-                               const torch::Tensor& weight, const torch::Tensor& bias) {
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool bf16) {
     RECORD_FUNCTION("xl::linear", std::vector<c10::IValue>());
     const int64_t n = x2.size(0), in = x2.size(1), out = weight.size(0);
     torch::Tensor y = torch::empty({n, out}, x2.options());
@@ -25,8 +38,10 @@ class Linear : public torch::autograd::Function<Linear> {
       y.copy_(bias.view({1, out}).expand({n, out}));
       beta = 1;
     }
-    sgemm_row_major(false, true, n, out, in, floats(x2), in, floats(weight), weight.stride(0), beta, floats(y), out);
-    ctx->save_for_backward({x2, weight});
+    const torch::Tensor x_op = bf16 ? x2.to(torch::kBFloat16) : x2;
+    const torch::Tensor w_op = bf16 ? weight.to(torch::kBFloat16).contiguous() : weight;
+    gemm(false, true, n, out, in, x_op, in, w_op, w_op.stride(0), beta, y, out);
+    ctx->save_for_backward({x_op, w_op});
     ctx->saved_data["bias"] = has_bias;
     return y;
   }
@@ -35,26 +50,27 @@ class Linear : public torch::autograd::Function<Linear> {
                                                  torch::autograd::variable_list g) {
     RECORD_FUNCTION("xl::linear_backward", std::vector<c10::IValue>());
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x2 = saved[0], &weight = saved[1];
-    const int64_t n = x2.size(0), in = x2.size(1), out = weight.size(0);
-    torch::Tensor go = g[0].contiguous();
+    const torch::Tensor &x_op = saved[0], &w_op = saved[1];
+    const int64_t n = x_op.size(0), in = x_op.size(1), out = w_op.size(0);
+    const torch::Tensor go = g[0].contiguous();
+    const torch::Tensor go_op = go.to(x_op.scalar_type());  // in the forward's precision
     torch::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) {  // dX = dY W
       dx = torch::empty({n, in}, go.options());
-      sgemm_row_major(false, false, n, in, out, floats(go), out, floats(weight), weight.stride(0), 0, floats(dx), in);
+      gemm(false, false, n, in, out, go_op, out, w_op, w_op.stride(0), 0, dx, in);
     }
     if (ctx->needs_input_grad(1)) {  // dW = dY^T X
       dw = torch::empty({out, in}, go.options());
-      sgemm_row_major(true, false, out, in, n, floats(go), out, floats(x2), in, 0, floats(dw), in);
+      gemm(true, false, out, in, n, go_op, out, x_op, in, 0, dw, in);
     }
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) db = go.sum(0);
-    return {dx, dw, db};
+    return {dx, dw, db, torch::Tensor()};
   }
 };
 
 bool runs_here(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   auto is_float = [](const torch::Tensor& t) { return t.scalar_type() == torch::kFloat && t.device().is_cpu(); };
-  return cpu_kernel_allowed(x) && blas().sgemm && !cpu_autocast_enabled() && is_float(x) && is_float(weight) &&
+  return cpu_kernel_allowed(x) && blas().sgemm && cpu_kernels_take_products() && is_float(x) && is_float(weight) &&
          (!bias.defined() || (is_float(bias) && bias.dim() == 1)) && weight.dim() == 2 && x.dim() >= 1 &&
          x.size(-1) == weight.size(1) && x.numel() > 0 && weight.numel() > 0;
 }
@@ -68,7 +84,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   auto sizes = x.sizes().vec();
   sizes.back() = out;
   torch::Tensor b = bias.defined() ? bias : torch::empty({0}, weight.options());
-  return Linear::apply(x.reshape({-1, in}).contiguous(), w, b).view(sizes);
+  return Linear::apply(x.reshape({-1, in}).contiguous(), w, b, cpu_bf16_products()).view(sizes);
 }
 
 }  // namespace xl::model
