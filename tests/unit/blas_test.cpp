@@ -1,6 +1,7 @@
 // The BLAS layer: which OpenBLAS kernels xl asks for on which CPU (never a kernel set the CPU
 // cannot run, never a step down, unknown cores left alone), and the row-major GEMM against an
-// explicit loop for every transpose combination, beta 0 (C never read) and not, small and large outputs.
+// explicit loop for every transpose combination, beta 0 (C never read) and not, small and large outputs,
+// in fp32 and with bf16 operands.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -83,7 +84,8 @@ TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
 // Every transpose combination and beta, a small output (cleared by the wrapper for beta 0), one
 // past its threshold (cleared by the BLAS), one wider than 1,024 columns (A B^T in column blocks)
 // and single rows (A B^T as a matrix-vector product), against an explicit loop in double precision.
-void expect_products_match_loops(const char* where) {
+// bf16: the operands rounded to bf16 (the loop reads the rounded values), through bf16_gemm_row_major.
+void expect_products_match_loops(const char* where, bool bf16 = false) {
   torch::manual_seed(3);
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {300, 230, 7}, {5, 2100, 9}, {1, 2100, 9},
                                 {1, 29, 53}})
@@ -93,11 +95,18 @@ void expect_products_match_loops(const char* where) {
           // Stored as the transpose when op is T, with a leading dimension wider than the matrix.
           auto a = torch::randn({ta ? k : m, (ta ? m : k) + 3});
           auto b = torch::randn({tb ? n : k, (tb ? k : n) + 5});
+          const torch::Tensor a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
+          if (bf16) a = a16.to(torch::kFloat), b = b16.to(torch::kFloat);
           auto c = torch::randn({m, n + 2});
           if (beta == 0) c.narrow(1, 0, n).fill_(std::nanf(""));  // beta 0: C is never read
           auto c0 = c.clone();
-          xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(),
-                                     b.size(1), beta, c.data_ptr<float>(), c.size(1));
+          auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
+          if (bf16)
+            xl::model::bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
+                                           c.data_ptr<float>(), c.size(1));
+          else
+            xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(),
+                                       b.size(1), beta, c.data_ptr<float>(), c.size(1));
           auto A = a.accessor<float, 2>(), B = b.accessor<float, 2>(), C = c.accessor<float, 2>(),
                C0 = c0.accessor<float, 2>();
           double worst = 0;
@@ -158,6 +167,18 @@ TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
     expect_products_match_loops(onednn ? "oneDNN" : "one-thread BLAS");
   });
   if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::gemm_choice_description();
+}
+
+TEST(BlasGemm, Bf16ProductsMatchAnExplicitLoopOverTheRoundedOperands) {
+  // --precision bf16's products on a CPU: fp32 sums of the rounded operands' products, on all
+  // threads and on one (inside a parallel region).
+  if (!xl::model::bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << xl::model::gemm_choice_description();
+  at::set_num_threads(2);
+  expect_products_match_loops("bf16, all threads", true);
+  xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
+    if (b == 0) expect_products_match_loops("bf16, one thread", true);
+  });
 }
 
 TEST(BlasThreads, SingleThreadedProductsKeepTheLoopsThreads) {

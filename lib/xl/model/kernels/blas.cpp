@@ -191,7 +191,10 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
 }
 
 std::string gemm_choice_description() {
-  if (!blas().onednn_sgemm) return "BLAS";
+  const std::string bf16 = bf16_gemm_native()
+                               ? "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, fp32 sums"
+                               : "; bf16 products in autocast's tensor ops (no AVX-512 BF16 or no oneDNN)";
+  if (!blas().onednn_sgemm) return "BLAS" + bf16;
   struct Version {
     int major, minor, patch;
     const char* hash;
@@ -202,7 +205,7 @@ std::string gemm_choice_description() {
   const Version* v = version ? version() : nullptr;
   std::string d = "oneDNN";
   if (v) d += " " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
-  return d + " where it runs the product faster, the BLAS elsewhere (XL_GEMM=blas: the BLAS only)";
+  return d + " where it runs the product faster, the BLAS elsewhere (XL_GEMM=blas: the BLAS only)" + bf16;
 }
 
 std::string cpu_model_name() {

@@ -98,7 +98,8 @@ void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 
 // Whether sgemm_row_major, called here, sends this product to oneDNN.
 bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
-// "oneDNN 2.6.3 where it runs the product faster, ..." or "BLAS": for -v and the benchmarks' JSON.
+// "oneDNN 2.6.3 where it runs the product faster, ..." or "BLAS", then where bf16 products run: for
+// -v and the benchmarks' JSON.
 std::string gemm_choice_description();
 
 // While alive, BLAS runs each GEMM on the calling thread only: for loops that spread many small
