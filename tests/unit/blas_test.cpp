@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
@@ -79,6 +80,35 @@ TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
   EXPECT_EQ(used.avx512, cpu.avx512 && allowed >= 3) << cap;
   EXPECT_EQ(used.avx2_fma, cpu.avx2_fma && allowed >= 2) << cap;
   EXPECT_EQ(used.avx, cpu.avx && allowed >= 2) << cap;
+  EXPECT_EQ(used.avx512_bf16, cpu.avx512_bf16 && allowed >= 3) << cap;
+}
+
+TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
+  // The bf16 products' rounding (AVX-512 BF16's instructions, or the loop with the units capped)
+  // against LibTorch's conversion: normal values, exact ties both ways, the largest finite values
+  // (which round to infinity), infinities and zeros, over every tail length of a 32-float step.
+  torch::manual_seed(4);
+  torch::Tensor x = torch::randn({1000}) * 3;
+  std::vector<float> special = {0.0f, -0.0f, INFINITY, -INFINITY, 3.4028235e38f, -3.4028235e38f, 1e-30f};
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x40408000u, 0x3f80ffffu}) {  // ties, near one
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    special.push_back(f);
+  }
+  x.narrow(0, 0, static_cast<int64_t>(special.size())).copy_(torch::tensor(special));
+  const torch::Tensor want = x.to(torch::kBFloat16);
+  const auto* want_bits = reinterpret_cast<const uint16_t*>(want.data_ptr<at::BFloat16>());
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{31}, int64_t{33}, int64_t{1000}}) {
+    std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xabcd);
+    xl::model::round_to_bf16(x.data_ptr<float>(), got.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], want_bits[i]) << "element " << i << " of " << n;
+    EXPECT_EQ(got[static_cast<size_t>(n)], 0xabcd) << "wrote past " << n;
+  }
+  const float nan = std::nanf("");
+  uint16_t nan_bits = 0;
+  xl::model::round_to_bf16(&nan, &nan_bits, 1);
+  EXPECT_EQ(nan_bits & 0x7f80, 0x7f80);
+  EXPECT_NE(nan_bits & 0x7f, 0) << "NaN stays NaN";
 }
 
 // Every transpose combination and beta, a small output (cleared by the wrapper for beta 0), one

@@ -7,16 +7,20 @@
 // the same bits as keeping them. Also: no gradient => the same output without keeping
 // probabilities, and with the keys and
 // values in a larger buffer (evaluation's kept projections); the positional bias a GPU's fused
-// kernel takes, against its definition and against the probabilities.
+// kernel takes, against its definition and against the probabilities. With bf16 products (a CPU
+// with AVX-512 BF16): the same cases against the full-matrix path in double on the operands rounded
+// to bf16, within the rounding of the probabilities and score gradients the kernel rounds too.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
 #include "xl/model/kernels/batched_matmul.h"
+#include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/kernels/rel_softmax.h"
+#include "xl/model/precision.h"
 #include "xl/model/rel_attention.h"
 
 using namespace xl::model;
@@ -75,17 +79,23 @@ Tensor full_matrix(const Case& c, const std::vector<int64_t>& heads, const Tenso
   return torch::bmm(probs, value).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
 }
 
-void expect_near(const Tensor& got, const Tensor& want, const char* what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+// The largest difference relative to the largest value (at least 1).
+double difference(const Tensor& got, const Tensor& want) {
   const double err = (got.to(torch::kFloat64) - want).abs().max().item<double>();
-  const double size = want.abs().max().item<double>();
-  EXPECT_LT(err, 2e-5 * std::max(1.0, size)) << what << ": max difference " << err << " (values up to " << size << ")";
+  return err / std::max(1.0, want.abs().max().item<double>());
 }
 
-}  // namespace
+void expect_near(const Tensor& got, const Tensor& want, const char* what, double tolerance = 2e-5) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_LT(difference(got, want), tolerance) << what << " (values up to " << want.abs().max().item<double>() << ")";
+}
 
-TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
-  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+// bf16: the kernel runs its products in bf16 (CPU autocast), the reference takes the operands
+// rounded to bf16.
+void check_against_the_full_matrix_path(bool bf16) {
+  const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
+  // The probabilities and score gradients rounded to bf16 before their products: 2^-9 relative each.
+  const double tolerance = bf16 ? 1e-2 : 2e-5;
   auto fresh = [](int64_t m) { return m > 0 ? std::vector<MemoryRun>{{kPosition - m, m}} : std::vector<MemoryRun>{}; };
   const std::vector<Case> cases = {
       {2, 2, 1, 8, fresh(0)},
@@ -136,27 +146,42 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
     std::vector<int64_t> own(c.heads), shifted(c.heads);
     for (int64_t h = 0; h < c.heads; ++h) own[h] = h, shifted[h] = (h + 1) % c.heads;
 
+    auto wide = [&](const Tensor& x) {  // what the products take, in double
+      return (bf16 ? x.detach().to(torch::kBFloat16) : x.detach()).to(torch::kFloat64);
+    };
     for (const auto& heads : {own, shifted}) {  // without and with SCH
       SCOPED_TRACE(testing::Message() << "SCH=" << (heads != own));
-      Tensor got = chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads == own ? std::vector<int64_t>{} : heads,
-                                              mask, scale);
+      auto attend = [&](const Tensor& keys_values) {
+        AutocastScope autocast(precision, torch::kCPU);
+        return chunked_relative_attention(q_u, q_v, keys_values, tables, blocks,
+                                          heads == own ? std::vector<int64_t>{} : heads, mask, scale);
+      };
+      Tensor got = attend(kv);
       std::vector<Tensor> inputs = {q_u, q_v, kv};
       inputs.insert(inputs.end(), tables.begin(), tables.end());
       auto got_grads = torch::autograd::grad({got}, inputs, {grad_out});
 
-      std::vector<Tensor> wide;
-      for (const auto& x : inputs) wide.push_back(x.detach().to(torch::kFloat64).requires_grad_(true));
-      Tensor want = full_matrix(c, heads, wide[0], wide[1], wide[2], {wide.begin() + 3, wide.end()}, mask, scale);
-      auto want_grads = torch::autograd::grad({want}, wide, {grad_out.to(torch::kFloat64)});
+      std::vector<Tensor> operands;
+      for (const auto& x : inputs) operands.push_back(wide(x).requires_grad_(true));
+      Tensor want = full_matrix(c, heads, operands[0], operands[1], operands[2], {operands.begin() + 3, operands.end()},
+                                mask, scale);
+      auto want_grads = torch::autograd::grad({want}, operands, {wide(grad_out)});
 
-      expect_near(got, want, "output");
+      expect_near(got, want, "output", tolerance);
       const char* names[] = {"d q_u", "d q_v", "d kv"};
-      for (size_t i = 0; i < inputs.size(); ++i) expect_near(got_grads[i], want_grads[i], i < 3 ? names[i] : "d table");
+      for (size_t i = 0; i < inputs.size(); ++i)
+        expect_near(got_grads[i], want_grads[i], i < 3 ? names[i] : "d table", tolerance);
+      if (bf16 && c.t > 1) {  // the rounding is there: the unrounded operands give another output
+        std::vector<Tensor> exact;
+        for (const auto& x : inputs) exact.push_back(x.detach().to(torch::kFloat64));
+        const Tensor unrounded = full_matrix(c, heads, exact[0], exact[1], exact[2], {exact.begin() + 3, exact.end()},
+                                             mask, scale);
+        EXPECT_GT(difference(got, unrounded), 1e-4) << "no bf16 rounding: the products ran in fp32";
+      }
 
       {
         AttentionProbsScope recompute(AttentionProbs::kRecompute);
-        Tensor again = chunked_relative_attention(q_u, q_v, kv, tables, blocks,
-                                                  heads == own ? std::vector<int64_t>{} : heads, mask, scale);
+        Tensor again = attend(kv);
         auto again_grads = torch::autograd::grad({again}, inputs, {grad_out});
         EXPECT_TRUE(torch::equal(again, got)) << "recomputing the probabilities changes the output";
         for (size_t i = 0; i < inputs.size(); ++i)
@@ -165,15 +190,28 @@ TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
       }
 
       torch::NoGradGuard no_grad;
-      Tensor inference = chunked_relative_attention(q_u, q_v, kv, tables, blocks, heads, mask, scale);
+      Tensor inference = attend(kv);
       EXPECT_TRUE(torch::equal(inference, got.detach())) << "inference differs from the training forward";
       // Evaluation's kept keys and values lie in a buffer with room around each stream's rows.
       Tensor roomy = torch::randn({c.batch, k + 5, 2, c.heads, c.dh});
       roomy.narrow(1, 3, k).copy_(kv);
-      Tensor kept = chunked_relative_attention(q_u, q_v, roomy.narrow(1, 3, k), tables, blocks, heads, mask, scale);
+      Tensor kept = attend(roomy.narrow(1, 3, k));
       EXPECT_TRUE(torch::equal(kept, got.detach())) << "keys and values in a larger buffer change the output";
     }
   }
+}
+
+}  // namespace
+
+TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
+  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  check_against_the_full_matrix_path(false);
+}
+
+TEST(ChunkedAttention, Bf16ProductsMatchTheFullMatrixPathOnRoundedOperands) {
+  if (!chunked_attention_usable(torch::empty({1})) || !bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
+  check_against_the_full_matrix_path(true);
 }
 
 TEST(ChunkedAttention, RefusesAMaskThatShowsAQueryItsFuture) {

@@ -1,6 +1,7 @@
 #include "xl/model/kernels/blas.h"
 
 #include <dlfcn.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cctype>
@@ -281,6 +282,42 @@ void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   const int status =
       blas().onednn_gemm_bf16(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   if (status != 0) throw std::runtime_error("oneDNN's bf16 GEMM failed with status " + std::to_string(status));
+}
+
+namespace {
+
+#if defined(__x86_64__)
+// 32 floats an instruction, rounded to nearest even as the loop below rounds them (denormal inputs
+// become zero): 64 K floats in a few microseconds, where the loop took 29 (its AVX-512 build 11).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_to_bf16_avx512(const float* in,
+                                                                                          uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(in + i + 16), _mm512_loadu_ps(in + i));
+    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(r));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m256bh r = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, in + i));
+    _mm256_mask_storeu_epi16(out + i, m, reinterpret_cast<const __m256i&>(r));
+  }
+}
+#endif
+
+}  // namespace
+
+void round_to_bf16(const float* in, uint16_t* out, int64_t n) {
+#if defined(__x86_64__)
+  static const bool units = kernel_vector_units().avx512_bf16;
+  if (units) return round_to_bf16_avx512(in, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, in + i, sizeof bits);
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    out[i] = nan ? static_cast<uint16_t>((bits >> 16) | 0x40u)
+                 : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
 }
 
 SingleThreadedBlas::SingleThreadedBlas() {

@@ -96,6 +96,11 @@ bool bf16_gemm_native();
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// out[i] = in[i] rounded to the nearest bf16, ties to even (as LibTorch's conversion rounds), as
+// bit patterns; NaN stays NaN; AVX-512 BF16's instructions (where kernel_vector_units has them)
+// round denormal inputs to zero.
+void round_to_bf16(const float* in, uint16_t* out, int64_t n);
+
 // Whether sgemm_row_major, called here, sends this product to oneDNN.
 bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 // "oneDNN 2.6.3 where it runs the product faster, ..." or "BLAS", then where bf16 products run: for

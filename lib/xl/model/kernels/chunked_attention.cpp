@@ -6,6 +6,7 @@
 #include "xl/model/kernels/kernel_choice.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/row_kernels.h"
 #include "xl/model/kernels/row_layout.h"
+#include "xl/model/precision.h"
 
 namespace xl::model {
 namespace {
@@ -203,6 +205,10 @@ struct Operands {
   bool hard = false;
   const float *persistent_key = nullptr, *persistent_value = nullptr;
   std::vector<const float*> table_bias;  // empty or one per key block
+  // The per-head products of the plain attention (no mixture, no persistent keys) from operands
+  // rounded to bf16, sums in fp32 (--precision bf16 where the CPU has bf16 products). A single
+  // query takes them too (not the fp32 row kernels), so that its backward, in products, matches.
+  bool bf16 = false;
 };
 
 // Where task n's keys, values and positional keys lie (or their gradients): rows of dh floats,
@@ -245,6 +251,38 @@ void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadR
     copy_rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table, g.dh);
 }
 
+// `count` rows of `width` floats, `ld_from` apart, rounded to bf16 into rows `ld_to` apart.
+void round_rows(const float* from, int64_t ld_from, uint16_t* to, int64_t ld_to, int64_t count, int64_t width) {
+  for (int64_t r = 0; r < count; ++r) round_to_bf16(from + r * ld_from, to + r * ld_to, width);
+}
+
+// Operands::bf16: a task's keys, values and tables rounded once, in the contiguous layout, into `to`.
+HeadRows<const uint16_t> round_head(const Geometry& g, const HeadRows<const float>& from, std::vector<uint16_t>& to) {
+  to.resize(static_cast<size_t>(g.head_floats));
+  const HeadRows<uint16_t> r = contiguous_rows(g, to.data());
+  round_rows(from.key, from.ld, r.key, r.ld, g.k, g.dh);
+  round_rows(from.value, from.ld, r.value, r.ld, g.k, g.dh);
+  for (size_t b = 0; b < g.keys.size(); ++b)
+    round_rows(from.tables[b], from.ld_table, r.tables[b], r.ld_table, g.keys[b].table, g.dh);
+  return contiguous_rows<const uint16_t>(g, to.data());
+}
+
+// One thread's rounded block operands (Operands::bf16): each slot holds one at a time.
+class RoundedBlocks {
+ public:
+  enum Slot { kQueryU, kQueryV, kOutGrad, kScores, kSlots };
+  // rows x width floats, ld apart, rounded into `slot`: its rows lie width apart.
+  const uint16_t* operator()(Slot slot, const float* from, int64_t ld, int64_t rows, int64_t width) {
+    std::vector<uint16_t>& to = slots_[slot];
+    to.resize(static_cast<size_t>(rows * width));
+    round_rows(from, ld, to.data(), width, rows, width);
+    return to.data();
+  }
+
+ private:
+  std::array<std::vector<uint16_t>, kSlots> slots_;
+};
+
 // The rows task n reads: its operands' own, or (copies_heads) their copy in `copy`, made here.
 HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t n, std::vector<float>& copy) {
   if (!g.copies_heads()) return operand_rows(g, x, n);
@@ -284,8 +322,10 @@ int64_t probs_at(const Geometry& g, const RowBlock& rb) {
 // context, zero from each row's visible keys to the block's width), from its rows `in`; the first
 // M - 1 mixture responsibilities into resp when given. scratch: g.buffer floats; scores_of: one
 // pointer per key block (the caller's, so that no task allocates).
+// With Operands::bf16, in16 holds the rows rounded (round_head) and `rounded` the thread's slots.
 void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, const HeadRows<const float>& in,
-                 float* scratch, std::vector<const float*>& scores_of, float* p, int64_t ldp, float* resp) {
+                 const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded, float* scratch,
+                 std::vector<const float*>& scores_of, float* p, int64_t ldp, float* resp) {
   const int64_t dh = g.dh, np = g.persistent, h = n % g.heads;
   const float inv_scale = 1.0f / x.scale;
   const float* q_u = x.q_u + g.q_at(n, rb.i0);
@@ -296,9 +336,12 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
   // A single query (generation's) reads each row once: the row kernels read them, where a
   // product per head paid its call and packing for little work (wt103 generation, Zen 4,
   // 2026-11-27: 444-460 -> 254-260 us a layer, medians of 3 alternating processes each).
-  const bool one_query = rb.rows == 1;
+  const bool one_query = rb.rows == 1 && !x.bf16;
   if (g.components == 0) {
     if (one_query) rows::dots(q_u, in.key, in.ld, rb.width, ac, dh);
+    else if (x.bf16)
+      bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh),
+                          dh, in16.key, in16.ld, 0, ac, rb.width);
     else sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), in.key, in.ld, 0, ac, rb.width);
   } else {
     for (int64_t m = 0; m < g.components; ++m) {
@@ -309,11 +352,16 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     }
     combine_mixture(g, x, n, rb, ac, resp);
   }
+  const uint16_t* q_v16 =
+      x.bf16 ? rounded(RoundedBlocks::kQueryV, q_v, g.ld_q(), rb.rows, dh) : nullptr;
   for (size_t b = 0; b < g.keys.size(); ++b) {
     const TableSlice& s = rb.slices[b];
     if (s.table_width == 0) continue;
     if (one_query)
       rows::dots(q_v, in.tables[b] + s.lo * in.ld_table, in.ld_table, s.table_width, bd, dh);
+    else if (q_v16)
+      bf16_gemm_row_major(false, true, rb.rows, s.table_width, dh, q_v16, dh, in16.tables[b] + s.lo * in16.ld_table,
+                          in16.ld_table, 0, bd, s.table_width);
     else
       sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), in.tables[b] + s.lo * in.ld_table,
                       in.ld_table, 0, bd, s.table_width);
@@ -354,20 +402,30 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
   SingleThreadedBlas single;
   parallel_for(0, g.n() * nb, 1, [&](int64_t task0, int64_t task1) {
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy;
+    std::vector<uint16_t> copy16;
+    RoundedBlocks rounded;
     std::vector<const float*> scores_of;
     HeadRows<const float> in;
+    HeadRows<const uint16_t> in16;
     int64_t read = -1;  // whose rows `in` are: a thread's tasks run through n in order
     for (int64_t task = task0; task < task1; ++task) {
       const int64_t n = task / nb;
       const RowBlock& rb = g.blocks[task % nb];
-      if (n != read) in = rows_to_read(g, x, n, copy);
+      if (n != read) {  // bf16: the products read the rounded copy, so no float copy is made
+        in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
+        if (x.bf16) in16 = round_head(g, in, copy16);
+      }
       read = n;
       // Unkept, the probabilities follow block_probs' scratch in the buffer.
       float* p = probs ? probs + (n * g.t + rb.i0) * g.ld_probs() : buffer.data() + probs_at(g, rb);
       const int64_t ldp = probs ? g.ld_probs() : rb.ld;
-      block_probs(g, x, n, rb, in, buffer.data(), scores_of, p, ldp, resp);
-      if (rb.rows == 1)
+      block_probs(g, x, n, rb, in, in16, rounded, buffer.data(), scores_of, p, ldp, resp);
+      if (rb.rows == 1 && !x.bf16)
         rows::weighted_rows(p + np, in.value, in.ld, rb.width, out + g.q_at(n, rb.i0), dh);
+      else if (x.bf16)
+        bf16_gemm_row_major(false, false, rb.rows, dh, rb.width,
+                            rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, in16.value,
+                            in16.ld, 0, out + g.q_at(n, rb.i0), g.ld_q());
       else
         sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, in.value, in.ld, 0, out + g.q_at(n, rb.i0),
                         g.ld_q());
@@ -476,11 +534,14 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
     // With copies_heads, the key, value and table gradients are summed in a copy's layout too and
     // written out when the task is done.
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy, d_copy, recomputed;
+    std::vector<uint16_t> copy16;
+    RoundedBlocks rounded;
     std::vector<const float*> scores_of;
     if (g.copies_heads()) d_copy.resize(static_cast<size_t>(g.head_floats));
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t batch = n / g.heads, h = n % g.heads;
-      const HeadRows<const float> in = rows_to_read(g, x, n, copy);
+      const HeadRows<const float> in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
+      const HeadRows<const uint16_t> in16 = x.bf16 ? round_head(g, in, copy16) : HeadRows<const uint16_t>{};
       const HeadRows<float> d_in = gradient_rows(g, d, n);
       const HeadRows<float> d_rows = g.copies_heads() ? contiguous_rows(g, d_copy.data()) : d_in;
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
@@ -498,15 +559,23 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         const float* p = probs ? probs + (n * g.t + rb.i0) * ldp : nullptr;
         if (!probs) {
           recomputed.resize(static_cast<size_t>(rb.rows * rb.ld));
-          block_probs(g, x, n, rb, in, buffer.data(), scores_of, recomputed.data(), ldp, nullptr);
+          block_probs(g, x, n, rb, in, in16, rounded, buffer.data(), scores_of, recomputed.data(), ldp, nullptr);
           p = recomputed.data();
         }
         const float* go = grad_out + at;
         float* gs = buffer.data();  // d(probs), then scale x d(logits): persistent keys, then context
         float* g_context = gs + np;
-        sgemm_row_major(false, true, rb.rows, rb.width, dh, go, g.ld_q(), in.value, in.ld, 0, g_context, ldg);
-        sgemm_row_major(true, false, rb.width, dh, rb.rows, p + np, ldp, go, g.ld_q(), kv_beta, d_rows.value,
-                        d_rows.ld);
+        if (x.bf16) {
+          const uint16_t* go16 = rounded(RoundedBlocks::kOutGrad, go, g.ld_q(), rb.rows, dh);
+          bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, go16, dh, in16.value, in16.ld, 0, g_context, ldg);
+          bf16_gemm_row_major(true, false, rb.width, dh, rb.rows,
+                              rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, go16, dh,
+                              kv_beta, d_rows.value, d_rows.ld);
+        } else {
+          sgemm_row_major(false, true, rb.rows, rb.width, dh, go, g.ld_q(), in.value, in.ld, 0, g_context, ldg);
+          sgemm_row_major(true, false, rb.width, dh, rb.rows, p + np, ldp, go, g.ld_q(), kv_beta, d_rows.value,
+                          d_rows.ld);
+        }
         if (np > 0) {
           sgemm_row_major(false, true, rb.rows, np, dh, go, g.ld_q(), x.persistent_value + g.persistent_at(n), dh, 0,
                           gs, ldg);
@@ -527,7 +596,14 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           q_u_beta = 1;
         }
         float* g_bd = gs + rb.rows * ldg;
-        if (g.components == 0) {
+        if (g.components == 0 && x.bf16) {
+          const uint16_t* gc16 = rounded(RoundedBlocks::kScores, g_context, ldg, rb.rows, rb.width);
+          bf16_gemm_row_major(false, false, rb.rows, dh, rb.width, gc16, rb.width, in16.key, in16.ld, q_u_beta,
+                              d.q_u + at, g.ld_q());
+          bf16_gemm_row_major(true, false, rb.width, dh, rb.rows, gc16, rb.width,
+                              rounded(RoundedBlocks::kQueryU, x.q_u + at, g.ld_q(), rb.rows, dh), dh, kv_beta,
+                              d_rows.key, d_rows.ld);
+        } else if (g.components == 0) {
           sgemm_row_major(false, false, rb.rows, dh, rb.width, g_context, ldg, in.key, in.ld, q_u_beta, d.q_u + at,
                           g.ld_q());
           sgemm_row_major(true, false, rb.width, dh, rb.rows, g_context, ldg, x.q_u + at, g.ld_q(), kv_beta,
@@ -537,6 +613,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
             mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores);
         }
         // Positional scores: d(scores) moved to table columns, one key block at a time.
+        const uint16_t* q_v16 = x.bf16 ? rounded(RoundedBlocks::kQueryV, x.q_v + at, g.ld_q(), rb.rows, dh) : nullptr;
         float beta = 0;
         for (size_t b = 0; b < g.keys.size(); ++b) {
           const TableSlice& s = rb.slices[b];
@@ -557,10 +634,18 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
             clear_rows(d_table + (s.lo + s.table_width) * d_rows.ld_table, d_rows.ld_table,
                        g.keys[b].table - s.lo - s.table_width, dh);
           }
-          sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width,
-                          in.tables[b] + s.lo * in.ld_table, in.ld_table, beta, d.q_v + at, g.ld_q());
-          sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, g.ld_q(),
-                          table_beta[b], d_table + s.lo * d_rows.ld_table, d_rows.ld_table);
+          if (q_v16) {
+            const uint16_t* g_bd16 = rounded(RoundedBlocks::kScores, g_bd, s.table_width, rb.rows, s.table_width);
+            bf16_gemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd16, s.table_width,
+                                in16.tables[b] + s.lo * in16.ld_table, in16.ld_table, beta, d.q_v + at, g.ld_q());
+            bf16_gemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd16, s.table_width, q_v16, dh,
+                                table_beta[b], d_table + s.lo * d_rows.ld_table, d_rows.ld_table);
+          } else {
+            sgemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd, s.table_width,
+                            in.tables[b] + s.lo * in.ld_table, in.ld_table, beta, d.q_v + at, g.ld_q());
+            sgemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd, s.table_width, x.q_v + at, g.ld_q(),
+                            table_beta[b], d_table + s.lo * d_rows.ld_table, d_rows.ld_table);
+          }
           table_beta[b] = 1;
           if (!d.bias_per_batch.empty()) {
             float* d_bias = d.bias_per_batch[b] + (batch * g.heads + h) * g.keys[b].table + s.lo;
@@ -647,8 +732,9 @@ AttentionExtras contiguous(const AttentionExtras& e) {
 
 Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torch::Tensor& kv,
                   const std::vector<torch::Tensor>& tables, const torch::Tensor& mask, double scale,
-                  const AttentionExtras& e) {
+                  const AttentionExtras& e, bool bf16) {
   Operands x;
+  x.bf16 = bf16 && e.mixture.empty() && !e.persistent_key.defined();
   x.q_u = q_u.data_ptr<float>(), x.q_v = q_v.data_ptr<float>(), x.kv = kv.data_ptr<float>();
   x.mask = mask.data_ptr<bool>();
   x.scale = static_cast<float>(scale);
@@ -680,7 +766,8 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const bool keep = attention_probs() == AttentionProbs::kKeep;
     torch::Tensor probs = torch::empty({keep ? g.n() : 0, g.t, g.ld_probs()}, q_u.options());
     torch::Tensor resp = torch::empty({std::max<int64_t>(g.components - 1, 0), g.n(), g.t, g.k}, q_u.options());
-    forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale, extras), out.data_ptr<float>(),
+    const bool bf16 = cpu_bf16_products();  // autocast's state is per thread: backward is told
+    forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale, extras, bf16), out.data_ptr<float>(),
                    keep ? probs.data_ptr<float>() : nullptr, g.components > 1 ? resp.data_ptr<float>() : nullptr);
     std::vector<torch::Tensor> saved = {q_u, q_v, kv, probs, resp};
     saved.insert(saved.end(), table_list.begin(), table_list.end());
@@ -692,6 +779,7 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["spec"] = spec;
     ctx->saved_data["coefs"] = coefs;
+    ctx->saved_data["bf16"] = bf16;
     return out;
   }
 
@@ -739,7 +827,9 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
       d.bias_per_batch.push_back(d_bias_per_batch.back().data_ptr<float>());
     }
     torch::Tensor go = grad_out[0].contiguous();
-    backward_blocks(g, operands(q_u, q_v, kv, tables, mask, ctx->saved_data["scale"].toDouble(), extras),
+    backward_blocks(g,
+                    operands(q_u, q_v, kv, tables, mask, ctx->saved_data["scale"].toDouble(), extras,
+                             ctx->saved_data["bf16"].toBool()),
                     probs.numel() > 0 ? probs.data_ptr<float>() : nullptr,
                     g.components > 1 ? resp.data_ptr<float>() : nullptr, go.data_ptr<float>(), d);
     torch::autograd::variable_list grads = {d_q_u, d_q_v, d_kv};
@@ -792,7 +882,8 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
   const Geometry g = geometry(qu, kvc, tc, blocks, heads, m, ex);
   torch::Tensor out = torch::empty_like(qu);
-  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale, ex), out.data_ptr<float>(), nullptr, nullptr);
+  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale, ex, cpu_bf16_products()), out.data_ptr<float>(), nullptr,
+                 nullptr);
   return out;
 }
 
