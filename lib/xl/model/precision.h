@@ -2,7 +2,9 @@
 // autocast, while the parameters and Adam's state (fp32 master weights), the residual stream and
 // the memories, layer norm, the attention softmax and the loss stay fp32: the model code upcasts
 // those explicitly (upcast()), so the policy does not depend on autocast's per-device op lists.
-// fp16 also needs loss scaling (train/loss_scale.h); bf16 does not.
+// fp16 also needs loss scaling (train/loss_scale.h); bf16 does not. On a CPU with AVX-512 BF16
+// the fused kernels run autocast's bf16 products themselves, with fp32 results
+// (cpu_bf16_products), where autocast's tensor ops would cast every operand and result.
 #pragma once
 #include <torch/torch.h>
 
