@@ -100,6 +100,9 @@ void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 // bit patterns; NaN stays NaN; AVX-512 BF16's instructions (where kernel_vector_units has them)
 // round denormal inputs to zero.
 void round_to_bf16(const float* in, uint16_t* out, int64_t n);
+// `count` rows of `width` floats, `ld_from` apart, rounded into rows `ld_to` apart.
+void round_rows_to_bf16(const float* from, int64_t ld_from, uint16_t* to, int64_t ld_to, int64_t count,
+                        int64_t width);
 
 // Whether sgemm_row_major, called here, sends this product to oneDNN.
 bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);

@@ -251,19 +251,14 @@ void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadR
     copy_rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table, g.dh);
 }
 
-// `count` rows of `width` floats, `ld_from` apart, rounded to bf16 into rows `ld_to` apart.
-void round_rows(const float* from, int64_t ld_from, uint16_t* to, int64_t ld_to, int64_t count, int64_t width) {
-  for (int64_t r = 0; r < count; ++r) round_to_bf16(from + r * ld_from, to + r * ld_to, width);
-}
-
 // Operands::bf16: a task's keys, values and tables rounded once, in the contiguous layout, into `to`.
 HeadRows<const uint16_t> round_head(const Geometry& g, const HeadRows<const float>& from, std::vector<uint16_t>& to) {
   to.resize(static_cast<size_t>(g.head_floats));
   const HeadRows<uint16_t> r = contiguous_rows(g, to.data());
-  round_rows(from.key, from.ld, r.key, r.ld, g.k, g.dh);
-  round_rows(from.value, from.ld, r.value, r.ld, g.k, g.dh);
+  round_rows_to_bf16(from.key, from.ld, r.key, r.ld, g.k, g.dh);
+  round_rows_to_bf16(from.value, from.ld, r.value, r.ld, g.k, g.dh);
   for (size_t b = 0; b < g.keys.size(); ++b)
-    round_rows(from.tables[b], from.ld_table, r.tables[b], r.ld_table, g.keys[b].table, g.dh);
+    round_rows_to_bf16(from.tables[b], from.ld_table, r.tables[b], r.ld_table, g.keys[b].table, g.dh);
   return contiguous_rows<const uint16_t>(g, to.data());
 }
 
@@ -275,7 +270,7 @@ class RoundedBlocks {
   const uint16_t* operator()(Slot slot, const float* from, int64_t ld, int64_t rows, int64_t width) {
     std::vector<uint16_t>& to = slots_[slot];
     to.resize(static_cast<size_t>(rows * width));
-    round_rows(from, ld, to.data(), width, rows, width);
+    round_rows_to_bf16(from, ld, to.data(), width, rows, width);
     return to.data();
   }
 

@@ -22,7 +22,7 @@ torch::Tensor rounded_to_bf16(const torch::Tensor& t) {
   const float* in = floats(t);
   auto* to = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) round_to_bf16(in + r * ld, to + r * cols, cols);
+    round_rows_to_bf16(in + r0 * ld, ld, to + r0 * cols, cols, r1 - r0, cols);
   });
   return out;
 }
