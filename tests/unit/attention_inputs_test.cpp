@@ -3,11 +3,14 @@
 // the segment and of W (the memory's share included), with a memory to project or none, with
 // only the keys and values used downstream, and with the queries' biases u and v added (and their
 // gradients) or not. Evaluation's form (attention_inputs_into) writes the
-// segment's keys and values behind kept ones in a larger buffer, and nothing else.
+// segment's keys and values behind kept ones in a larger buffer, and nothing else. With bf16
+// products on a CPU that has them: against double products of the operands rounded to bf16.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "xl/model/kernels/attention_inputs.h"
+#include "xl/model/kernels/blas.h"
+#include "xl/model/precision.h"
 
 namespace {
 
@@ -83,6 +86,64 @@ TEST(AttentionInputs, MatchesSeparateProjectionsInDoubleWithGradients) {
   check(1, 5, 4, 16, 8, 16, Memory::kProjected, Queries::kBiased);           // one sequence
   check(16, 128, 128, 128, 128, 256, Memory::kProjected, Queries::kBiased);  // tiny's shape
   check(2, 64, 96, 64, 64, 192, Memory::kProjected, Queries::kPlain);        // MGK's: three kv parts
+}
+
+// Rounded to bf16 and back, in double: what a bf16 product's operand holds.
+torch::Tensor rounded(const torch::Tensor& t) { return t.detach().to(torch::kBFloat16).to(torch::kDouble); }
+
+// Under bf16 autocast: every product takes its operands rounded to bf16 (x, the memory, W, and in
+// backward the gradients of the segment's rows, q's summed in float32 first, and of the memory's
+// keys and values) and sums them exactly enough to meet double's within 1e-5; the biases are added
+// in float32 after the product. Training's form and evaluation's.
+void check_bf16(int64_t batch, int64_t t, int64_t m, int64_t d, int64_t q_width, int64_t kv_width) {
+  SCOPED_TRACE(testing::Message() << "bf16 B " << batch << " T " << t << " M " << m << " d " << d);
+  torch::manual_seed(7);
+  auto x = torch::randn({batch, t, d}), mem = torch::randn({batch, m, d});
+  auto w = (torch::randn({q_width + kv_width, d}) * 0.2).requires_grad_();
+  auto u = torch::randn({q_width}).requires_grad_(), v = torch::randn({q_width}).requires_grad_();
+  auto xg = x.clone().requires_grad_();
+  xl::model::AttentionInputs got, eval;
+  {
+    xl::model::AutocastScope autocast(xl::model::Precision::kBf16, torch::kCPU);
+    got = xl::model::attention_inputs(xg, mem, w, q_width, u, v);
+    torch::NoGradGuard no_grad;
+    auto kv = torch::zeros({batch, m + t, kv_width});
+    eval = xl::model::attention_inputs_into(x, w.detach(), q_width, kv, u.detach(), v.detach());
+  }
+  auto gq = torch::randn_like(got.q), gqv = torch::randn_like(got.q), gkv = torch::randn_like(got.kv);
+  ((got.q * gq).sum() + (got.q_v * gqv).sum() + (got.kv * gkv).sum()).backward();
+
+  const auto xr = rounded(x), wr = rounded(w), memr = rounded(mem);
+  const auto wq = wr.narrow(0, 0, q_width), wkv = wr.narrow(0, q_width, kv_width);
+  const auto qd = torch::matmul(xr, wq.t()), kv_seg = torch::matmul(xr, wkv.t());
+  const auto kvd = torch::cat({torch::matmul(memr, wkv.t()), kv_seg}, 1);
+  EXPECT_EQ(got.q.scalar_type(), torch::kFloat);
+  EXPECT_LT(worst(got.q, qd + u.detach().to(torch::kDouble)), 1e-5);
+  EXPECT_LT(worst(got.q_v, qd + v.detach().to(torch::kDouble)), 1e-5);
+  EXPECT_LT(worst(got.kv, kvd), 1e-5);
+  EXPECT_LT(worst(eval.q, qd + u.detach().to(torch::kDouble)), 1e-5);
+  EXPECT_LT(worst(eval.q_v, qd + v.detach().to(torch::kDouble)), 1e-5);
+  EXPECT_LT(worst(eval.kv.narrow(1, m, t), kv_seg), 1e-5);
+  // The rounding is there: against the unrounded operands' products it is bf16's error.
+  const auto exact_q = torch::matmul(x.to(torch::kDouble), w.detach().to(torch::kDouble).narrow(0, 0, q_width).t());
+  EXPECT_GT(worst(got.q - u.detach(), exact_q), 1e-4);
+
+  const auto d_seg = rounded(torch::cat({gq + gqv, gkv.narrow(1, m, t)}, -1).reshape({batch * t, -1}));
+  const auto d_mem = rounded(gkv.narrow(1, 0, m).reshape({batch * m, kv_width}));
+  const auto dx = torch::matmul(d_seg, wr).reshape({batch, t, d});
+  auto dw = torch::matmul(d_seg.t(), xr.reshape({batch * t, d}));
+  dw.narrow(0, q_width, kv_width).add_(torch::matmul(d_mem.t(), memr.reshape({batch * m, d})));
+  EXPECT_LT(worst(xg.grad(), dx), 1e-5);
+  EXPECT_LT(worst(w.grad(), dw), 1e-5);
+  EXPECT_LT(worst(u.grad(), gq.to(torch::kDouble).sum(std::vector<int64_t>{0, 1})), 1e-5);
+  EXPECT_LT(worst(v.grad(), gqv.to(torch::kDouble).sum(std::vector<int64_t>{0, 1})), 1e-5);
+}
+
+TEST(AttentionInputs, Bf16ProductsRoundTheOperandsAndSumInFloat32) {
+  if (!xl::model::bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or no oneDNN): autocast's ops";
+  at::set_num_threads(2);
+  check_bf16(3, 5, 4, 16, 8, 16);
+  check_bf16(16, 128, 128, 128, 128, 256);  // tiny's shape
 }
 
 // Outside the kernels' reach (float64 here) the biased queries come from biased_queries.

@@ -10,6 +10,7 @@
 #include "xl/model/kernels/linear.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/partial_sums.h"
+#include "xl/model/kernels/product_operands.h"
 #include "xl/model/kernels/row_layout.h"
 #include "xl/model/kernels/row_kernels.h"
 #include "xl/model/precision.h"
@@ -122,16 +123,20 @@ class Projections : public torch::autograd::Function<Projections> {
  public:
   // x [B, T, d], memory [B, M, d] to project or [0]; weight [q_width + kv_width, d]; u, v [q_width]
   // or both [0] (LibTorch 1.13's Function::apply takes no undefined tensors); all contiguous.
+  // bf16: the products take operands rounded to bf16 (product_operands.h).
   // Returns {q or q + u, q + v or [0], kv}.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& memory, const torch::Tensor& weight,
-                                                const torch::Tensor& u, const torch::Tensor& v, int64_t q_width) {
+                                                const torch::Tensor& u, const torch::Tensor& v, int64_t q_width,
+                                                bool bf16) {
     const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
     const int64_t kv_width = width - q_width, n = batch * t;
     const bool project = memory.numel() > 0, biased = u.numel() > 0;
     const int64_t m = project ? memory.size(1) : 0;
+    const torch::Tensor x_op = product_operand(x.view({n, d}), bf16), w_op = product_operand(weight, bf16);
+    const torch::Tensor mem_op = project ? product_operand(memory.view({batch * m, d}), bf16) : memory;
     torch::Tensor seg = torch::empty({n, width}, x.options());
-    sgemm_row_major(false, true, n, width, d, floats(x), d, floats(weight), d, 0, floats(seg), width);
+    operand_gemm(false, true, n, width, d, x_op, d, w_op, d, 0, seg, width);
     torch::Tensor q = torch::empty({batch, t, q_width}, x.options());
     torch::Tensor q_v = biased ? torch::empty({batch, t, q_width}, x.options()) : torch::empty({0}, x.options());
     torch::Tensor kv = torch::empty({batch, m + t, kv_width}, x.options());
@@ -140,11 +145,12 @@ class Projections : public torch::autograd::Function<Projections> {
                {floats(kv), m + t, kv_width}, m);
     if (project) {  // W_kv: W's rows from q_width on
       torch::Tensor kv_mem = torch::empty({batch * m, kv_width}, x.options());
-      sgemm_row_major(false, true, batch * m, kv_width, d, floats(memory), d, floats(weight) + q_width * d, d, 0,
-                      floats(kv_mem), kv_width);
+      operand_gemm(false, true, batch * m, kv_width, d, mem_op, d, w_op.narrow(0, q_width, kv_width), d, 0, kv_mem,
+                   kv_width);
       copy_rows({floats(kv_mem), m, kv_width}, {floats(kv), m + t, kv_width}, batch, m, kv_width);
     }
-    ctx->save_for_backward({x, memory, weight});
+    ctx->save_for_backward({x_op, mem_op, w_op});
+    ctx->saved_data["shape"] = std::vector<int64_t>{batch, t, m};
     ctx->saved_data["q_width"] = q_width;
     ctx->saved_data["biased"] = biased;
     return {q, q_v, kv};
@@ -153,44 +159,47 @@ class Projections : public torch::autograd::Function<Projections> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &memory = saved[1], &weight = saved[2];
+    const torch::Tensor &x_op = saved[0], &mem_op = saved[1], &w_op = saved[2];
+    const auto shape = ctx->saved_data["shape"].toIntVector();
+    const int64_t batch = shape[0], t = shape[1], m = shape[2];
     const int64_t q_width = ctx->saved_data["q_width"].toInt();
     const bool biased = ctx->saved_data["biased"].toBool();
-    const int64_t batch = x.size(0), t = x.size(1), d = x.size(2), width = weight.size(0);
-    const int64_t kv_width = width - q_width, n = batch * t;
+    const bool bf16 = x_op.scalar_type() == torch::kBFloat16;  // the forward's precision
+    const int64_t d = x_op.size(1), width = w_op.size(0), kv_width = width - q_width, n = batch * t;
+    const auto fp32 = x_op.options().dtype(torch::kFloat);
     auto contiguous = [](const torch::Tensor& g) { return g.defined() ? g.contiguous() : g; };
     const torch::Tensor dq = contiguous(grads[0]), dq_v = biased ? contiguous(grads[1]) : torch::Tensor();
     const torch::Tensor dkv = contiguous(grads[2]);
-    const int64_t m = dkv.defined() ? dkv.size(1) - t : 0;
-    torch::Tensor d_seg = torch::empty({n, width}, x.options());
+    torch::Tensor d_seg = torch::empty({n, width}, fp32);
     torch::Tensor du, dv;
-    if (biased) du = torch::empty({q_width}, x.options()), dv = torch::empty({q_width}, x.options());
-    gather_rows(dq, dq_v, dkv, batch, t, width, q_width, m, floats(d_seg), biased ? floats(du) : nullptr,
-                biased ? floats(dv) : nullptr);
+    if (biased) du = torch::empty({q_width}, fp32), dv = torch::empty({q_width}, fp32);
+    gather_rows(dq, dq_v, dkv, batch, t, width, q_width, dkv.defined() ? m : 0, floats(d_seg),
+                biased ? floats(du) : nullptr, biased ? floats(dv) : nullptr);
+    const torch::Tensor d_seg_op = product_operand(d_seg, bf16);
     torch::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {  // dx = d_seg W
-      dx = torch::empty_like(x);
-      sgemm_row_major(false, false, n, d, width, floats(d_seg), width, floats(weight), d, 0, floats(dx), d);
+      dx = torch::empty({batch, t, d}, fp32);
+      operand_gemm(false, false, n, d, width, d_seg_op, width, w_op, d, 0, dx, d);
     }
     if (ctx->needs_input_grad(2)) {  // dW = d_seg^T x, then W_kv's rows += d_kv(memory)^T memory
-      dw = torch::empty_like(weight);
-      sgemm_row_major(true, false, width, d, n, floats(d_seg), width, floats(x), d, 0, floats(dw), d);
-      if (memory.numel() > 0 && m > 0) {
-        torch::Tensor d_mem = torch::empty({batch * m, kv_width}, x.options());
+      dw = torch::empty({width, d}, fp32);
+      operand_gemm(true, false, width, d, n, d_seg_op, width, x_op, d, 0, dw, d);
+      if (m > 0 && dkv.defined()) {
+        torch::Tensor d_mem = torch::empty({batch * m, kv_width}, fp32);
         copy_rows({floats(dkv), m + t, kv_width}, {floats(d_mem), m, kv_width}, batch, m, kv_width);
-        sgemm_row_major(true, false, kv_width, d, batch * m, floats(d_mem), kv_width, floats(memory), d, 1,
-                        floats(dw) + q_width * d, d);
+        torch::Tensor dw_kv = dw.narrow(0, q_width, kv_width);
+        operand_gemm(true, false, kv_width, d, batch * m, product_operand(d_mem, bf16), kv_width, mem_op, d, 1, dw_kv,
+                     d);
       }
     }
-    return {dx, torch::Tensor(), dw, du, dv, torch::Tensor()};
+    return {dx, torch::Tensor(), dw, du, dv, torch::Tensor(), torch::Tensor()};
   }
 };
 
 // Whether the kernels here run on x and the other tensors: float32 on the CPU (undefined ones
-// pass), with a BLAS, outside autocast (with bf16 products on the CPU the general path sends them
-// to linear(), which runs them in bf16).
+// pass), with a BLAS, outside autocast or with bf16 products (cpu_bf16_products).
 bool runs_here(const torch::Tensor& x, std::initializer_list<torch::Tensor> others) {
-  if (!cpu_kernel_allowed(x) || !blas().sgemm || cpu_autocast_enabled() || x.dim() != 3 || x.numel() == 0)
+  if (!cpu_kernel_allowed(x) || !blas().sgemm || !cpu_kernels_take_products() || x.dim() != 3 || x.numel() == 0)
     return false;
   for (const torch::Tensor& t : others)
     if (t.defined() && !(t.scalar_type() == torch::kFloat && t.device().is_cpu())) return false;
@@ -229,7 +238,8 @@ AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& me
   const torch::Tensor none = torch::empty({0}, x.options());
   auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : none, weight.contiguous(),
                                 u.defined() ? u.reshape({q_width}).contiguous() : none,
-                                v.defined() ? v.reshape({q_width}).contiguous() : none, q_width);
+                                v.defined() ? v.reshape({q_width}).contiguous() : none, q_width,
+                                cpu_bf16_products());
   return {out[0], u.defined() ? out[1] : torch::Tensor(), out[2]};
 }
 
@@ -247,10 +257,12 @@ AttentionInputs attention_inputs_into(const torch::Tensor& x, const torch::Tenso
     kv.narrow(1, m, t).copy_(xl::model::linear(x, weight.narrow(0, q_width, kv_width)));
     return with_biases(xl::model::linear(x, weight.narrow(0, 0, q_width)), kv, u, v);
   }
-  const torch::Tensor xc = x.contiguous(), wc = weight.contiguous();
   const int64_t n = batch * t;
+  const bool bf16 = cpu_bf16_products();
+  const torch::Tensor x_op = product_operand(x.reshape({n, d}).contiguous(), bf16);
+  const torch::Tensor w_op = product_operand(weight.contiguous(), bf16);
   torch::Tensor seg = torch::empty({n, width}, x.options());
-  sgemm_row_major(false, true, n, width, d, floats(xc), d, floats(wc), d, 0, floats(seg), width);
+  operand_gemm(false, true, n, width, d, x_op, d, w_op, d, 0, seg, width);
   torch::Tensor q = torch::empty({batch, t, q_width}, x.options()), q_v;
   QueryBiases biases;
   torch::Tensor uc, vc;

@@ -1,10 +1,11 @@
 // A layer's attention inputs in one differentiable operation: the segment's queries and the keys
 // and values of memory and segment together,
 //   q = x W_q^T,   kv = [mem; x] W_kv^T (concatenated along time),   W = [W_q; W_kv],
-// on the CPU in float32: one GEMM for the segment's q and kv and one for the memory's kv, and in
-// backward one GEMM each for dx and dW (the memory's share added into W_kv's rows). As separate
-// linear maps over views of W, autograd cleared and added full-size copies of dW and added the two
-// dx (the base model: ~1% of a training step). Elsewhere: those linear maps and a concatenation.
+// on the CPU in float32, or with bf16 products (product_operands.h): one GEMM for the segment's q
+// and kv and one for the memory's kv, and in backward one GEMM each for dx and dW (the memory's
+// share added into W_kv's rows). As separate linear maps over views of W, autograd cleared and added
+// full-size copies of dW and added the two dx (the base model: ~1% of a training step). Elsewhere:
+// those linear maps and a concatenation.
 #pragma once
 #include <torch/torch.h>
 
