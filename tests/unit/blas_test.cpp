@@ -168,6 +168,11 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
   EXPECT_EQ(xl::model::runs_on_onednn(true, false, 160000, 410, 74), onednn);   // its weight gradient
   EXPECT_EQ(xl::model::runs_on_onednn(false, false, 306, 39, 160000), onednn);  // a narrow cluster's
   EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 64, 4096, 1024));         // few rows times B^T
+  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 16, 2048, 512));          // ... and small ones
+  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 128, 1536, 512));
+  EXPECT_EQ(xl::model::runs_on_onednn(false, true, 128, 384, 128), onednn);  // not with a small weight
+  EXPECT_EQ(xl::model::runs_on_onednn(false, true, 8, 2048, 512), onednn);   // nor with up to 8 rows
+  EXPECT_EQ(xl::model::runs_on_onednn(false, false, 16, 2048, 512), onednn);  // nor times B
   expect_products_match_loops("all threads");
   // Large thin products against LibTorch's double-precision product.
   struct Thin { bool ta, tb; int64_t m, n, k; };

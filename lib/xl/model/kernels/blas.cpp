@@ -185,9 +185,17 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
   // A thin side: the word-level output layers' gradients (a cluster's few rows, or its narrow
   // embedding), 1.4-2.6x faster on oneDNN on an Intel Xeon and 1.3-2.2x on a Zen 4, 2026-11-28
   // (bench/HISTORY.md), where OpenBLAS packs a whole operand for a few multiply-adds per element.
-  // A B^T with few rows of A ran slower there (64 x 4,096 x 1,024: 0.75x and 0.5x) and goes by size.
+  // A B^T with few rows of A ran slower there (64 x 4,096 x 1,024: 0.75x and 0.5x), as below.
   constexpr int64_t kThin = 96;
   const bool thin = k <= kThin || n <= kThin || (m <= kThin && !trans_a && !trans_b);
+  // x W^T with 9 to 128 rows of x (evaluation and prompts with few streams, generation with a few):
+  // oneDNN ran 1.2-3.4x as long as OpenBLAS from 16 to 64 rows whatever the weight, and 1.2-1.35x
+  // at 128 rows with the base model's weights (512 x 512 and up); with up to 8 rows it ran 2.5-5x
+  // faster (a Zen 4, 2 threads, 2026-12-02: bench/HISTORY.md).
+  constexpr int64_t kFewRowsMin = 9, kFewRowsMax = 128, kFewRowsOnlyWideMin = 64, kWideWeight = 512 * 512;
+  if (!trans_a && trans_b && m >= kFewRowsMin && m <= kFewRowsMax && k > kThin && n > kThin &&
+      (m < kFewRowsOnlyWideMin || n * k >= kWideWeight))
+    return false;
   return m * n * k <= kOnAllThreadsMax || thin;
 }
 
