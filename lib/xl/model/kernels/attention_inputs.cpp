@@ -239,7 +239,7 @@ AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& me
   auto out = Projections::apply(x.contiguous(), project ? memory.contiguous() : none, weight.contiguous(),
                                 u.defined() ? u.reshape({q_width}).contiguous() : none,
                                 v.defined() ? v.reshape({q_width}).contiguous() : none, q_width,
-                                cpu_bf16_products());
+                                takes_bf16_operands(x.size(0) * x.size(1)));
   return {out[0], u.defined() ? out[1] : torch::Tensor(), out[2]};
 }
 
@@ -258,7 +258,7 @@ AttentionInputs attention_inputs_into(const torch::Tensor& x, const torch::Tenso
     return with_biases(xl::model::linear(x, weight.narrow(0, 0, q_width)), kv, u, v);
   }
   const int64_t n = batch * t;
-  const bool bf16 = cpu_bf16_products();
+  const bool bf16 = takes_bf16_operands(n);
   const torch::Tensor x_op = product_operand(x.reshape({n, d}).contiguous(), bf16);
   const torch::Tensor w_op = product_operand(weight.contiguous(), bf16);
   torch::Tensor seg = torch::empty({n, width}, x.options());

@@ -15,6 +15,7 @@
 
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/kernels/product_operands.h"
 #include "xl/model/kernels/row_kernels.h"
 #include "xl/model/kernels/row_layout.h"
 #include "xl/model/precision.h"
@@ -761,7 +762,8 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const bool keep = attention_probs() == AttentionProbs::kKeep;
     torch::Tensor probs = torch::empty({keep ? g.n() : 0, g.t, g.ld_probs()}, q_u.options());
     torch::Tensor resp = torch::empty({std::max<int64_t>(g.components - 1, 0), g.n(), g.t, g.k}, q_u.options());
-    const bool bf16 = cpu_bf16_products();  // autocast's state is per thread: backward is told
+    // autocast's state is per thread: backward is told
+    const bool bf16 = takes_bf16_operands(g.t);
     forward_blocks(g, operands(q_u, q_v, kv, table_list, mask, scale, extras, bf16), out.data_ptr<float>(),
                    keep ? probs.data_ptr<float>() : nullptr, g.components > 1 ? resp.data_ptr<float>() : nullptr);
     std::vector<torch::Tensor> saved = {q_u, q_v, kv, probs, resp};
@@ -877,8 +879,8 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
   const Geometry g = geometry(qu, kvc, tc, blocks, heads, m, ex);
   torch::Tensor out = torch::empty_like(qu);
-  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale, ex, cpu_bf16_products()), out.data_ptr<float>(), nullptr,
-                 nullptr);
+  forward_blocks(g, operands(qu, qv, kvc, tc, m, scale, ex, takes_bf16_operands(g.t)),
+                 out.data_ptr<float>(), nullptr, nullptr);
   return out;
 }
 

@@ -70,7 +70,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   auto sizes = x.sizes().vec();
   sizes.back() = out;
   torch::Tensor b = bias.defined() ? bias : torch::empty({0}, weight.options());
-  return Linear::apply(x.reshape({-1, in}).contiguous(), w, b, cpu_bf16_products()).view(sizes);
+  const torch::Tensor x2 = x.reshape({-1, in}).contiguous();
+  return Linear::apply(x2, w, b, takes_bf16_operands(x2.size(0))).view(sizes);
 }
 
 }  // namespace xl::model

@@ -4,6 +4,7 @@
 
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/parallel.h"
+#include "xl/model/precision.h"
 
 namespace xl::model {
 namespace {
@@ -13,6 +14,11 @@ const uint16_t* bf16_bits(const torch::Tensor& t) {
 }
 
 }  // namespace
+
+bool takes_bf16_operands(int64_t rows) {
+  constexpr int64_t kFewestRows = 9;
+  return rows >= kFewestRows && cpu_bf16_products();
+}
 
 torch::Tensor product_operand(const torch::Tensor& t, bool bf16) {
   if (!bf16) return t;
