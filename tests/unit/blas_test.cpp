@@ -173,6 +173,8 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
   EXPECT_EQ(xl::model::runs_on_onednn(false, true, 128, 384, 128), onednn);  // not with a small weight
   EXPECT_EQ(xl::model::runs_on_onednn(false, true, 8, 2048, 512), onednn);   // nor with up to 8 rows
   EXPECT_EQ(xl::model::runs_on_onednn(false, false, 16, 2048, 512), onednn);  // nor times B
+  EXPECT_EQ(xl::model::runs_on_onednn(true, false, 2496, 624, 150), onednn);  // a gradient over few rows
+  EXPECT_FALSE(xl::model::runs_on_onednn(true, false, 2496, 624, 512));       // ... but not over many
   expect_products_match_loops("all threads");
   // Large thin products against LibTorch's double-precision product.
   struct Thin { bool ta, tb; int64_t m, n, k; };
