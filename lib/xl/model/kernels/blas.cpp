@@ -189,9 +189,10 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
   constexpr int64_t kThin = 96;
   const bool thin = k <= kThin || n <= kThin || (m <= kThin && !trans_a && !trans_b);
   // x W^T with 9 to 128 rows of x (evaluation and prompts with few streams, generation with a few):
-  // oneDNN ran 1.2-3.4x as long as OpenBLAS from 16 to 64 rows whatever the weight, and 1.2-1.35x
-  // at 128 rows with the base model's weights (512 x 512 and up); with up to 8 rows it ran 2.5-5x
-  // faster (a Zen 4, 2 threads, 2026-12-02: bench/HISTORY.md).
+  // oneDNN ran 1.06-3.4x as long as OpenBLAS at 16 and 32 rows whatever the weight, 1.02-1.97x at
+  // 64 with weights of 512 x 512 and up (0.87-1.0x with the tiny model's), and 0.93-1.35x at 128
+  // with those (the base model's 1.2-1.35x); with up to 8 rows it ran 1.5-5.6x faster (a Zen 4,
+  // 2 threads, 2026-12-02: bench/HISTORY.md).
   constexpr int64_t kFewRowsMin = 9, kFewRowsMax = 128, kFewRowsOnlyWideMin = 64, kWideWeight = 512 * 512;
   if (!trans_a && trans_b && m >= kFewRowsMin && m <= kFewRowsMax && k > kThin && n > kThin &&
       (m < kFewRowsOnlyWideMin || n * k >= kWideWeight))

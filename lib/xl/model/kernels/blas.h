@@ -81,8 +81,8 @@ std::string cpu_model_name();
 // 2048 rows: 1.1-1.4x; the base model's, from 2^28 up, trained 2% slower on oneDNN), and larger
 // ones with a thin side, k or n at most 96, or m with neither operand transposed (the word-level
 // output layers' gradients: 1.4-2.6x on an Intel Xeon, 1.3-2.2x on a Zen 4), and A^T B over at
-// most 192 rows (a weight's gradient: 1.2-1.9x on a Zen 4); but not A B^T over 9 to 128 rows of A
-// (1.2-3.4x slower on oneDNN there: runs_on_onednn). One row
+// most 192 rows (a weight's gradient: 1.2-1.9x at 128-150 rows on a Zen 4); but not A B^T over 9
+// to 128 rows of A (mostly slower on oneDNN there: runs_on_onednn). One row
 // times B^T, outside a parallel region, runs as a dot product per row of B on all threads (see there).
 // XL_GEMM=blas sends every product to the BLAS.
 void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,

@@ -9,8 +9,8 @@ namespace xl::model {
 // Whether a product over `rows` rows of activations (of queries, in the attention) takes bf16
 // operands here: with bf16 products (cpu_bf16_products), from 9 rows on. Up to 8 rows (generation:
 // a token per stream) rounding the weight, or a head's keys, took longer than the bf16 product
-// saved (1 to 8 rows x 512 x 2,048: 1.2-6x as long as float32, a Zen 4, 2026-12-02), so those run
-// in float32, as precise or more.
+// saved (linear() over 1 to 8 rows with weights of 512 x 2,048, 2,048 x 512 and 512 x 1,536:
+// 1.2-6.3x as long as float32, a Zen 4, 2026-12-02), so those run in float32, as precise or more.
 bool takes_bf16_operands(int64_t rows);
 
 // t [rows, cols] (float32, unit column stride) as a product's operand: t itself, or with bf16 a
