@@ -287,25 +287,28 @@ HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t
   return contiguous_rows<const float>(g, copy.data());
 }
 
-// Mixture content of one row block from its M component score matrices s[m] (rows x width): the
+// Mixture content of one row block from its M component products s[m] (rows x width): the
 // combined content / scale into s[0], and (for backward) the first M - 1 components'
 // responsibilities into resp [M - 1, N, T, K].
 void combine_mixture(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, float* s, float* resp) {
   const int64_t m_count = g.components, width = rb.width, plane = rb.rows * width;
   const float* x_rows[16];
+  const float* cols[16];
+  float coefs[16], row_terms[16];
   float* resp_rows[16];
+  for (int64_t m = 0; m < m_count; ++m) {
+    coefs[m] = x.mixture[m].coef;
+    cols[m] = x.mixture[m].col + g.col_term_at(n, 0);
+  }
   for (int64_t row = 0; row < rb.rows; ++row) {
     const int64_t i = rb.i0 + row;
     for (int64_t m = 0; m < m_count; ++m) {
-      const Component& c = x.mixture[m];
-      float* xr = s + m * plane + row * width;
-      const float a = c.row[g.row_term_at(n, i)], coef = c.coef;
-      const float* col = c.col + g.col_term_at(n, 0);
-      for (int64_t j = 0; j < width; ++j) xr[j] = coef * xr[j] + a + col[j];
-      x_rows[m] = xr;
+      x_rows[m] = s + m * plane + row * width;
+      row_terms[m] = x.mixture[m].row[g.row_term_at(n, i)];
       if (resp && m + 1 < m_count) resp_rows[m] = resp + ((m * g.n() + n) * g.t + i) * g.k;
     }
-    rows::mixture(x_rows, m_count, s + row * width, resp ? resp_rows : nullptr, width, x.hard, 1.0f / x.scale);
+    rows::mixture(x_rows, coefs, row_terms, cols, m_count, s + row * width, resp ? resp_rows : nullptr, width, x.hard,
+                  1.0f / x.scale);
   }
 }
 
@@ -479,29 +482,13 @@ void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
 void mixture_backward(const Geometry& g, const Operands& x, const float* resp, const Gradients& d, int64_t n,
                       const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds) {
   const Component& c = x.mixture[m];
-  const float inv_scale = 1.0f / x.scale;
-  const int64_t last = g.components - 1, plane = g.n() * g.t * g.k;
+  const int64_t plane = g.n() * g.t * g.k;
   float* d_col = d.col[m] + g.col_term_at(n, 0);
   for (int64_t row = 0; row < rb.rows; ++row) {
     const int64_t i = rb.i0 + row;
-    const float* r0 = resp + (n * g.t + i) * g.k;  // component 0's responsibilities of this row
-    const float* gr = gs + row * ldg;
-    float* dr = ds + row * rb.width;
-    // d content_m = d logit x resp_m (the last component's: 1 - the others').
-    if (m < last) {
-      for (int64_t j = 0; j < rb.width; ++j) dr[j] = gr[j] * inv_scale * r0[m * plane + j];
-    } else {
-      for (int64_t j = 0; j < rb.width; ++j) dr[j] = gr[j] * inv_scale;
-      for (int64_t o = 0; o < last; ++o)
-        for (int64_t j = 0; j < rb.width; ++j) dr[j] -= gr[j] * inv_scale * r0[o * plane + j];
-    }
-    float row_sum = 0;
-    for (int64_t j = 0; j < rb.width; ++j) {
-      row_sum += dr[j];
-      d_col[j] += dr[j];
-      dr[j] *= c.coef;
-    }
-    d.row[m][g.row_term_at(n, i)] = row_sum;
+    d.row[m][g.row_term_at(n, i)] = rows::mixture_grad(gs + row * ldg, resp + (n * g.t + i) * g.k, plane, m,
+                                                       g.components, 1.0f / x.scale, c.coef, ds + row * rb.width,
+                                                       d_col, rb.width);
   }
   const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key_batch);
   const int64_t grad_key_at = g.component_key_at(n, g.k * g.ld_q());

@@ -101,6 +101,9 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 v) {
 
 // log(v) for positive normal v: v = m 2^e with m in [sqrt(1/2), sqrt(2)), and the Cephes
 // polynomial for log(m) (relative error ~1e-7).
+constexpr float kLogPoly[9] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.1676998740e-1f,
+                               -1.2420140846e-1f, 1.4249322787e-1f,  -1.6668057665e-1f,
+                               2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
 __attribute__((target("avx2,fma"))) inline __m256 log256(__m256 v) {
   const __m256 one = _mm256_set1_ps(1.0f);
   __m256i bits = _mm256_castps_si256(v);
@@ -111,10 +114,8 @@ __attribute__((target("avx2,fma"))) inline __m256 log256(__m256 v) {
   e = _mm256_sub_ps(e, _mm256_and_ps(one, small));
   m = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(m, small)), one);
   const __m256 z = _mm256_mul_ps(m, m);
-  __m256 y = _mm256_set1_ps(7.0376836292e-2f);
-  for (float c : {-1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
-                  2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f})
-    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(c));
+  __m256 y = _mm256_set1_ps(kLogPoly[0]);
+  for (int i = 1; i < 9; ++i) y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(kLogPoly[i]));
   y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
   y = _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Lo), y);
   y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
@@ -243,6 +244,80 @@ XL_AVX512 void exp_shifted_avx512(const float* x, float* y, int64_t n, float shi
     const __m512 v = _mm512_maskz_loadu_ps(lanes, x + j);
     _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(vscale, exp512(_mm512_sub_ps(v, vshift))));
   }
+}
+
+// log(v) for positive normal v, as log256 (the same reduction and polynomial).
+XL_AVX512 inline __m512 log512(__m512 v) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512i bits = _mm512_castps_si512(v);
+  __m512 e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126)));
+  __m512 m = _mm512_or_ps(_mm512_castsi512_ps(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff))),
+                          _mm512_set1_ps(0.5f));  // [0.5, 1)
+  const __mmask16 small = _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+  e = _mm512_mask_sub_ps(e, small, e, one);
+  m = _mm512_sub_ps(_mm512_mask_add_ps(m, small, m, m), one);
+  const __m512 z = _mm512_mul_ps(m, m);
+  __m512 y = _mm512_set1_ps(kLogPoly[0]);
+  for (int i = 1; i < 9; ++i) y = _mm512_fmadd_ps(y, m, _mm512_set1_ps(kLogPoly[i]));
+  y = _mm512_mul_ps(_mm512_mul_ps(y, m), z);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(kLn2Lo), y);
+  y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
+  return _mm512_fmadd_ps(e, _mm512_set1_ps(kLn2Hi), _mm512_add_ps(m, y));
+}
+
+// Mixture rows (see row_kernels.h), 16 keys a vector.
+XL_AVX512 void mixture_avx512(const float* const* x, const float* coef, const float* row, const float* const* col,
+                              int64_t m_count, float* content, float* const* resp, int64_t n, bool hard,
+                              float out_scale) {
+  const __m512 ninf = _mm512_set1_ps(kNegInf), scale = _mm512_set1_ps(out_scale);
+  __m512 y[16];
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
+    __m512 best = ninf;
+    for (int64_t m = 0; m < m_count; ++m) {
+      y[m] = _mm512_fmadd_ps(_mm512_set1_ps(coef[m]), _mm512_maskz_loadu_ps(lanes, x[m] + j),
+                             _mm512_add_ps(_mm512_set1_ps(row[m]), _mm512_maskz_loadu_ps(lanes, col[m] + j)));
+      best = _mm512_max_ps(best, y[m]);
+    }
+    if (hard) {
+      __mmask16 taken = 0;  // the first component at the maximum takes it all
+      for (int64_t m = 0; m + 1 < m_count; ++m) {
+        const __mmask16 is = _mm512_cmp_ps_mask(y[m], best, _CMP_EQ_OQ) & ~taken;
+        taken |= is;
+        if (resp) _mm512_mask_storeu_ps(resp[m] + j, lanes, _mm512_maskz_mov_ps(is, _mm512_set1_ps(1.0f)));
+      }
+      _mm512_mask_storeu_ps(content + j, lanes, _mm512_mul_ps(best, scale));
+      continue;
+    }
+    __m512 z = _mm512_setzero_ps();
+    for (int64_t m = 0; m < m_count; ++m) z = _mm512_add_ps(z, y[m] = exp512(_mm512_sub_ps(y[m], best)));
+    if (resp) {
+      const __m512 inv_z = _mm512_div_ps(_mm512_set1_ps(1.0f), z);
+      for (int64_t m = 0; m + 1 < m_count; ++m) _mm512_mask_storeu_ps(resp[m] + j, lanes, _mm512_mul_ps(y[m], inv_z));
+    }
+    _mm512_mask_storeu_ps(content + j, lanes, _mm512_mul_ps(_mm512_add_ps(best, log512(z)), scale));
+  }
+}
+
+XL_AVX512 float mixture_grad_avx512(const float* g, const float* resp, int64_t plane, int64_t m, int64_t m_count,
+                                    float g_scale, float coef, float* dx, float* d_col, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(g_scale), vc = _mm512_set1_ps(coef);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
+    const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, g + j), vs);
+    __m512 d;
+    if (m + 1 < m_count) {
+      d = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(lanes, resp + m * plane + j));
+    } else {
+      d = t;
+      for (int64_t o = 0; o + 1 < m_count; ++o) d = _mm512_fnmadd_ps(t, _mm512_maskz_loadu_ps(lanes, resp + o * plane + j), d);
+    }
+    sum = _mm512_add_ps(sum, d);
+    _mm512_mask_storeu_ps(d_col + j, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, d_col + j), d));
+    _mm512_mask_storeu_ps(dx + j, lanes, _mm512_mul_ps(d, vc));
+  }
+  return _mm512_reduce_add_ps(sum);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -390,36 +465,59 @@ void weighted_rows_plain(const T* p, const T* x, int64_t ld, int64_t count, T* y
 }
 
 // Mixture rows (see row_kernels.h), AVX2.
-__attribute__((target("avx2,fma"))) void mixture_avx2(const float* const* x, int64_t m_count, float* content,
-                                                      float* const* resp, int64_t n, bool hard, float out_scale,
-                                                      float* scratch) {
-  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+__attribute__((target("avx2,fma"))) void mixture_avx2(const float* const* x, const float* coef, const float* row,
+                                                      const float* const* col, int64_t m_count, float* content,
+                                                      float* const* resp, int64_t n, bool hard, float out_scale) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), scale = _mm256_set1_ps(out_scale);
+  __m256 y[16];
   for (int64_t j = 0; j < n; j += 8) {
     const int64_t w = std::min<int64_t>(8, n - j);
     __m256 best = ninf;
-    for (int64_t m = 0; m < m_count; ++m) best = _mm256_max_ps(best, load_upto8(x[m] + j, w));
+    for (int64_t m = 0; m < m_count; ++m) {
+      y[m] = _mm256_fmadd_ps(_mm256_set1_ps(coef[m]), load_upto8(x[m] + j, w),
+                             _mm256_add_ps(_mm256_set1_ps(row[m]), load_upto8(col[m] + j, w)));
+      best = _mm256_max_ps(best, y[m]);
+    }
     if (hard) {
       __m256 taken = _mm256_setzero_ps();  // the first component at the maximum takes it all
       for (int64_t m = 0; m + 1 < m_count; ++m) {
-        const __m256 is = _mm256_andnot_ps(taken, _mm256_cmp_ps(load_upto8(x[m] + j, w), best, _CMP_EQ_OQ));
+        const __m256 is = _mm256_andnot_ps(taken, _mm256_cmp_ps(y[m], best, _CMP_EQ_OQ));
         taken = _mm256_or_ps(taken, is);
         if (resp) store_upto8(resp[m] + j, w, _mm256_and_ps(is, _mm256_set1_ps(1.0f)));
       }
-      store_upto8(content + j, w, _mm256_mul_ps(best, _mm256_set1_ps(out_scale)));
+      store_upto8(content + j, w, _mm256_mul_ps(best, scale));
       continue;
     }
     __m256 z = _mm256_setzero_ps();
-    for (int64_t m = 0; m < m_count; ++m) {
-      const __m256 e = exp256(_mm256_sub_ps(load_upto8(x[m] + j, w), best));
-      z = _mm256_add_ps(z, e);
-      if (m + 1 < m_count) _mm256_storeu_ps(scratch + 8 * m, e);
+    for (int64_t m = 0; m < m_count; ++m) z = _mm256_add_ps(z, y[m] = exp256(_mm256_sub_ps(y[m], best)));
+    if (resp) {
+      const __m256 inv_z = _mm256_div_ps(_mm256_set1_ps(1.0f), z);
+      for (int64_t m = 0; m + 1 < m_count; ++m) store_upto8(resp[m] + j, w, _mm256_mul_ps(y[m], inv_z));
     }
-    const __m256 inv_z = _mm256_div_ps(_mm256_set1_ps(1.0f), z);
-    if (resp)
-      for (int64_t m = 0; m + 1 < m_count; ++m)
-        store_upto8(resp[m] + j, w, _mm256_mul_ps(_mm256_loadu_ps(scratch + 8 * m), inv_z));
-    store_upto8(content + j, w, _mm256_mul_ps(_mm256_add_ps(best, log256(z)), _mm256_set1_ps(out_scale)));
+    store_upto8(content + j, w, _mm256_mul_ps(_mm256_add_ps(best, log256(z)), scale));
   }
+}
+
+__attribute__((target("avx2,fma"))) float mixture_grad_avx2(const float* g, const float* resp, int64_t plane,
+                                                            int64_t m, int64_t m_count, float g_scale, float coef,
+                                                            float* dx, float* d_col, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(g_scale), vc = _mm256_set1_ps(coef);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t w = std::min<int64_t>(8, n - j);
+    const __m256 t = _mm256_mul_ps(load_upto8(g + j, w), vs);
+    __m256 d;
+    if (m + 1 < m_count) {
+      d = _mm256_mul_ps(t, load_upto8(resp + m * plane + j, w));
+    } else {
+      d = t;
+      for (int64_t o = 0; o + 1 < m_count; ++o) d = _mm256_fnmadd_ps(t, load_upto8(resp + o * plane + j, w), d);
+    }
+    sum = _mm256_add_ps(sum, d);
+    store_upto8(d_col + j, w, _mm256_add_ps(load_upto8(d_col + j, w), d));
+    store_upto8(dx + j, w, _mm256_mul_ps(d, vc));
+  }
+  return horizontal_sum(sum);
 }
 
 template <typename T>
@@ -604,18 +702,18 @@ float masked_scores(const float* a, const float* b, const bool* hidden, float* s
   return m;
 }
 
-void mixture(const float* const* x, int64_t m_count, float* content, float* const* resp, int64_t n, bool hard,
-             float out_scale) {
-  if (kHaveAvx2) {
-    float scratch[8 * 16];
-    mixture_avx2(x, m_count, content, resp, n, hard, out_scale, scratch);
-    return;
-  }
+void mixture(const float* const* x, const float* coef, const float* row, const float* const* col, int64_t m_count,
+             float* content, float* const* resp, int64_t n, bool hard, float out_scale) {
+  if (kHaveAvx512) return mixture_avx512(x, coef, row, col, m_count, content, resp, n, hard, out_scale);
+  if (kHaveAvx2) return mixture_avx2(x, coef, row, col, m_count, content, resp, n, hard, out_scale);
+  float y[16];
   for (int64_t j = 0; j < n; ++j) {
     float best = kNegInf;
     int64_t arg = 0;
-    for (int64_t m = 0; m < m_count; ++m)
-      if (x[m][j] > best) best = x[m][j], arg = m;
+    for (int64_t m = 0; m < m_count; ++m) {
+      y[m] = coef[m] * x[m][j] + (row[m] + col[m][j]);
+      if (y[m] > best) best = y[m], arg = m;
+    }
     if (hard) {
       if (resp)
         for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = m == arg ? 1.0f : 0.0f;
@@ -623,11 +721,31 @@ void mixture(const float* const* x, int64_t m_count, float* content, float* cons
       continue;
     }
     float z = 0;
-    for (int64_t m = 0; m < m_count; ++m) z += std::exp(x[m][j] - best);
+    for (int64_t m = 0; m < m_count; ++m) z += (y[m] = std::exp(y[m] - best));
     if (resp)
-      for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = std::exp(x[m][j] - best) / z;
+      for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = y[m] / z;
     content[j] = (best + std::log(z)) * out_scale;
   }
+}
+
+float mixture_grad(const float* g, const float* resp, int64_t plane, int64_t m, int64_t m_count, float g_scale,
+                   float coef, float* dx, float* d_col, int64_t n) {
+  if (kHaveAvx512) return mixture_grad_avx512(g, resp, plane, m, m_count, g_scale, coef, dx, d_col, n);
+  if (kHaveAvx2) return mixture_grad_avx2(g, resp, plane, m, m_count, g_scale, coef, dx, d_col, n);
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float t = g[j] * g_scale;
+    float d = t;
+    if (m + 1 < m_count) {
+      d = t * resp[m * plane + j];
+    } else {
+      for (int64_t o = 0; o + 1 < m_count; ++o) d -= t * resp[o * plane + j];
+    }
+    sum += d;
+    d_col[j] += d;
+    dx[j] = coef * d;
+  }
+  return sum;
 }
 
 void softmax(float* x, int64_t n, float max) {

@@ -32,11 +32,19 @@ void softmax_grad(const double* p, const double* g, double* gs, int64_t n, doubl
 // s[j] = hidden[j] ? -inf : (a[j] + b[j]) * scale; returns the largest s[j].
 float masked_scores(const float* a, const float* b, const bool* hidden, float* s, int64_t n, float scale);
 
-// A row of mixture scores: content[j] = out_scale * log sum_m exp(x[m][j]) (hard: max_m x[m][j])
-// and the first M - 1 responsibilities resp[m][j] = exp(x[m][j]) / sum (hard: 1 for the first
-// component at the maximum, else 0; not kept when resp is null). M <= 16; content may be x[0].
-void mixture(const float* const* x, int64_t m_count, float* content, float* const* resp, int64_t n, bool hard,
-             float out_scale);
+// A row of mixture scores from its M components' products x[m] (M <= 16) and their affine terms,
+// the logits y_m[j] = coef[m] x[m][j] + row[m] + col[m][j]: content[j] = out_scale * log sum_m
+// exp(y_m[j]) (hard: out_scale * max_m y_m[j]) and the first M - 1 responsibilities resp[m][j] =
+// exp(y_m[j]) / sum (hard: 1 for the first component at the maximum, else 0; not kept when resp is
+// null). One pass: the affine terms are not written back. content may be x[0].
+void mixture(const float* const* x, const float* coef, const float* row, const float* const* col, int64_t m_count,
+             float* content, float* const* resp, int64_t n, bool hard, float out_scale);
+// Its backward for component m of a row, from the content's gradient g: with the component's
+// responsibilities r (resp + m * plane; the last component's 1 - the others'), d[j] = g_scale g[j]
+// r[j] is its logits' gradient: added to d_col, dx[j] = coef d[j] (the product's), and the sum of
+// d returned (the row term's).
+float mixture_grad(const float* g, const float* resp, int64_t plane, int64_t m, int64_t m_count, float g_scale,
+                   float coef, float* dx, float* d_col, int64_t n);
 
 // Softmax of a row of scores in place (hidden entries -inf become exactly 0), given its maximum.
 void softmax(float* x, int64_t n, float max);
