@@ -298,3 +298,78 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
     EXPECT_TRUE(torch::equal(ac, ac_before));
   }
 }
+
+// A mixture's content (MGK) with bf16 products: its components' queries and keys are rounded too.
+// Against the full matrices in double on the rounded operands (the row and column terms stay
+// float), within the rounding of the probabilities and score gradients: output and every
+// gradient. The same comparison on the unrounded operands fails: the components' products did
+// take rounded operands (their logits, up to about 40, move by 2^-9 of that).
+TEST(ChunkedAttention, Bf16MixtureProductsMatchTheFullMatricesOnRoundedOperands) {
+  if (!chunked_attention_usable(torch::empty({1})) || !bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
+  const Case c{2, 2, 70, 8, {{kPosition - 30, 30}}, false, 70};
+  const auto blocks = key_blocks(c);
+  const Tensor mask = mask_for(c);
+  const int64_t k = memory_length(c) + c.t, n = c.heads * c.batch;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
+  const std::vector<double> coefs = {1.0, 0.5};
+  torch::manual_seed(5);
+  auto make = [](std::vector<int64_t> shape, double s) { return torch::randn(shape).mul_(s).requires_grad_(true); };
+  const Tensor q_u = torch::randn({c.batch, c.t, c.heads, c.dh});  // a mixture takes the place of q_u . k
+  const Tensor q_v = make({c.batch, c.t, c.heads, c.dh}, 2), kv = make({c.batch, k, 2, c.heads, c.dh}, 2);
+  std::vector<Tensor> inputs = {q_v, kv};
+  for (const auto& b : blocks) inputs.push_back(make({b.table, c.heads, c.dh}, 2));
+  const std::vector<Tensor> tables(inputs.begin() + 2, inputs.end());
+  AttentionExtras extras;
+  for (double coef : coefs) {
+    extras.mixture.push_back({make({c.batch, c.t, c.heads, c.dh}, 3), make({c.batch, k, c.heads, c.dh}, 3),
+                              make({c.batch, c.t, c.heads}, 1), make({c.batch, c.heads, k}, 1), coef});
+    const auto& m = extras.mixture.back();
+    inputs.insert(inputs.end(), {m.query, m.key, m.row, m.col});
+  }
+  const Tensor grad_out = torch::randn({c.batch, c.t, c.heads, c.dh});
+  Tensor got;
+  {
+    AutocastScope autocast(Precision::kBf16, torch::kCPU);
+    got = chunked_relative_attention(q_u, q_v, kv, tables, blocks, {}, mask, scale, extras);
+  }
+  const auto got_grads = torch::autograd::grad({got}, inputs, {grad_out});
+
+  // The full matrices in double: content = logsumexp_m(coef_m q_m k_m^T + row_m + col_m), taken
+  // by the probabilities as scores / scale beside the positional ones.
+  auto reference = [&](bool rounded) {
+    std::vector<Tensor> x;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool product_operand = i < 2 + tables.size() || (i - 2 - tables.size()) % 4 < 2;
+      const Tensor d = inputs[i].detach();
+      x.push_back(((rounded && product_operand) ? d.to(torch::kBFloat16) : d).to(torch::kFloat64).requires_grad_(true));
+    }
+    auto per_head = [&](const Tensor& t) { return t.permute({2, 0, 1, 3}).reshape({n, -1, c.dh}); };
+    std::vector<Tensor> terms;
+    for (size_t m = 0; m < coefs.size(); ++m) {
+      const Tensor* comp = &x[2 + tables.size() + 4 * m];
+      terms.push_back(coefs[m] * torch::bmm(per_head(comp[0]), per_head(comp[1]).transpose(1, 2)) +
+                      comp[2].permute({2, 0, 1}).reshape({n, c.t, 1}) + comp[3].permute({1, 0, 2}).reshape({n, 1, k}));
+    }
+    const Tensor content = torch::logsumexp(torch::stack(terms), 0) / scale;
+    std::vector<Tensor> bds;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const Tensor r = x[2 + b].permute({1, 2, 0});  // [H, dh, P]
+      bds.push_back(torch::bmm(per_head(x[0]).reshape({c.heads, c.batch * c.t, c.dh}), r).view({n, c.t, -1}));
+    }
+    const Tensor probs = relative_attention_probs(content, bds, blocks, mask, scale);
+    const Tensor out = torch::bmm(probs, per_head(x[1].select(2, 1))).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
+    return std::make_pair(out, torch::autograd::grad({out}, x, {grad_out.to(torch::kFloat64)}));
+  };
+  const auto [want, want_grads] = reference(true);
+  expect_near(got, want, "output", 1e-2);
+  const char* names[] = {"d q_v", "d kv", "d table"};
+  const char* component_names[] = {"d query", "d key", "d row", "d col"};
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string name = i < 2 + tables.size() ? names[std::min<size_t>(i, 2)]
+                                                    : component_names[(i - 2 - tables.size()) % 4];
+    expect_near(got_grads[i], want_grads[i], name.c_str(), 1e-2);
+  }
+  const auto [unrounded, unrounded_grads] = reference(false);
+  EXPECT_GT(difference(got, unrounded), 2e-2);
+}

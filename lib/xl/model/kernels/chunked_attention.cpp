@@ -206,8 +206,8 @@ struct Operands {
   bool hard = false;
   const float *persistent_key = nullptr, *persistent_value = nullptr;
   std::vector<const float*> table_bias;  // empty or one per key block
-  // The per-head products of the plain attention (no mixture, no persistent keys) from operands
-  // rounded to bf16, sums in fp32 (--precision bf16 where the CPU has bf16 products). A single
+  // The per-head products, a mixture's components' too, from operands rounded to bf16, sums in
+  // fp32 (--precision bf16 where the CPU has bf16 products); not with persistent keys. A single
   // query takes them too (not the fp32 row kernels), so that its backward, in products, matches.
   bool bf16 = false;
 };
@@ -220,6 +220,7 @@ struct HeadRows {
   int64_t ld = 0;
   std::vector<T*> tables;  // each key block's row 0
   int64_t ld_table = 0;
+  T* components = nullptr;  // rounded rows only: the mixture components' keys [M, K, dh]
 };
 
 HeadRows<const float> operand_rows(const Geometry& g, const Operands& x, int64_t n) {
@@ -252,21 +253,33 @@ void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadR
     copy_rows(from.tables[b], from.ld_table, to.tables[b], to.ld_table, g.keys[b].table, g.dh);
 }
 
-// Operands::bf16: a task's keys, values and tables rounded once, in the contiguous layout, into `to`.
-HeadRows<const uint16_t> round_head(const Geometry& g, const HeadRows<const float>& from, std::vector<uint16_t>& to) {
-  to.resize(static_cast<size_t>(g.head_floats));
+// Operands::bf16: task n's keys, values and tables (its rows `from`) rounded once, in the
+// contiguous layout, into `to`; a mixture's component keys after them.
+HeadRows<const uint16_t> round_head(const Geometry& g, const Operands& x, int64_t n, const HeadRows<const float>& from,
+                                    std::vector<uint16_t>& to) {
+  const int64_t component_floats = g.k * g.dh;
+  to.resize(static_cast<size_t>(g.head_floats + g.components * component_floats));
   const HeadRows<uint16_t> r = contiguous_rows(g, to.data());
   round_rows_to_bf16(from.key, from.ld, r.key, r.ld, g.k, g.dh);
   round_rows_to_bf16(from.value, from.ld, r.value, r.ld, g.k, g.dh);
   for (size_t b = 0; b < g.keys.size(); ++b)
     round_rows_to_bf16(from.tables[b], from.ld_table, r.tables[b], r.ld_table, g.keys[b].table, g.dh);
-  return contiguous_rows<const uint16_t>(g, to.data());
+  HeadRows<const uint16_t> rounded = contiguous_rows<const uint16_t>(g, to.data());
+  if (g.components == 0) return rounded;
+  uint16_t* components = to.data() + g.head_floats;
+  for (int64_t m = 0; m < g.components; ++m) {
+    const Component& c = x.mixture[m];
+    round_rows_to_bf16(c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, components + m * component_floats,
+                       g.dh, g.k, g.dh);
+  }
+  rounded.components = components;
+  return rounded;
 }
 
 // One thread's rounded block operands (Operands::bf16): each slot holds one at a time.
 class RoundedBlocks {
  public:
-  enum Slot { kQueryU, kQueryV, kOutGrad, kScores, kSlots };
+  enum Slot { kQueryU, kQueryV, kOutGrad, kScores, kComponentQuery, kComponentGrad, kSlots };
   // rows x width floats, ld apart, rounded into `slot`: its rows lie width apart.
   const uint16_t* operator()(Slot slot, const float* from, int64_t ld, int64_t rows, int64_t width) {
     std::vector<uint16_t>& to = slots_[slot];
@@ -345,9 +358,15 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
   } else {
     for (int64_t m = 0; m < g.components; ++m) {
       const Component& c = x.mixture[m];
-      sgemm_row_major(false, true, rb.rows, rb.width, dh, c.query + g.q_at(n, rb.i0), g.ld_q(),
-                      c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, ac + m * rb.rows * rb.width,
-                      rb.width);
+      const float* query = c.query + g.q_at(n, rb.i0);
+      float* product = ac + m * rb.rows * rb.width;
+      if (x.bf16)
+        bf16_gemm_row_major(false, true, rb.rows, rb.width, dh,
+                            rounded(RoundedBlocks::kComponentQuery, query, g.ld_q(), rb.rows, dh), dh,
+                            in16.components + m * g.k * dh, dh, 0, product, rb.width);
+      else
+        sgemm_row_major(false, true, rb.rows, rb.width, dh, query, g.ld_q(), c.key + g.component_key_at(n, c.ld_key_batch),
+                        c.ld_key, 0, product, rb.width);
     }
     combine_mixture(g, x, n, rb, ac, resp);
   }
@@ -412,7 +431,7 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       const RowBlock& rb = g.blocks[task % nb];
       if (n != read) {  // bf16: the products read the rounded copy, so no float copy is made
         in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
-        if (x.bf16) in16 = round_head(g, in, copy16);
+        if (x.bf16) in16 = round_head(g, x, n, in, copy16);
       }
       read = n;
       // Unkept, the probabilities follow block_probs' scratch in the buffer.
@@ -479,8 +498,10 @@ void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
 
 // The gradient of one mixture component m from the content's (gs: scale x d logit, rows x width,
 // row stride ldg): into its query, key, row and column terms. ds: rows x width scratch.
+// With Operands::bf16, in16 holds the rounded component keys (round_head), `rounded` the thread's slots.
 void mixture_backward(const Geometry& g, const Operands& x, const float* resp, const Gradients& d, int64_t n,
-                      const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds) {
+                      const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds,
+                      const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded) {
   const Component& c = x.mixture[m];
   const int64_t plane = g.n() * g.t * g.k;
   float* d_col = d.col[m] + g.col_term_at(n, 0);
@@ -492,6 +513,15 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
   }
   const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key_batch);
   const int64_t grad_key_at = g.component_key_at(n, g.k * g.ld_q());
+  if (x.bf16) {
+    const uint16_t* ds16 = rounded(RoundedBlocks::kComponentGrad, ds, rb.width, rb.rows, rb.width);
+    bf16_gemm_row_major(false, false, rb.rows, g.dh, rb.width, ds16, rb.width, in16.components + m * g.k * g.dh, g.dh,
+                        0, d.query[m] + at, g.ld_q());
+    bf16_gemm_row_major(true, false, rb.width, g.dh, rb.rows, ds16, rb.width,
+                        rounded(RoundedBlocks::kComponentQuery, c.query + at, g.ld_q(), rb.rows, g.dh), g.dh, 1,
+                        d.key[m] + grad_key_at, g.ld_q());
+    return;
+  }
   sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, 0, d.query[m] + at,
                   g.ld_q());
   sgemm_row_major(true, false, rb.width, g.dh, rb.rows, ds, rb.width, c.query + at, g.ld_q(), 1, d.key[m] + grad_key_at,
@@ -524,7 +554,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
     for (int64_t n = n0; n < n1; ++n) {
       const int64_t batch = n / g.heads, h = n % g.heads;
       const HeadRows<const float> in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
-      const HeadRows<const uint16_t> in16 = x.bf16 ? round_head(g, in, copy16) : HeadRows<const uint16_t>{};
+      const HeadRows<const uint16_t> in16 = x.bf16 ? round_head(g, x, n, in, copy16) : HeadRows<const uint16_t>{};
       const HeadRows<float> d_in = gradient_rows(g, d, n);
       const HeadRows<float> d_rows = g.copies_heads() ? contiguous_rows(g, d_copy.data()) : d_in;
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
@@ -593,7 +623,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
                           d_rows.key, d_rows.ld);
         } else {
           for (int64_t m = 0; m < g.components; ++m)
-            mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores);
+            mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores, in16, rounded);
         }
         // Positional scores: d(scores) moved to table columns, one key block at a time.
         const uint16_t* q_v16 = x.bf16 ? rounded(RoundedBlocks::kQueryV, x.q_v + at, g.ld_q(), rb.rows, dh) : nullptr;
@@ -717,7 +747,7 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
                   const std::vector<torch::Tensor>& tables, const torch::Tensor& mask, double scale,
                   const AttentionExtras& e, bool bf16) {
   Operands x;
-  x.bf16 = bf16 && e.mixture.empty() && !e.persistent_key.defined();
+  x.bf16 = bf16 && !e.persistent_key.defined();
   x.q_u = q_u.data_ptr<float>(), x.q_v = q_v.data_ptr<float>(), x.kv = kv.data_ptr<float>();
   x.mask = mask.data_ptr<bool>();
   x.scale = static_cast<float>(scale);
