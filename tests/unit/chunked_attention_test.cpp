@@ -299,77 +299,110 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
   }
 }
 
-// A mixture's content (MGK) with bf16 products: its components' queries and keys are rounded too.
-// Against the full matrices in double on the rounded operands (the row and column terms stay
-// float), within the rounding of the probabilities and score gradients: output and every
-// gradient. The same comparison on the unrounded operands fails: the components' products did
-// take rounded operands (their logits, up to about 40, move by 2^-9 of that).
-TEST(ChunkedAttention, Bf16MixtureProductsMatchTheFullMatricesOnRoundedOperands) {
-  if (!chunked_attention_usable(torch::empty({1})) || !bf16_gemm_native())
-    GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
+// The variants' products in bf16 (AttentionExtras: a mixture's components, persistent keys and
+// values): output and every gradient against the full matrices in double on the operands rounded
+// to bf16 (a mixture's row and column terms stay float), within the rounding of the probabilities
+// and score gradients. Against the same with the variant's own operands unrounded the output lies
+// several times further: its products did take rounded operands.
+void check_bf16_variant(int64_t components, int64_t persistent) {
   const Case c{2, 2, 70, 8, {{kPosition - 30, 30}}, false, 70};
   const auto blocks = key_blocks(c);
   const Tensor mask = mask_for(c);
   const int64_t k = memory_length(c) + c.t, n = c.heads * c.batch;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
-  const std::vector<double> coefs = {1.0, 0.5};
   torch::manual_seed(5);
   auto make = [](std::vector<int64_t> shape, double s) { return torch::randn(shape).mul_(s).requires_grad_(true); };
-  const Tensor q_u = torch::randn({c.batch, c.t, c.heads, c.dh});  // a mixture takes the place of q_u . k
-  const Tensor q_v = make({c.batch, c.t, c.heads, c.dh}, 2), kv = make({c.batch, k, 2, c.heads, c.dh}, 2);
-  std::vector<Tensor> inputs = {q_v, kv};
+  // Inputs: q_u, q_v, kv, tables; then per component query, key, row, col; or the persistent keys and values.
+  std::vector<Tensor> inputs = {make({c.batch, c.t, c.heads, c.dh}, 3), make({c.batch, c.t, c.heads, c.dh}, 2),
+                                make({c.batch, k, 2, c.heads, c.dh}, 2)};
   for (const auto& b : blocks) inputs.push_back(make({b.table, c.heads, c.dh}, 2));
-  const std::vector<Tensor> tables(inputs.begin() + 2, inputs.end());
+  const size_t first_extra = inputs.size();
+  const std::vector<Tensor> tables(inputs.begin() + 3, inputs.end());
   AttentionExtras extras;
-  for (double coef : coefs) {
+  std::vector<double> coefs;
+  std::vector<bool> rounds(first_extra, true);
+  for (int64_t m = 0; m < components; ++m) {
+    coefs.push_back(m == 0 ? 1.0 : 0.5);
     extras.mixture.push_back({make({c.batch, c.t, c.heads, c.dh}, 3), make({c.batch, k, c.heads, c.dh}, 3),
-                              make({c.batch, c.t, c.heads}, 1), make({c.batch, c.heads, k}, 1), coef});
-    const auto& m = extras.mixture.back();
-    inputs.insert(inputs.end(), {m.query, m.key, m.row, m.col});
+                              make({c.batch, c.t, c.heads}, 1), make({c.batch, c.heads, k}, 1), coefs.back()});
+    const auto& comp = extras.mixture.back();
+    inputs.insert(inputs.end(), {comp.query, comp.key, comp.row, comp.col});
+    rounds.insert(rounds.end(), {true, true, false, false});
+  }
+  if (persistent > 0) {
+    extras.persistent_key = make({c.heads, persistent, c.dh}, 4);
+    extras.persistent_value = make({c.heads, persistent, c.dh}, 2);
+    inputs.insert(inputs.end(), {extras.persistent_key, extras.persistent_value});
+    rounds.insert(rounds.end(), {true, true});
   }
   const Tensor grad_out = torch::randn({c.batch, c.t, c.heads, c.dh});
   Tensor got;
   {
     AutocastScope autocast(Precision::kBf16, torch::kCPU);
-    got = chunked_relative_attention(q_u, q_v, kv, tables, blocks, {}, mask, scale, extras);
+    got = chunked_relative_attention(inputs[0], inputs[1], inputs[2], tables, blocks, {}, mask, scale, extras);
   }
-  const auto got_grads = torch::autograd::grad({got}, inputs, {grad_out});
+  // A mixture alone leaves q_u unread (its gradient undefined).
+  const std::vector<Tensor> wrt(inputs.begin() + (components > 0 && persistent == 0 ? 1 : 0), inputs.end());
+  const auto got_grads = torch::autograd::grad({got}, wrt, {grad_out});
 
-  // The full matrices in double: content = logsumexp_m(coef_m q_m k_m^T + row_m + col_m), taken
-  // by the probabilities as scores / scale beside the positional ones.
-  auto reference = [&](bool rounded) {
+  // The full matrices in double: the context's logits scale (content + shift(q_v tables^T)), the
+  // content q_u k^T or a mixture's logsumexp_m(coef_m q_m k_m^T + row_m + col_m) / scale; the
+  // persistent keys' scale (q_u pk^T) before them, never masked.
+  auto reference = [&](bool variant_rounded) {
     std::vector<Tensor> x;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const bool product_operand = i < 2 + tables.size() || (i - 2 - tables.size()) % 4 < 2;
+      const bool rounded = rounds[i] && (i < first_extra || variant_rounded);
       const Tensor d = inputs[i].detach();
-      x.push_back(((rounded && product_operand) ? d.to(torch::kBFloat16) : d).to(torch::kFloat64).requires_grad_(true));
+      x.push_back((rounded ? d.to(torch::kBFloat16) : d).to(torch::kFloat64).requires_grad_(true));
     }
     auto per_head = [&](const Tensor& t) { return t.permute({2, 0, 1, 3}).reshape({n, -1, c.dh}); };
-    std::vector<Tensor> terms;
-    for (size_t m = 0; m < coefs.size(); ++m) {
-      const Tensor* comp = &x[2 + tables.size() + 4 * m];
-      terms.push_back(coefs[m] * torch::bmm(per_head(comp[0]), per_head(comp[1]).transpose(1, 2)) +
-                      comp[2].permute({2, 0, 1}).reshape({n, c.t, 1}) + comp[3].permute({1, 0, 2}).reshape({n, 1, k}));
+    Tensor content = torch::bmm(per_head(x[0]), per_head(x[2].select(2, 0)).transpose(1, 2));
+    if (components > 0) {
+      std::vector<Tensor> terms;
+      for (int64_t m = 0; m < components; ++m) {
+        const Tensor* comp = &x[first_extra + 4 * m];
+        terms.push_back(coefs[m] * torch::bmm(per_head(comp[0]), per_head(comp[1]).transpose(1, 2)) +
+                        comp[2].permute({2, 0, 1}).reshape({n, c.t, 1}) +
+                        comp[3].permute({1, 0, 2}).reshape({n, 1, k}));
+      }
+      content = torch::logsumexp(torch::stack(terms), 0) / scale;
     }
-    const Tensor content = torch::logsumexp(torch::stack(terms), 0) / scale;
     std::vector<Tensor> bds;
     for (size_t b = 0; b < blocks.size(); ++b) {
-      const Tensor r = x[2 + b].permute({1, 2, 0});  // [H, dh, P]
-      bds.push_back(torch::bmm(per_head(x[0]).reshape({c.heads, c.batch * c.t, c.dh}), r).view({n, c.t, -1}));
+      const Tensor r = x[3 + b].permute({1, 2, 0});  // [H, dh, P]
+      bds.push_back(torch::bmm(per_head(x[1]).reshape({c.heads, c.batch * c.t, c.dh}), r).view({n, c.t, -1}));
     }
-    const Tensor probs = relative_attention_probs(content, bds, blocks, mask, scale);
-    const Tensor out = torch::bmm(probs, per_head(x[1].select(2, 1))).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
-    return std::make_pair(out, torch::autograd::grad({out}, x, {grad_out.to(torch::kFloat64)}));
+    Tensor logits = scale * (content + relative_positional_bias(bds, blocks, mask, torch::kFloat64));
+    Tensor value = per_head(x[2].select(2, 1));
+    if (persistent > 0) {  // per head h, the same keys and values for each batch: n = h B + b
+      const Tensor pk = x[first_extra].repeat_interleave(c.batch, 0), pv = x[first_extra + 1].repeat_interleave(c.batch, 0);
+      logits = torch::cat({scale * torch::bmm(per_head(x[0]), pk.transpose(1, 2)), logits}, 2);
+      value = torch::cat({pv, value}, 1);
+    }
+    const Tensor out = torch::bmm(torch::softmax(logits, 2), value).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
+    const std::vector<Tensor> x_wrt(x.begin() + (inputs.size() - wrt.size()), x.end());
+    return std::make_pair(out, torch::autograd::grad({out}, x_wrt, {grad_out.to(torch::kFloat64)}));
   };
   const auto [want, want_grads] = reference(true);
   expect_near(got, want, "output", 1e-2);
-  const char* names[] = {"d q_v", "d kv", "d table"};
-  const char* component_names[] = {"d query", "d key", "d row", "d col"};
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string name = i < 2 + tables.size() ? names[std::min<size_t>(i, 2)]
-                                                    : component_names[(i - 2 - tables.size()) % 4];
-    expect_near(got_grads[i], want_grads[i], name.c_str(), 1e-2);
+  for (size_t i = 0; i < wrt.size(); ++i)
+    expect_near(got_grads[i], want_grads[i], ("gradient of input " + std::to_string(i)).c_str(), 1e-2);
+  EXPECT_GT(difference(got, reference(false).first), 3 * difference(got, want));
+}
+
+TEST(ChunkedAttention, Bf16VariantProductsMatchTheFullMatricesOnRoundedOperands) {
+  if (!chunked_attention_usable(torch::empty({1})) || !bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
+  {
+    SCOPED_TRACE("a mixture of 2");
+    check_bf16_variant(2, 0);
   }
-  const auto [unrounded, unrounded_grads] = reference(false);
-  EXPECT_GT(difference(got, unrounded), 2e-2);
+  {
+    SCOPED_TRACE("a mixture of 3");
+    check_bf16_variant(3, 0);
+  }
+  {
+    SCOPED_TRACE("20 persistent keys");
+    check_bf16_variant(0, 20);
+  }
 }

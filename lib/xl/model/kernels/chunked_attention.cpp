@@ -206,8 +206,9 @@ struct Operands {
   bool hard = false;
   const float *persistent_key = nullptr, *persistent_value = nullptr;
   std::vector<const float*> table_bias;  // empty or one per key block
-  // The per-head products, a mixture's components' too, from operands rounded to bf16, sums in
-  // fp32 (--precision bf16 where the CPU has bf16 products); not with persistent keys. A single
+  // The per-head products, the variants' too (a mixture's components, persistent keys and
+  // values), from operands rounded to bf16, sums in fp32 (--precision bf16 where the CPU has bf16
+  // products). A single
   // query takes them too (not the fp32 row kernels), so that its backward, in products, matches.
   bool bf16 = false;
 };
@@ -221,6 +222,7 @@ struct HeadRows {
   std::vector<T*> tables;  // each key block's row 0
   int64_t ld_table = 0;
   T* components = nullptr;  // rounded rows only: the mixture components' keys [M, K, dh]
+  T* persistent = nullptr;  // rounded rows only: the persistent keys [N, dh], then their values
 };
 
 HeadRows<const float> operand_rows(const Geometry& g, const Operands& x, int64_t n) {
@@ -254,32 +256,38 @@ void copy_head(const Geometry& g, const HeadRows<const float>& from, const HeadR
 }
 
 // Operands::bf16: task n's keys, values and tables (its rows `from`) rounded once, in the
-// contiguous layout, into `to`; a mixture's component keys after them.
+// contiguous layout, into `to`; a mixture's component keys and the persistent keys and values
+// after them.
 HeadRows<const uint16_t> round_head(const Geometry& g, const Operands& x, int64_t n, const HeadRows<const float>& from,
                                     std::vector<uint16_t>& to) {
-  const int64_t component_floats = g.k * g.dh;
-  to.resize(static_cast<size_t>(g.head_floats + g.components * component_floats));
+  const int64_t component_floats = g.k * g.dh, persistent_floats = g.persistent * g.dh;
+  to.resize(static_cast<size_t>(g.head_floats + g.components * component_floats + 2 * persistent_floats));
   const HeadRows<uint16_t> r = contiguous_rows(g, to.data());
   round_rows_to_bf16(from.key, from.ld, r.key, r.ld, g.k, g.dh);
   round_rows_to_bf16(from.value, from.ld, r.value, r.ld, g.k, g.dh);
   for (size_t b = 0; b < g.keys.size(); ++b)
     round_rows_to_bf16(from.tables[b], from.ld_table, r.tables[b], r.ld_table, g.keys[b].table, g.dh);
   HeadRows<const uint16_t> rounded = contiguous_rows<const uint16_t>(g, to.data());
-  if (g.components == 0) return rounded;
   uint16_t* components = to.data() + g.head_floats;
   for (int64_t m = 0; m < g.components; ++m) {
     const Component& c = x.mixture[m];
     round_rows_to_bf16(c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, components + m * component_floats,
                        g.dh, g.k, g.dh);
   }
-  rounded.components = components;
+  if (g.components > 0) rounded.components = components;
+  if (g.persistent > 0) {
+    uint16_t* persistent = components + g.components * component_floats;
+    round_to_bf16(x.persistent_key + g.persistent_at(n), persistent, persistent_floats);
+    round_to_bf16(x.persistent_value + g.persistent_at(n), persistent + persistent_floats, persistent_floats);
+    rounded.persistent = persistent;
+  }
   return rounded;
 }
 
 // One thread's rounded block operands (Operands::bf16): each slot holds one at a time.
 class RoundedBlocks {
  public:
-  enum Slot { kQueryU, kQueryV, kOutGrad, kScores, kComponentQuery, kComponentGrad, kSlots };
+  enum Slot { kQueryU, kQueryV, kOutGrad, kScores, kComponentQuery, kComponentGrad, kPersistent, kSlots };
   // rows x width floats, ld apart, rounded into `slot`: its rows lie width apart.
   const uint16_t* operator()(Slot slot, const float* from, int64_t ld, int64_t rows, int64_t width) {
     std::vector<uint16_t>& to = slots_[slot];
@@ -391,7 +399,10 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     scores_of[b] = bd;
     bd += rb.rows * s.table_width;
   }
-  if (np > 0)
+  if (np > 0 && x.bf16)
+    bf16_gemm_row_major(false, true, rb.rows, np, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
+                        in16.persistent, dh, 0, p, ldp);
+  else if (np > 0)
     sgemm_row_major(false, true, rb.rows, np, dh, q_u, g.ld_q(), x.persistent_key + g.persistent_at(n), dh, 0, p, ldp);
   for (int64_t row = 0; row < rb.rows; ++row) {
     const int64_t i = rb.i0 + row, seen = g.visible[i];
@@ -447,7 +458,10 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       else
         sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, in.value, in.ld, 0, out + g.q_at(n, rb.i0),
                         g.ld_q());
-      if (np > 0)
+      if (np > 0 && x.bf16)
+        bf16_gemm_row_major(false, false, rb.rows, dh, np, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
+                            in16.persistent + np * dh, dh, 1, out + g.q_at(n, rb.i0), g.ld_q());
+      else if (np > 0)
         sgemm_row_major(false, false, rb.rows, dh, np, p, ldp, x.persistent_value + g.persistent_at(n), dh, 1,
                         out + g.q_at(n, rb.i0), g.ld_q());
     }
@@ -578,8 +592,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         const float* go = grad_out + at;
         float* gs = buffer.data();  // d(probs), then scale x d(logits): persistent keys, then context
         float* g_context = gs + np;
-        if (x.bf16) {
-          const uint16_t* go16 = rounded(RoundedBlocks::kOutGrad, go, g.ld_q(), rb.rows, dh);
+        const uint16_t* go16 = x.bf16 ? rounded(RoundedBlocks::kOutGrad, go, g.ld_q(), rb.rows, dh) : nullptr;
+        if (go16) {
           bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, go16, dh, in16.value, in16.ld, 0, g_context, ldg);
           bf16_gemm_row_major(true, false, rb.width, dh, rb.rows,
                               rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, go16, dh,
@@ -589,7 +603,11 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           sgemm_row_major(true, false, rb.width, dh, rb.rows, p + np, ldp, go, g.ld_q(), kv_beta, d_rows.value,
                           d_rows.ld);
         }
-        if (np > 0) {
+        if (np > 0 && go16) {
+          bf16_gemm_row_major(false, true, rb.rows, np, dh, go16, dh, in16.persistent + np * dh, dh, 0, gs, ldg);
+          bf16_gemm_row_major(true, false, np, dh, rb.rows, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
+                              go16, dh, 1, d.persistent_value + pers_at, dh);
+        } else if (np > 0) {
           sgemm_row_major(false, true, rb.rows, np, dh, go, g.ld_q(), x.persistent_value + g.persistent_at(n), dh, 0,
                           gs, ldg);
           sgemm_row_major(true, false, np, dh, rb.rows, p, ldp, go, g.ld_q(), 1, d.persistent_value + pers_at, dh);
@@ -602,12 +620,18 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           std::fill(gr + seen, gr + ldg, 0.0f);
         }
         float q_u_beta = 0;
-        if (np > 0) {
+        if (np > 0 && x.bf16) {
+          const uint16_t* gs16 = rounded(RoundedBlocks::kPersistent, gs, ldg, rb.rows, np);
+          bf16_gemm_row_major(false, false, rb.rows, dh, np, gs16, np, in16.persistent, dh, 0, d.q_u + at, g.ld_q());
+          bf16_gemm_row_major(true, false, np, dh, rb.rows, gs16, np,
+                              rounded(RoundedBlocks::kQueryU, x.q_u + at, g.ld_q(), rb.rows, dh), dh, 1,
+                              d.persistent_key + pers_at, dh);
+        } else if (np > 0) {
           sgemm_row_major(false, false, rb.rows, dh, np, gs, ldg, x.persistent_key + g.persistent_at(n), dh, 0,
                           d.q_u + at, g.ld_q());
           sgemm_row_major(true, false, np, dh, rb.rows, gs, ldg, x.q_u + at, g.ld_q(), 1, d.persistent_key + pers_at, dh);
-          q_u_beta = 1;
         }
+        if (np > 0) q_u_beta = 1;
         float* g_bd = gs + rb.rows * ldg;
         if (g.components == 0 && x.bf16) {
           const uint16_t* gc16 = rounded(RoundedBlocks::kScores, g_context, ldg, rb.rows, rb.width);
@@ -747,7 +771,7 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
                   const std::vector<torch::Tensor>& tables, const torch::Tensor& mask, double scale,
                   const AttentionExtras& e, bool bf16) {
   Operands x;
-  x.bf16 = bf16 && !e.persistent_key.defined();
+  x.bf16 = bf16;
   x.q_u = q_u.data_ptr<float>(), x.q_v = q_v.data_ptr<float>(), x.kv = kv.data_ptr<float>();
   x.mask = mask.data_ptr<bool>();
   x.scale = static_cast<float>(scale);
