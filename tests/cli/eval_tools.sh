@@ -157,6 +157,14 @@ cp tail.cache tail.before
 expect 65 xl-eval-longctx $K --cache tail.cache ckpt.h5 tokens.h5
 stderr_is_one_line "tail.cache:2: not an evaluation kept by --cache"
 same_bytes tail.cache tail.before "a cache whose last line no run wrote"
+# Kept lines then NUL bytes (a machine that stopped while the file grew): cut off as an unfinished
+# line, the kept settings taken.
+head -n 2 sweep.cache >zeros.cache
+head -c 300 /dev/zero >>zeros.cache
+expect 0 xl-eval-longctx $K --cache zeros.cache ckpt.h5 tokens.h5
+grep -q "2 of 4 settings kept in zeros.cache" err || fail "the kept settings before the NUL bytes were not taken: $(cat err)"
+[ "$(wc -l <zeros.cache)" -eq 4 ] && [ "$(tr -d '\000' <zeros.cache | wc -c)" -eq "$(wc -c <zeros.cache)" ] ||
+  fail "zeros.cache should hold the 4 settings and no NUL byte: $(od -c zeros.cache | tail -n 3)"
 # Another process writing to the same file (an array job's task) is waited for, not cut short:
 # a writer that holds the file's lock with half of a line written finishes it once this one waits
 # for the lock (/proc/locks shows the waiter; without the lock the half line was cut off as a

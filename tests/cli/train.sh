@@ -253,8 +253,12 @@ no_temp_files .
 printf '{"event":"tra' >>killed.jsonl
 expect 0 $T --max-steps $((target + 1)) --schedule-steps 100000 --resume tokens.h5 -o killed.h5 --metrics killed.jsonl
 python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' killed.jsonl || fail "killed.jsonl: $(tail -n 3 killed.jsonl)"
+# ... and so are NUL bytes that a machine which stopped while the log grew left at its end.
+head -c 100 /dev/zero >>killed.jsonl
+expect 0 $T --max-steps $((target + 2)) --schedule-steps 100000 --resume tokens.h5 -o killed.h5 --metrics killed.jsonl
+python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' killed.jsonl || fail "killed.jsonl after NUL bytes: $(tail -n 3 killed.jsonl | od -c | tail -n 3)"
 cp straight.h5 notlog.h5
-expect 65 $T --max-steps $((target + 2)) --schedule-steps 100000 --resume -q tokens.h5 -o killed.h5 --metrics notlog.h5
+expect 65 $T --max-steps $((target + 3)) --schedule-steps 100000 --resume -q tokens.h5 -o killed.h5 --metrics notlog.h5
 stderr_is_one_line "notlog.h5: not a metrics log (JSON Lines) to append to"
 same_bytes notlog.h5 straight.h5 "a checkpoint given as --metrics"
 

@@ -84,16 +84,16 @@ EvalCache::EvalCache(const std::string& path) : path_(path) {
       text.append(block, static_cast<size_t>(got));
       at += got;
     }
-    // A kill while a line was written leaves it without its newline: it is dropped, and the file
-    // cut back to its last whole line so that the next line starts on a line of its own. Only a
-    // file whose lines are all kept evaluations is cut: --cache naming a checkpoint by mistake
-    // leaves it as it was.
+    // A kill while a line was written leaves it without its newline, a stopped machine NUL bytes
+    // (zero_filled): they are dropped, and the file cut back to its last whole line so that the
+    // next line starts on a line of its own. Only a file whose lines are all kept evaluations is
+    // cut: --cache naming a checkpoint by mistake leaves it as it was.
     const size_t whole = whole_lines_size(text);
     const size_t lines = load(text.substr(0, whole));
     if (whole < text.size()) {
       const std::string start = "{\"key\":";  // how every kept line begins (its keys are sorted)
       const size_t n = std::min(text.size() - whole, start.size());
-      XL_CHECK(text.compare(whole, n, start, 0, n) == 0, kExitDataErr,
+      XL_CHECK(text.compare(whole, n, start, 0, n) == 0 || zero_filled(text, whole), kExitDataErr,
                path_ << ":" << lines + 1 << ": not an evaluation kept by --cache");
       XL_CHECK(::ftruncate(fd_, static_cast<off_t>(whole)) == 0, kExitCantCreat,
                path_ << ": cannot cut the line a killed run left unfinished: " << std::strerror(errno));

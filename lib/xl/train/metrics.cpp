@@ -16,17 +16,18 @@ namespace xl::train {
 namespace {
 
 // --resume appends to the run's log. A file that is not one (a checkpoint named by mistake) is
-// refused before a byte is written to it; a line that a killed run left unfinished is cut off, so
-// that the next event starts a line of its own.
+// refused before a byte is written to it; a line that a killed run left unfinished, or NUL bytes
+// a stopped machine left (zero_filled), are cut off, so that the next event starts a line of its own.
 void prepare_to_append(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.empty()) return;
-  XL_CHECK(text.front() == '{', kExitDataErr,
-           path << ": not a metrics log (JSON Lines) to append to: give --metrics the run's own log, or a new file");
   const size_t whole = whole_lines_size(text);
+  const bool zeros = zero_filled(text, whole);
+  XL_CHECK(text.front() == '{' || (whole == 0 && zeros), kExitDataErr,
+           path << ": not a metrics log (JSON Lines) to append to: give --metrics the run's own log, or a new file");
   if (whole == text.size()) return;
-  XL_CHECK(text[whole] == '{', kExitDataErr, path << ": its last line is not a metrics event");
+  XL_CHECK(text[whole] == '{' || zeros, kExitDataErr, path << ": its last line is not a metrics event");
   std::error_code ec;
   std::filesystem::resize_file(path, whole, ec);
   XL_CHECK(!ec, kExitCantCreat, path << ": cannot cut the line a killed run left unfinished: " << ec.message());

@@ -28,6 +28,12 @@ inline size_t whole_lines_size(const std::string& text) {
   return last == std::string::npos ? 0 : last + 1;
 }
 
+// Whether `text` holds only NUL bytes from `from` on: what a machine that stopped while a file grew
+// can leave at its end (the new size kept, the data not), cut off as an unfinished line is.
+inline bool zero_filled(const std::string& text, size_t from) {
+  return text.find_first_not_of('\0', from) == std::string::npos;
+}
+
 // The JSON document in PATH; 65 naming PATH and `what` it should be when it is not JSON, 66 when
 // it cannot be read.
 nlohmann::json read_json_file(const std::string& path, const std::string& what);
