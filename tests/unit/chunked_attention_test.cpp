@@ -5,9 +5,9 @@
 // (wide rows) copied.
 // Training that computes the probabilities again in backward (--attention-probs recompute) gives
 // the same bits as keeping them. Also: no gradient => the same output without keeping
-// probabilities, and with the keys and
-// values in a larger buffer (evaluation's kept projections); the positional bias a GPU's fused
-// kernel takes, against its definition and against the probabilities. With bf16 products (a CPU
+// probabilities, and with the keys and values in a larger buffer (evaluation's kept projections)
+// or in wider rows (MGK's extra keys beside them); the positional bias a GPU's fused kernel takes,
+// against its definition and against the probabilities. With bf16 products (a CPU
 // with AVX-512 BF16): the same cases against the full-matrix path in double on the operands rounded
 // to bf16, within the rounding of the probabilities and score gradients the kernel rounds too.
 #include <gtest/gtest.h>
@@ -199,6 +199,11 @@ void check_against_the_full_matrix_path(bool bf16) {
       roomy.narrow(1, 3, k).copy_(kv);
       Tensor kept = attend(roomy.narrow(1, 3, k));
       EXPECT_TRUE(torch::equal(kept, got.detach())) << "keys and values in a larger buffer change the output";
+      // ... or beside other rows of each key (MGK's extra keys): read in place, the same output.
+      Tensor wide = torch::randn({c.batch, k, 3, c.heads, c.dh});
+      wide.narrow(2, 0, 2).copy_(kv);
+      Tensor beside = attend(wide.narrow(2, 0, 2));
+      EXPECT_TRUE(torch::equal(beside, got.detach())) << "keys and values beside other rows change the output";
     }
   }
 }

@@ -23,9 +23,6 @@
 namespace xl::model {
 namespace {
 
-// Keys and values [B, K, 2, H, dh] in packed rows, streams any distance apart.
-bool kv_rows_packed(const torch::Tensor& kv) { return rows_are_strided(kv) && row_stride(kv) == row_floats(kv); }
-
 // A row stride off multiples of 1 KB. Rows 4 KB apart fall in one set of L1's ways, and products
 // that read such rows down their columns (A^T B: the probabilities' and scores' gradients into the
 // values' and keys') ran 1.12x slower (1,024 x 64 x 64 with rows of 1,024 floats against 1,040, one
@@ -54,6 +51,9 @@ struct RowBlock {
 struct Geometry {
   int64_t batch = 0, t = 0, heads = 0, dh = 0, k = 0;  // tasks n = b x heads + h
   int64_t kv_batch = 0;  // floats from one stream's keys to the next's: K x ld_kv() unless kept in a RowWindow
+  // Floats from one key's row [2, H, dh] to the next's: 2 x H x dh, or more where the keys and
+  // values lie in a wider buffer (MGK's extra keys beside them; evaluation reads them in place).
+  int64_t kv_row = 0;
   int64_t persistent = 0;                              // N persistent keys per head, before the context
   int64_t components = 0;                              // mixture content: M; 0: scale (q_u . k)
   std::vector<KeyBlock> keys;
@@ -82,7 +82,7 @@ struct Geometry {
   int64_t ld_probs() const { return unaliased(persistent + k); }
   // Row strides of the token-major layouts.
   int64_t ld_q() const { return heads * dh; }       // q_u, q_v, out: [B, T, H, dh]
-  int64_t ld_kv() const { return 2 * heads * dh; }  // kv: [B, K, 2, H, dh]
+  int64_t ld_kv() const { return kv_row; }  // kv: [B, K, 2, H, dh]
   int64_t ld_table() const { return heads * dh; }   // tables: [P, H, dh]
   // Offsets of task n's first row.
   int64_t q_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * ld_q() + (n % heads) * dh; }
@@ -108,8 +108,8 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
                   kv.size(4) == g.dh,
               "keys and values must be [B, K, 2, H, dh]");
   g.k = kv.size(1);
-  TORCH_CHECK(kv_rows_packed(kv), "keys and values must lie in packed rows");
-  g.kv_batch = stream_stride(kv);
+  TORCH_CHECK(rows_are_strided(kv), "keys and values must lie in evenly spaced rows");
+  g.kv_batch = stream_stride(kv), g.kv_row = row_stride(kv);
   g.source = source;
   if (g.source.empty())
     for (int64_t h = 0; h < g.heads; ++h) g.source.push_back(h);
@@ -902,7 +902,7 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
                                          const torch::Tensor& mask, double scale, const AttentionExtras& extras) {
   TORCH_CHECK(chunked_attention_usable(q_u, extras),
               "chunked_relative_attention: float32 CPU tensors and a BLAS needed");
-  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), kvc = kv_rows_packed(kv) ? kv : kv.contiguous();
+  torch::Tensor qu = q_u.contiguous(), qv = q_v.contiguous(), kvc = rows_are_strided(kv) ? kv : kv.contiguous();
   torch::Tensor m = mask.to(torch::kBool).contiguous();
   const AttentionExtras ex = contiguous(extras);
   const PackedExtras packed = pack(ex);
