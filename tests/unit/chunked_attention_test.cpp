@@ -380,11 +380,13 @@ void check_bf16_variant(int64_t components, int64_t persistent) {
     Tensor logits = scale * (content + relative_positional_bias(bds, blocks, mask, torch::kFloat64));
     Tensor value = per_head(x[2].select(2, 1));
     if (persistent > 0) {  // per head h, the same keys and values for each batch: n = h B + b
-      const Tensor pk = x[first_extra].repeat_interleave(c.batch, 0), pv = x[first_extra + 1].repeat_interleave(c.batch, 0);
+      const Tensor pk = x[first_extra].repeat_interleave(c.batch, 0);
+      const Tensor pv = x[first_extra + 1].repeat_interleave(c.batch, 0);
       logits = torch::cat({scale * torch::bmm(per_head(x[0]), pk.transpose(1, 2)), logits}, 2);
       value = torch::cat({pv, value}, 1);
     }
-    const Tensor out = torch::bmm(torch::softmax(logits, 2), value).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
+    const Tensor out =
+        torch::bmm(torch::softmax(logits, 2), value).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
     const std::vector<Tensor> x_wrt(x.begin() + (inputs.size() - wrt.size()), x.end());
     return std::make_pair(out, torch::autograd::grad({out}, x_wrt, {grad_out.to(torch::kFloat64)}));
   };

@@ -373,8 +373,8 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
                             rounded(RoundedBlocks::kComponentQuery, query, g.ld_q(), rb.rows, dh), dh,
                             in16.components + m * g.k * dh, dh, 0, product, rb.width);
       else
-        sgemm_row_major(false, true, rb.rows, rb.width, dh, query, g.ld_q(), c.key + g.component_key_at(n, c.ld_key_batch),
-                        c.ld_key, 0, product, rb.width);
+        sgemm_row_major(false, true, rb.rows, rb.width, dh, query, g.ld_q(),
+                        c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, product, rb.width);
     }
     combine_mixture(g, x, n, rb, ac, resp);
   }
@@ -605,8 +605,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         }
         if (np > 0 && go16) {
           bf16_gemm_row_major(false, true, rb.rows, np, dh, go16, dh, in16.persistent + np * dh, dh, 0, gs, ldg);
-          bf16_gemm_row_major(true, false, np, dh, rb.rows, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
-                              go16, dh, 1, d.persistent_value + pers_at, dh);
+          bf16_gemm_row_major(true, false, np, dh, rb.rows, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np),
+                              np, go16, dh, 1, d.persistent_value + pers_at, dh);
         } else if (np > 0) {
           sgemm_row_major(false, true, rb.rows, np, dh, go, g.ld_q(), x.persistent_value + g.persistent_at(n), dh, 0,
                           gs, ldg);

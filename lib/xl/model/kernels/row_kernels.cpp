@@ -311,7 +311,8 @@ XL_AVX512 float mixture_grad_avx512(const float* g, const float* resp, int64_t p
       d = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(lanes, resp + m * plane + j));
     } else {
       d = t;
-      for (int64_t o = 0; o + 1 < m_count; ++o) d = _mm512_fnmadd_ps(t, _mm512_maskz_loadu_ps(lanes, resp + o * plane + j), d);
+      for (int64_t o = 0; o + 1 < m_count; ++o)
+        d = _mm512_fnmadd_ps(t, _mm512_maskz_loadu_ps(lanes, resp + o * plane + j), d);
     }
     sum = _mm512_add_ps(sum, d);
     _mm512_mask_storeu_ps(d_col + j, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, d_col + j), d));
