@@ -144,6 +144,10 @@ assert rows[0] == rows[1] and len(rows[0]) == 4, rows
 kept = [json.loads(l).get("kept", False) for l in open(sys.argv[2])]
 assert kept.count(True) == int(sys.argv[3]) and kept[:kept.count(True)] == [True] * kept.count(True), kept
 PY
+# In a table too, the kept settings say so.
+expect 0 xl-eval-longctx $K --cache sweep.cache --format tsv ckpt.h5 tokens.h5
+[ "$(head -1 out | awk -F'\t' '{print $NF}')" = kept ] && [ "$(tail -n +2 out | awk -F'\t' '$NF == 1' | wc -l)" -eq 4 ] ||
+  fail "the table does not mark the 4 kept settings: $(cat out)"
 # --cache naming a checkpoint by mistake: refused, the checkpoint as it was (its bytes after the
 # last newline were cut off as a killed run's unfinished line).
 cp ckpt.h5 victim.h5

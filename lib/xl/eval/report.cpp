@@ -49,7 +49,8 @@ std::vector<Column> columns(const EvalRow& row) {
           {metric.name(), 9, fixed(metric.of(r.loss()), metric.name() == "ppl" ? 3 : 5)},
           {"tokens_per_s", 12, fixed(tokens_per_s(row), 1)},
           {"seconds", 9, fixed(r.seconds, 2)},
-          {"peak_rss_mb", 11, fixed(row.peak_rss_mb, 1)}};
+          {"peak_rss_mb", 11, fixed(row.peak_rss_mb, 1)},
+          {"kept", 4, row.kept ? "1" : "0"}};
 }
 
 }  // namespace
