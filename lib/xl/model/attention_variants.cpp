@@ -5,6 +5,7 @@
 #include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
+#include "xl/model/kernels/squared_norms.h"
 
 namespace xl::model {
 
@@ -100,17 +101,21 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
     if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(q_u.device()));
     torch::Tensor log_pi = torch::log_softmax(params.mgk_pi, 1);  // [H, M] by the key's head
     torch::Tensor key0 = kv.select(2, 0);                         // [B, K, H, dh]
+    const bool shifted = cfg.attention == "smgk";
+    // MGK's queries are all q_u, sMGK's keys all key0: their lengths once.
+    const torch::Tensor q_u_sq = shifted ? torch::Tensor() : squared_norms(q_u), key0_sq = squared_norms(key0, true);
     for (int64_t m = 0; m < cfg.mgk_keys; ++m) {
       const double sigma_sq = std::sqrt(static_cast<double>(dh)) / static_cast<double>(2 * m + 1);
       torch::Tensor query = q_u, key = key0;
-      if (cfg.attention == "smgk") {
+      if (shifted) {
         // Query h meets the shifts of its key's head perm[h].
         query = q_u - by_head(params.mgk_mu.select(1, m), perm_idx).view({1, 1, h, dh});
       } else if (m > 0) {
         key = params.mgk_keys.select(2, m - 1);
       }
-      torch::Tensor row = query.pow(2).sum(3) * (-0.5 / sigma_sq);
-      torch::Tensor col = key.pow(2).sum(3).transpose(1, 2) * (-0.5 / sigma_sq) + log_pi.select(1, m).view({1, h, 1});
+      torch::Tensor row = (shifted ? squared_norms(query) : q_u_sq) * (-0.5 / sigma_sq);  // [B, T, H]
+      torch::Tensor col = (shifted || m == 0 ? key0_sq : squared_norms(key, true)) * (-0.5 / sigma_sq) +
+                          log_pi.select(1, m).view({1, h, 1});  // [B, H, K]
       e.mixture.push_back({query, key, row, col, 1.0 / sigma_sq});
     }
     e.hard = cfg.mgk_estep == "hard";
