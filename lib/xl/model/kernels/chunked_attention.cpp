@@ -82,7 +82,7 @@ struct Geometry {
   int64_t ld_probs() const { return unaliased(persistent + k); }
   // Row strides of the token-major layouts.
   int64_t ld_q() const { return heads * dh; }       // q_u, q_v, out: [B, T, H, dh]
-  int64_t ld_kv() const { return kv_row; }  // kv: [B, K, 2, H, dh]
+  int64_t ld_kv() const { return kv_row; }         // kv: [B, K, 2, H, dh]
   int64_t ld_table() const { return heads * dh; }   // tables: [P, H, dh]
   // Offsets of task n's first row.
   int64_t q_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * ld_q() + (n % heads) * dh; }
@@ -208,8 +208,8 @@ struct Operands {
   std::vector<const float*> table_bias;  // empty or one per key block
   // The per-head products, the variants' too (a mixture's components, persistent keys and
   // values), from operands rounded to bf16, sums in fp32 (--precision bf16 where the CPU has bf16
-  // products). A single
-  // query takes them too (not the fp32 row kernels), so that its backward, in products, matches.
+  // products). A single query takes them too (not the fp32 row kernels), so that its backward, in
+  // products, matches.
   bool bf16 = false;
 };
 
