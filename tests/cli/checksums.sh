@@ -126,6 +126,17 @@ expect 0 xl-eval-longctx --threads 1 --max-tokens 200 --format tsv p1.h5 tokens.
 cut -f1-4 "$TMP/out" | cmp -s - vl.tsv || fail "the upgraded checkpoint evaluates differently"
 expect 0 xl-inspect --upgrade vl.h5
 grep -q "nothing to upgrade" "$TMP/out" || fail "a second upgrade changed something: $(cat "$TMP/out")"
+# Another program's HDF5 file with variable-length strings: refused, its bytes as they were.
+$PY - other.h5 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["title"] = "not xl's"
+    f["x"] = [1, 2, 3]
+PY
+cp other.h5 other.before
+expect 65 xl-inspect --upgrade other.h5
+stderr_is_one_line "other.h5" "not a file of xl"
+same_bytes other.h5 other.before "another program's HDF5 file given to --upgrade"
 # Today's files hold fixed-length strings only, long ones included.
 $PY - p1.h5 <<'PY'
 import h5py, sys

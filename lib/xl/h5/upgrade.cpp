@@ -40,7 +40,12 @@ struct TrustStrings {
 
 int64_t upgrade_string_attributes(const std::string& path) {
   XL_CHECK(!io::is_stdio(path), kExitUsage, "--upgrade rewrites a file in place: name the file, not -");
-  { File probe = File::open(path, "an HDF5 file"); }  // a clear line for a missing or non-HDF5 file
+  {
+    File probe = File::open(path, "an HDF5 file");  // a clear line for a missing or non-HDF5 file
+    // Another program's HDF5 file keeps its own string layout: only xl's files are rewritten.
+    if (H5Aexists(probe.id(), "xl_format") <= 0)
+      fail(path, kExitDataErr, "not a file of xl (no xl_format attribute): --upgrade rewrites only xl's own files");
+  }
   io::AtomicOutput out(path, /*force=*/true, /*binary=*/true);  // a copy changed, then renamed over it
   std::error_code ec;
   std::filesystem::copy_file(path, out.temp_path(), std::filesystem::copy_options::overwrite_existing, ec);

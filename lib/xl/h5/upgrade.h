@@ -8,7 +8,8 @@ namespace xl::h5 {
 
 // Rewrites the HDF5 file at `path` in place (a copy is changed, then renamed over it) and returns
 // how many attributes changed; 0 leaves the file untouched. Reads variable-length strings, so
-// only for files the user trusts: xl-inspect --upgrade.
+// only for files the user trusts: xl-inspect --upgrade. An HDF5 file that is not xl's (no
+// xl_format attribute) is refused (65), as it was.
 int64_t upgrade_string_attributes(const std::string& path);
 
 }  // namespace xl::h5
