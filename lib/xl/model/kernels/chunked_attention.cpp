@@ -145,6 +145,7 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
                     extras.persistent_value.sizes() == extras.persistent_key.sizes(),
                 "persistent keys and values must be [H, N, dh]");
   }
+  TORCH_CHECK(g.components == 0 || g.persistent == 0, "a mixture takes no persistent keys");
   TORCH_CHECK(extras.table_bias.empty() || extras.table_bias.size() == keys.size(), "one bias per key block");
   for (size_t b = 0; b < extras.table_bias.size(); ++b)
     TORCH_CHECK(extras.table_bias[b].sizes() == torch::IntArrayRef({g.heads, keys[b].table}),
@@ -308,29 +309,39 @@ HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t
   return contiguous_rows<const float>(g, copy.data());
 }
 
-// Mixture content of one row block from its M component products s[m] (rows x width): the
-// combined content / scale into s[0], and (for backward) the first M - 1 components'
-// responsibilities into resp [M - 1, N, T, K].
-void combine_mixture(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, float* s, float* resp) {
-  const int64_t m_count = g.components, width = rb.width, plane = rb.rows * width;
+// A mixture's probabilities for one row of a row block into p (its context keys), from the
+// components' products (M planes rows x width at s, the first overwritten by the mixture's weights)
+// and the positional scores; the first M - 1 responsibilities into resp [M - 1, N, T, K] when
+// given, zero past the row's visible keys (backward multiplies them by zero gradients).
+void mixture_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, int64_t row,
+                   const std::vector<const float*>& scores_of, float* s, float* p, float* resp) {
+  const int64_t m_count = g.components, plane = rb.rows * rb.width, i = rb.i0 + row, seen = g.visible[i];
+  const int64_t shift = rb.rows - 1 - row;  // key col + j of this query reads table column j + shift
   const float* x_rows[16];
   const float* cols[16];
   float coefs[16], row_terms[16];
   float* resp_rows[16];
-  for (int64_t m = 0; m < m_count; ++m) {
-    coefs[m] = x.mixture[m].coef;
-    cols[m] = x.mixture[m].col + g.col_term_at(n, 0);
-  }
-  for (int64_t row = 0; row < rb.rows; ++row) {
-    const int64_t i = rb.i0 + row;
+  for (int64_t m = 0; m < m_count; ++m) coefs[m] = x.mixture[m].coef, row_terms[m] = x.mixture[m].row[g.row_term_at(n, i)];
+  auto resp_row = [&](int64_t m) { return resp + ((m * g.n() + n) * g.t + i) * g.k; };
+  float* w = s + row * rb.width;  // component 0's products, then the weights
+  float max = -std::numeric_limits<float>::infinity();
+  for (size_t b = 0; b < g.keys.size(); ++b) {
+    const TableSlice& sl = rb.slices[b];
+    const int64_t len = std::min(sl.width, seen - sl.col);
+    if (len <= 0) continue;
     for (int64_t m = 0; m < m_count; ++m) {
-      x_rows[m] = s + m * plane + row * width;
-      row_terms[m] = x.mixture[m].row[g.row_term_at(n, i)];
-      if (resp && m + 1 < m_count) resp_rows[m] = resp + ((m * g.n() + n) * g.t + i) * g.k;
+      x_rows[m] = s + m * plane + row * rb.width + sl.col;
+      cols[m] = x.mixture[m].col + g.col_term_at(n, sl.col);
+      if (resp && m + 1 < m_count) resp_rows[m] = resp_row(m) + sl.col;
     }
-    rows::mixture(x_rows, coefs, row_terms, cols, m_count, s + row * width, resp ? resp_rows : nullptr, width, x.hard,
-                  1.0f / x.scale);
+    max = std::max(max, rows::mixture_logits(x_rows, coefs, row_terms, cols, m_count,
+                                             scores_of[b] + row * sl.table_width + shift, x.mask + i * g.k + sl.col,
+                                             p + sl.col, w + sl.col, resp ? resp_rows : nullptr, len, x.hard,
+                                             x.scale));
   }
+  rows::weighted_softmax(p, w, seen, max);
+  if (resp)
+    for (int64_t m = 0; m + 1 < m_count; ++m) std::fill(resp_row(m) + seen, resp_row(m) + rb.width, 0.0f);
 }
 
 // Where a row block's unkept probabilities start in the scratch buffer: after block_probs' scratch.
@@ -376,7 +387,6 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
         sgemm_row_major(false, true, rb.rows, rb.width, dh, query, g.ld_q(),
                         c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, product, rb.width);
     }
-    combine_mixture(g, x, n, rb, ac, resp);
   }
   const uint16_t* q_v16 =
       x.bf16 ? rounded(RoundedBlocks::kQueryV, q_v, g.ld_q(), rb.rows, dh) : nullptr;
@@ -411,14 +421,18 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < np; ++j) max = std::max(max, pr[j] *= x.scale);
     float* context = pr + np;
-    for (size_t b = 0; b < g.keys.size(); ++b) {
-      const TableSlice& s = rb.slices[b];
-      const int64_t len = std::min(s.width, seen - s.col);
-      if (len <= 0) continue;
-      max = std::max(max, rows::masked_scores(ac + row * rb.width + s.col, scores_of[b] + row * s.table_width + shift,
-                                              x.mask + i * g.k + s.col, context + s.col, len, x.scale));
+    if (g.components > 0) {
+      mixture_probs(g, x, n, rb, row, scores_of, ac, context, resp);
+    } else {
+      for (size_t b = 0; b < g.keys.size(); ++b) {
+        const TableSlice& s = rb.slices[b];
+        const int64_t len = std::min(s.width, seen - s.col);
+        if (len <= 0) continue;
+        max = std::max(max, rows::masked_scores(ac + row * rb.width + s.col, scores_of[b] + row * s.table_width + shift,
+                                                x.mask + i * g.k + s.col, context + s.col, len, x.scale));
+      }
+      rows::softmax(pr, np + seen, max);
     }
-    rows::softmax(pr, np + seen, max);
     std::fill(context + seen, context + rb.width, 0.0f);
   }
 }

@@ -99,29 +99,6 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 v) {
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
 }
 
-// log(v) for positive normal v: v = m 2^e with m in [sqrt(1/2), sqrt(2)), and the Cephes
-// polynomial for log(m) (relative error ~1e-7).
-constexpr float kLogPoly[9] = {7.0376836292e-2f,  -1.1514610310e-1f, 1.1676998740e-1f,
-                               -1.2420140846e-1f, 1.4249322787e-1f,  -1.6668057665e-1f,
-                               2.0000714765e-1f,  -2.4999993993e-1f, 3.3333331174e-1f};
-__attribute__((target("avx2,fma"))) inline __m256 log256(__m256 v) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  __m256i bits = _mm256_castps_si256(v);
-  __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126)));
-  __m256 m = _mm256_or_ps(_mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff))),
-                          _mm256_set1_ps(0.5f));  // [0.5, 1)
-  const __m256 small = _mm256_cmp_ps(m, _mm256_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
-  e = _mm256_sub_ps(e, _mm256_and_ps(one, small));
-  m = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(m, small)), one);
-  const __m256 z = _mm256_mul_ps(m, m);
-  __m256 y = _mm256_set1_ps(kLogPoly[0]);
-  for (int i = 1; i < 9; ++i) y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(kLogPoly[i]));
-  y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
-  y = _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Lo), y);
-  y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
-  return _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Hi), _mm256_add_ps(m, y));
-}
-
 // exp(x - max) in place, returns the sum.
 __attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, float max) {
   const __m256 vmax = _mm256_set1_ps(max);
@@ -246,30 +223,12 @@ XL_AVX512 void exp_shifted_avx512(const float* x, float* y, int64_t n, float shi
   }
 }
 
-// log(v) for positive normal v, as log256 (the same reduction and polynomial).
-XL_AVX512 inline __m512 log512(__m512 v) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512i bits = _mm512_castps_si512(v);
-  __m512 e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126)));
-  __m512 m = _mm512_or_ps(_mm512_castsi512_ps(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff))),
-                          _mm512_set1_ps(0.5f));  // [0.5, 1)
-  const __mmask16 small = _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
-  e = _mm512_mask_sub_ps(e, small, e, one);
-  m = _mm512_sub_ps(_mm512_mask_add_ps(m, small, m, m), one);
-  const __m512 z = _mm512_mul_ps(m, m);
-  __m512 y = _mm512_set1_ps(kLogPoly[0]);
-  for (int i = 1; i < 9; ++i) y = _mm512_fmadd_ps(y, m, _mm512_set1_ps(kLogPoly[i]));
-  y = _mm512_mul_ps(_mm512_mul_ps(y, m), z);
-  y = _mm512_fmadd_ps(e, _mm512_set1_ps(kLn2Lo), y);
-  y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
-  return _mm512_fmadd_ps(e, _mm512_set1_ps(kLn2Hi), _mm512_add_ps(m, y));
-}
-
-// Mixture rows (see row_kernels.h), 16 keys a vector.
-XL_AVX512 void mixture_avx512(const float* const* x, const float* coef, const float* row, const float* const* col,
-                              int64_t m_count, float* content, float* const* resp, int64_t n, bool hard,
-                              float out_scale) {
-  const __m512 ninf = _mm512_set1_ps(kNegInf), scale = _mm512_set1_ps(out_scale);
+// Mixture logits (see row_kernels.h), 16 keys a vector.
+XL_AVX512 float mixture_logits_avx512(const float* const* x, const float* coef, const float* row,
+                                      const float* const* col, int64_t m_count, const float* bd, const bool* hidden,
+                                      float* u, float* w, float* const* resp, int64_t n, bool hard, float scale) {
+  const __m512 ninf = _mm512_set1_ps(kNegInf), vscale = _mm512_set1_ps(scale), one = _mm512_set1_ps(1.0f);
+  __m512 vmax = ninf;
   __m512 y[16];
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
@@ -279,24 +238,30 @@ XL_AVX512 void mixture_avx512(const float* const* x, const float* coef, const fl
                              _mm512_add_ps(_mm512_set1_ps(row[m]), _mm512_maskz_loadu_ps(lanes, col[m] + j)));
       best = _mm512_max_ps(best, y[m]);
     }
+    const __m128i h = _mm_maskz_loadu_epi8(lanes, hidden + j);
+    const __mmask16 shown = _mm_testn_epi8_mask(h, h) & lanes;
+    const __m512 logit = _mm512_mask_mov_ps(ninf, shown, _mm512_fmadd_ps(vscale, _mm512_maskz_loadu_ps(lanes, bd + j), best));
+    _mm512_mask_storeu_ps(u + j, lanes, logit);
+    vmax = _mm512_max_ps(vmax, logit);  // unused lanes hold -inf
     if (hard) {
       __mmask16 taken = 0;  // the first component at the maximum takes it all
       for (int64_t m = 0; m + 1 < m_count; ++m) {
         const __mmask16 is = _mm512_cmp_ps_mask(y[m], best, _CMP_EQ_OQ) & ~taken;
         taken |= is;
-        if (resp) _mm512_mask_storeu_ps(resp[m] + j, lanes, _mm512_maskz_mov_ps(is, _mm512_set1_ps(1.0f)));
+        if (resp) _mm512_mask_storeu_ps(resp[m] + j, lanes, _mm512_maskz_mov_ps(is, one));
       }
-      _mm512_mask_storeu_ps(content + j, lanes, _mm512_mul_ps(best, scale));
+      _mm512_mask_storeu_ps(w + j, lanes, one);
       continue;
     }
     __m512 z = _mm512_setzero_ps();
     for (int64_t m = 0; m < m_count; ++m) z = _mm512_add_ps(z, y[m] = exp512(_mm512_sub_ps(y[m], best)));
     if (resp) {
-      const __m512 inv_z = _mm512_div_ps(_mm512_set1_ps(1.0f), z);
+      const __m512 inv_z = _mm512_div_ps(one, z);
       for (int64_t m = 0; m + 1 < m_count; ++m) _mm512_mask_storeu_ps(resp[m] + j, lanes, _mm512_mul_ps(y[m], inv_z));
     }
-    _mm512_mask_storeu_ps(content + j, lanes, _mm512_mul_ps(_mm512_add_ps(best, log512(z)), scale));
+    _mm512_mask_storeu_ps(w + j, lanes, z);
   }
+  return _mm512_reduce_max_ps(vmax);
 }
 
 XL_AVX512 float mixture_grad_avx512(const float* g, const float* resp, int64_t plane, int64_t m, int64_t m_count,
@@ -465,38 +430,78 @@ void weighted_rows_plain(const T* p, const T* x, int64_t ld, int64_t count, T* y
     for (int64_t d = 0; d < n; ++d) y[d] += p[j] * x[j * ld + d];
 }
 
-// Mixture rows (see row_kernels.h), AVX2.
-__attribute__((target("avx2,fma"))) void mixture_avx2(const float* const* x, const float* coef, const float* row,
-                                                      const float* const* col, int64_t m_count, float* content,
-                                                      float* const* resp, int64_t n, bool hard, float out_scale) {
-  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), scale = _mm256_set1_ps(out_scale);
+// Mixture logits (see row_kernels.h) over keys [j0, n): one key at a time, for the plain path and
+// the vector loops' last keys; returns the largest logit (or `max`).
+float mixture_logits_from(const float* const* x, const float* coef, const float* row, const float* const* col,
+                          int64_t m_count, const float* bd, const bool* hidden, float* u, float* w, float* const* resp,
+                          int64_t j0, int64_t n, bool hard, float scale, float max) {
+  float y[16];
+  for (int64_t j = j0; j < n; ++j) {
+    float best = kNegInf;
+    int64_t arg = 0;
+    for (int64_t m = 0; m < m_count; ++m) {
+      y[m] = coef[m] * x[m][j] + (row[m] + col[m][j]);
+      if (y[m] > best) best = y[m], arg = m;
+    }
+    u[j] = hidden[j] ? kNegInf : best + scale * bd[j];
+    max = std::max(max, u[j]);
+    if (hard) {
+      if (resp)
+        for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = m == arg ? 1.0f : 0.0f;
+      w[j] = 1.0f;
+      continue;
+    }
+    float z = 0;
+    for (int64_t m = 0; m < m_count; ++m) z += (y[m] = std::exp(y[m] - best));
+    if (resp)
+      for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = y[m] / z;
+    w[j] = z;
+  }
+  return max;
+}
+
+// Mixture logits, AVX2: 8 keys a vector, the last ones one at a time.
+__attribute__((target("avx2,fma"))) float mixture_logits_avx2(const float* const* x, const float* coef,
+                                                              const float* row, const float* const* col,
+                                                              int64_t m_count, const float* bd, const bool* hidden,
+                                                              float* u, float* w, float* const* resp, int64_t n,
+                                                              bool hard, float scale) {
+  const __m256 ninf = _mm256_set1_ps(kNegInf), vscale = _mm256_set1_ps(scale), one = _mm256_set1_ps(1.0f);
+  __m256 vmax = ninf;
   __m256 y[16];
-  for (int64_t j = 0; j < n; j += 8) {
-    const int64_t w = std::min<int64_t>(8, n - j);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
     __m256 best = ninf;
     for (int64_t m = 0; m < m_count; ++m) {
-      y[m] = _mm256_fmadd_ps(_mm256_set1_ps(coef[m]), load_upto8(x[m] + j, w),
-                             _mm256_add_ps(_mm256_set1_ps(row[m]), load_upto8(col[m] + j, w)));
+      y[m] = _mm256_fmadd_ps(_mm256_set1_ps(coef[m]), _mm256_loadu_ps(x[m] + j),
+                             _mm256_add_ps(_mm256_set1_ps(row[m]), _mm256_loadu_ps(col[m] + j)));
       best = _mm256_max_ps(best, y[m]);
     }
+    const __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hidden + j)));
+    const __m256 logit = _mm256_blendv_ps(_mm256_fmadd_ps(vscale, _mm256_loadu_ps(bd + j), best), ninf,
+                                          _mm256_castsi256_ps(_mm256_cmpgt_epi32(h, _mm256_setzero_si256())));
+    _mm256_storeu_ps(u + j, logit);
+    vmax = _mm256_max_ps(vmax, logit);
     if (hard) {
       __m256 taken = _mm256_setzero_ps();  // the first component at the maximum takes it all
       for (int64_t m = 0; m + 1 < m_count; ++m) {
         const __m256 is = _mm256_andnot_ps(taken, _mm256_cmp_ps(y[m], best, _CMP_EQ_OQ));
         taken = _mm256_or_ps(taken, is);
-        if (resp) store_upto8(resp[m] + j, w, _mm256_and_ps(is, _mm256_set1_ps(1.0f)));
+        if (resp) _mm256_storeu_ps(resp[m] + j, _mm256_and_ps(is, one));
       }
-      store_upto8(content + j, w, _mm256_mul_ps(best, scale));
+      _mm256_storeu_ps(w + j, one);
       continue;
     }
     __m256 z = _mm256_setzero_ps();
     for (int64_t m = 0; m < m_count; ++m) z = _mm256_add_ps(z, y[m] = exp256(_mm256_sub_ps(y[m], best)));
     if (resp) {
-      const __m256 inv_z = _mm256_div_ps(_mm256_set1_ps(1.0f), z);
-      for (int64_t m = 0; m + 1 < m_count; ++m) store_upto8(resp[m] + j, w, _mm256_mul_ps(y[m], inv_z));
+      const __m256 inv_z = _mm256_div_ps(one, z);
+      for (int64_t m = 0; m + 1 < m_count; ++m) _mm256_storeu_ps(resp[m] + j, _mm256_mul_ps(y[m], inv_z));
     }
-    store_upto8(content + j, w, _mm256_mul_ps(_mm256_add_ps(best, log256(z)), scale));
+    _mm256_storeu_ps(w + j, z);
   }
+  return mixture_logits_from(x, coef, row, col, m_count, bd, hidden, u, w, resp, j, n, hard, scale,
+                             horizontal_max(vmax));
 }
 
 __attribute__((target("avx2,fma"))) float mixture_grad_avx2(const float* g, const float* resp, int64_t plane,
@@ -545,6 +550,10 @@ __attribute__((target_clones("avx2", "default"))) void bias_relu_f(float* x, con
 
 __attribute__((target_clones("avx2", "default"))) void scale_f(float* x, int64_t n, float f) {
   for (int64_t j = 0; j < n; ++j) x[j] *= f;
+}
+
+__attribute__((target_clones("avx2", "default"))) void scale_by_f(float* x, const float* w, int64_t n, float f) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= w[j] * f;
 }
 
 // Mean and 1/sqrt(variance + eps) of a row: the mean first, then the centred squares (no
@@ -703,30 +712,12 @@ float masked_scores(const float* a, const float* b, const bool* hidden, float* s
   return m;
 }
 
-void mixture(const float* const* x, const float* coef, const float* row, const float* const* col, int64_t m_count,
-             float* content, float* const* resp, int64_t n, bool hard, float out_scale) {
-  if (kHaveAvx512) return mixture_avx512(x, coef, row, col, m_count, content, resp, n, hard, out_scale);
-  if (kHaveAvx2) return mixture_avx2(x, coef, row, col, m_count, content, resp, n, hard, out_scale);
-  float y[16];
-  for (int64_t j = 0; j < n; ++j) {
-    float best = kNegInf;
-    int64_t arg = 0;
-    for (int64_t m = 0; m < m_count; ++m) {
-      y[m] = coef[m] * x[m][j] + (row[m] + col[m][j]);
-      if (y[m] > best) best = y[m], arg = m;
-    }
-    if (hard) {
-      if (resp)
-        for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = m == arg ? 1.0f : 0.0f;
-      content[j] = best * out_scale;
-      continue;
-    }
-    float z = 0;
-    for (int64_t m = 0; m < m_count; ++m) z += (y[m] = std::exp(y[m] - best));
-    if (resp)
-      for (int64_t m = 0; m + 1 < m_count; ++m) resp[m][j] = y[m] / z;
-    content[j] = (best + std::log(z)) * out_scale;
-  }
+float mixture_logits(const float* const* x, const float* coef, const float* row, const float* const* col,
+                     int64_t m_count, const float* bd, const bool* hidden, float* u, float* w, float* const* resp,
+                     int64_t n, bool hard, float scale) {
+  if (kHaveAvx512) return mixture_logits_avx512(x, coef, row, col, m_count, bd, hidden, u, w, resp, n, hard, scale);
+  if (kHaveAvx2) return mixture_logits_avx2(x, coef, row, col, m_count, bd, hidden, u, w, resp, n, hard, scale);
+  return mixture_logits_from(x, coef, row, col, m_count, bd, hidden, u, w, resp, 0, n, hard, scale, kNegInf);
 }
 
 float mixture_grad(const float* g, const float* resp, int64_t plane, int64_t m, int64_t m_count, float g_scale,
@@ -759,6 +750,17 @@ void softmax(float* x, int64_t n, float max) {
     for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - max));
   }
   scale_f(x, n, 1.0f / sum);
+}
+
+void weighted_softmax(float* x, const float* w, int64_t n, float max) {
+  if (kHaveAvx512) {
+    exp_sum_avx512(x, n, max);
+  } else if (kHaveAvx2) {
+    exp_sum_avx2(x, n, max);
+  } else {
+    for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - max);
+  }
+  scale_by_f(x, w, n, 1.0f / dot(x, w, n));
 }
 
 float log_sum_exp(const float* x, int64_t n) {
