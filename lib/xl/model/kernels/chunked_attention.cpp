@@ -321,7 +321,10 @@ void mixture_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlo
   const float* cols[16];
   float coefs[16], row_terms[16];
   float* resp_rows[16];
-  for (int64_t m = 0; m < m_count; ++m) coefs[m] = x.mixture[m].coef, row_terms[m] = x.mixture[m].row[g.row_term_at(n, i)];
+  for (int64_t m = 0; m < m_count; ++m) {
+    coefs[m] = x.mixture[m].coef;
+    row_terms[m] = x.mixture[m].row[g.row_term_at(n, i)];
+  }
   auto resp_row = [&](int64_t m) { return resp + ((m * g.n() + n) * g.t + i) * g.k; };
   float* w = s + row * rb.width;  // component 0's products, then the weights
   float max = -std::numeric_limits<float>::infinity();

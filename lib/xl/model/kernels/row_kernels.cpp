@@ -240,7 +240,8 @@ XL_AVX512 float mixture_logits_avx512(const float* const* x, const float* coef, 
     }
     const __m128i h = _mm_maskz_loadu_epi8(lanes, hidden + j);
     const __mmask16 shown = _mm_testn_epi8_mask(h, h) & lanes;
-    const __m512 logit = _mm512_mask_mov_ps(ninf, shown, _mm512_fmadd_ps(vscale, _mm512_maskz_loadu_ps(lanes, bd + j), best));
+    const __m512 logit =
+        _mm512_mask_mov_ps(ninf, shown, _mm512_fmadd_ps(vscale, _mm512_maskz_loadu_ps(lanes, bd + j), best));
     _mm512_mask_storeu_ps(u + j, lanes, logit);
     vmax = _mm512_max_ps(vmax, logit);  // unused lanes hold -inf
     if (hard) {
