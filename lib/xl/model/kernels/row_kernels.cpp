@@ -741,26 +741,23 @@ float mixture_grad(const float* g, const float* resp, int64_t plane, int64_t m, 
   return sum;
 }
 
-void softmax(float* x, int64_t n, float max) {
+namespace {
+
+// exp(x - max) in place on the widest units here; returns the sum.
+float exp_sum(float* x, int64_t n, float max) {
+  if (kHaveAvx512) return exp_sum_avx512(x, n, max);
+  if (kHaveAvx2) return exp_sum_avx2(x, n, max);
   float sum = 0;
-  if (kHaveAvx512) {
-    sum = exp_sum_avx512(x, n, max);
-  } else if (kHaveAvx2) {
-    sum = exp_sum_avx2(x, n, max);
-  } else {
-    for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - max));
-  }
-  scale_f(x, n, 1.0f / sum);
+  for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - max));
+  return sum;
 }
 
+}  // namespace
+
+void softmax(float* x, int64_t n, float max) { scale_f(x, n, 1.0f / exp_sum(x, n, max)); }
+
 void weighted_softmax(float* x, const float* w, int64_t n, float max) {
-  if (kHaveAvx512) {
-    exp_sum_avx512(x, n, max);
-  } else if (kHaveAvx2) {
-    exp_sum_avx2(x, n, max);
-  } else {
-    for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - max);
-  }
+  exp_sum(x, n, max);
   scale_by_f(x, w, n, 1.0f / dot(x, w, n));
 }
 
