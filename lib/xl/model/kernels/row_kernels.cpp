@@ -99,18 +99,20 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 v) {
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
 }
 
-// exp(x - max) in place, returns the sum.
-__attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, float max) {
+// exp(x - max) in place, times w when w is given (weighted_softmax), returns the sum.
+template <bool kWeighted>
+__attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, const float* w, int64_t n, float max) {
   const __m256 vmax = _mm256_set1_ps(max);
   __m256 sum = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    const __m256 y = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmax));
+    __m256 y = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmax));
+    if constexpr (kWeighted) y = _mm256_mul_ps(y, _mm256_loadu_ps(w + j));
     _mm256_storeu_ps(x + j, y);
     sum = _mm256_add_ps(sum, y);
   }
   float s = horizontal_sum(sum);
-  for (; j < n; ++j) s += (x[j] = std::exp(x[j] - max));
+  for (; j < n; ++j) s += (x[j] = kWeighted ? w[j] * std::exp(x[j] - max) : std::exp(x[j] - max));
   return s;
 }
 
@@ -184,16 +186,36 @@ XL_AVX512 float masked_scores_avx512(const float* a, const float* b, const bool*
   return _mm512_reduce_max_ps(vmax);
 }
 
-XL_AVX512 float exp_sum_avx512(float* x, int64_t n, float max) {
+template <bool kWeighted>
+XL_AVX512 float exp_sum_avx512(float* x, const float* w, int64_t n, float max) {
   const __m512 vmax = _mm512_set1_ps(max);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
-    const __m512 y = _mm512_maskz_mov_ps(lanes, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), vmax)));
+    __m512 y = _mm512_maskz_mov_ps(lanes, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), vmax)));
+    if constexpr (kWeighted) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(lanes, w + j));
     _mm512_mask_storeu_ps(x + j, lanes, y);
     sum = _mm512_add_ps(sum, y);
   }
   return _mm512_reduce_add_ps(sum);
+}
+
+XL_AVX512 void squared_lengths_avx512(const float* x, int64_t ld, int64_t count, float* s, int64_t n) {
+  for (int64_t r = 0; r < count; ++r) {
+    const float* v = x + r * ld;
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+      const __m512 v0 = _mm512_loadu_ps(v + j), v1 = _mm512_loadu_ps(v + j + 16);
+      a = _mm512_fmadd_ps(v0, v0, a);
+      b = _mm512_fmadd_ps(v1, v1, b);
+    }
+    for (; j < n; j += 16) {
+      const __m512 v0 = _mm512_maskz_loadu_ps(n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j), v + j);
+      a = _mm512_fmadd_ps(v0, v0, a);
+    }
+    s[r] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+  }
 }
 
 XL_AVX512 float log_sum_exp_avx512(const float* x, int64_t n) {
@@ -553,9 +575,6 @@ __attribute__((target_clones("avx2", "default"))) void scale_f(float* x, int64_t
   for (int64_t j = 0; j < n; ++j) x[j] *= f;
 }
 
-__attribute__((target_clones("avx2", "default"))) void scale_by_f(float* x, const float* w, int64_t n, float f) {
-  for (int64_t j = 0; j < n; ++j) x[j] *= w[j] * f;
-}
 
 // Mean and 1/sqrt(variance + eps) of a row: the mean first, then the centred squares (no
 // cancellation when the mean is large against the spread).
@@ -743,22 +762,22 @@ float mixture_grad(const float* g, const float* resp, int64_t plane, int64_t m, 
 
 namespace {
 
-// exp(x - max) in place on the widest units here; returns the sum.
-float exp_sum(float* x, int64_t n, float max) {
-  if (kHaveAvx512) return exp_sum_avx512(x, n, max);
-  if (kHaveAvx2) return exp_sum_avx2(x, n, max);
+// exp(x - max) in place on the widest units here, times w when kWeighted; returns the sum.
+template <bool kWeighted>
+float exp_sum(float* x, const float* w, int64_t n, float max) {
+  if (kHaveAvx512) return exp_sum_avx512<kWeighted>(x, w, n, max);
+  if (kHaveAvx2) return exp_sum_avx2<kWeighted>(x, w, n, max);
   float sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - max));
+  for (int64_t j = 0; j < n; ++j) sum += (x[j] = kWeighted ? w[j] * std::exp(x[j] - max) : std::exp(x[j] - max));
   return sum;
 }
 
 }  // namespace
 
-void softmax(float* x, int64_t n, float max) { scale_f(x, n, 1.0f / exp_sum(x, n, max)); }
+void softmax(float* x, int64_t n, float max) { scale_f(x, n, 1.0f / exp_sum<false>(x, nullptr, n, max)); }
 
 void weighted_softmax(float* x, const float* w, int64_t n, float max) {
-  exp_sum(x, n, max);
-  scale_by_f(x, w, n, 1.0f / dot(x, w, n));
+  scale_f(x, n, 1.0f / exp_sum<true>(x, w, n, max));
 }
 
 float log_sum_exp(const float* x, int64_t n) {
@@ -766,6 +785,11 @@ float log_sum_exp(const float* x, int64_t n) {
   return kHaveAvx2 ? log_sum_exp_avx2(x, n) : log_sum_exp_plain(x, n);
 }
 double log_sum_exp(const double* x, int64_t n) { return log_sum_exp_plain(x, n); }
+
+void squared_lengths(const float* x, int64_t ld, int64_t count, float* s, int64_t n) {
+  if (kHaveAvx512) return squared_lengths_avx512(x, ld, count, s, n);
+  for (int64_t r = 0; r < count; ++r) s[r] = dot(x + r * ld, x + r * ld, n);
+}
 
 void dots(const float* q, const float* x, int64_t ld, int64_t count, float* s, int64_t n) {
   if (kHaveAvx2) dots_avx2(q, x, ld, count, s, n);

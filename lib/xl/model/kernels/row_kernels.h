@@ -14,6 +14,10 @@ double dot(const double* a, const double* b, int64_t n);
 // A single query q [n] against `count` rows of x, ld floats apart: s[j] = dot(q, x[j * ld, + n)).
 // One query's scores read each key once, where a product's call and packing cost more than the row.
 void dots(const float* q, const float* x, int64_t ld, int64_t count, float* s, int64_t n);
+// s[j] = dot(v, v) for v = x[j * ld, + n): the squared lengths of `count` vectors in one call
+// (MGK's row and column terms, 32 floats a head in the tiny model, where a call per vector cost
+// more than its arithmetic).
+void squared_lengths(const float* x, int64_t ld, int64_t count, float* s, int64_t n);
 // y [n] = sum_j p[j] x[j * ld, + n): one query's probabilities times the values' rows.
 void weighted_rows(const float* p, const float* x, int64_t ld, int64_t count, float* y, int64_t n);
 

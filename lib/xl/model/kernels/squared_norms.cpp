@@ -16,15 +16,15 @@ class SquaredNorms : public torch::autograd::Function<SquaredNorms> {
     const float* xp = x.data_ptr<float>();
     float* op = out.data_ptr<float>();
     const int64_t sb = x.stride(0), sn = x.stride(1), sh = x.stride(2);
-    parallel_for(0, b * n, 256, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t i = r / n, j = r % n;
-        for (int64_t k = 0; k < h; ++k) {
-          const float* v = xp + i * sb + j * sn + k * sh;
-          op[heads_first ? (i * h + k) * n + j : r * h + k] = rows::dot(v, v, d);
-        }
-      }
-    });
+    if (heads_first) {  // each stream's head: n vectors sn apart
+      parallel_for(0, b * h, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) rows::squared_lengths(xp + (p / h) * sb + (p % h) * sh, sn, n, op + p * n, d);
+      });
+    } else {  // each row: h vectors sh apart
+      parallel_for(0, b * n, 256, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) rows::squared_lengths(xp + (r / n) * sb + (r % n) * sn, sh, h, op + r * h, d);
+      });
+    }
     ctx->save_for_backward({x});
     ctx->saved_data["heads_first"] = heads_first;
     return out;
