@@ -32,10 +32,29 @@ class SquaredNorms : public torch::autograd::Function<SquaredNorms> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
+    // dx = 2 g x in one pass (as 2 * x * g, two passes and a temporary of x's size took 2% of a
+    // base MGK bf16 training step).
     const torch::Tensor x = ctx->get_saved_variables()[0];
-    torch::Tensor go = g[0];
-    if (ctx->saved_data["heads_first"].toBool()) go = go.transpose(1, 2);  // [B, N, H]
-    return {2 * x * go.unsqueeze(3), torch::Tensor()};
+    const bool heads_first = ctx->saved_data["heads_first"].toBool();
+    const torch::Tensor go = g[0].contiguous();
+    const int64_t b = x.size(0), n = x.size(1), h = x.size(2), d = x.size(3);
+    const int64_t sb = x.stride(0), sn = x.stride(1), sh = x.stride(2);
+    torch::Tensor dx = torch::empty({b, n, h, d}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* gp = go.data_ptr<float>();
+    float* dp = dx.data_ptr<float>();
+    parallel_for(0, b * n, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r / n, j = r % n;
+        for (int64_t k = 0; k < h; ++k) {
+          const float f = 2 * gp[heads_first ? (i * h + k) * n + j : r * h + k];
+          const float* v = xp + i * sb + j * sn + k * sh;
+          float* out = dp + (r * h + k) * d;
+          for (int64_t e = 0; e < d; ++e) out[e] = f * v[e];
+        }
+      }
+    });
+    return {dx, torch::Tensor()};
   }
 };
 
