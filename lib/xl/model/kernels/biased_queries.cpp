@@ -117,6 +117,7 @@ class BiasedQueries : public torch::autograd::Function<BiasedQueries> {
 
 std::pair<torch::Tensor, torch::Tensor> biased_queries(const torch::Tensor& q, const torch::Tensor& u,
                                                        const torch::Tensor& v) {
+  RECORD_FUNCTION("xl::biased_queries", std::vector<c10::IValue>());
   const int64_t h = q.size(2), dh = q.size(3);
   const bool fused = cpu_kernel_allowed(q) && q.scalar_type() == torch::kFloat && u.scalar_type() == torch::kFloat &&
                      v.scalar_type() == torch::kFloat && q.is_contiguous() && u.is_contiguous() &&

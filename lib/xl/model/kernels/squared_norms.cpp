@@ -61,6 +61,7 @@ class SquaredNorms : public torch::autograd::Function<SquaredNorms> {
 }  // namespace
 
 torch::Tensor squared_norms(const torch::Tensor& x, bool heads_first) {
+  RECORD_FUNCTION("xl::squared_norms", std::vector<c10::IValue>());
   TORCH_CHECK(x.dim() == 4, "squared_norms: x must be [B, N, H, d]");
   if (!cpu_kernel_allowed(x) || x.scalar_type() != torch::kFloat || x.stride(3) != 1 || x.numel() == 0) {
     torch::Tensor s = (x * x).sum(3);
