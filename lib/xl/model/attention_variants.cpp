@@ -78,7 +78,7 @@ torch::Tensor mixture_scores(const ModelConfig& cfg, const VariantParams& params
     if (cfg.attention == "smgk") {
       key = key0 + by_head(params.mgk_mu, perm).select(1, m).view({1, -1, 1, dh});
     } else {
-      key = m == 0 ? key0 : heads_first(params.mgk_keys.select(2, m - 1), perm);
+      key = m == 0 ? key0 : heads_first(params.mgk_keys[m - 1], perm);
     }
     const double two_sigma_sq = 2.0 * std::sqrt(static_cast<double>(dh)) / static_cast<double>(2 * m + 1);
     torch::Tensor dist = q_sq - 2 * torch::matmul(q_u, key.transpose(2, 3)) + key.pow(2).sum(3).unsqueeze(2);
@@ -100,7 +100,7 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
     torch::Tensor perm_idx;
     if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(q_u.device()));
     torch::Tensor log_pi = torch::log_softmax(params.mgk_pi, 1);  // [H, M] by the key's head
-    torch::Tensor key0 = kv.select(2, 0);                         // [B, K, H, dh]
+    const torch::Tensor& key0 = params.key0;                      // [B, K, H, dh]
     const bool shifted = cfg.attention == "smgk";
     // MGK's queries are all q_u, sMGK's keys all key0: their lengths once.
     const torch::Tensor q_u_sq = shifted ? torch::Tensor() : squared_norms(q_u), key0_sq = squared_norms(key0, true);
@@ -111,7 +111,7 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
         // Query h meets the shifts of its key's head perm[h].
         query = q_u - by_head(params.mgk_mu.select(1, m), perm_idx).view({1, 1, h, dh});
       } else if (m > 0) {
-        key = params.mgk_keys.select(2, m - 1);
+        key = params.mgk_keys[m - 1];
       }
       torch::Tensor row = (shifted ? squared_norms(query) : q_u_sq) * (-0.5 / sigma_sq);  // [B, T, H]
       torch::Tensor col = (shifted || m == 0 ? key0_sq : squared_norms(key, true)) * (-0.5 / sigma_sq) +
@@ -153,7 +153,7 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
   if (!perm.empty()) perm_idx = torch::tensor(perm, torch::TensorOptions().dtype(torch::kLong).device(q.device()));
   torch::Tensor qh = q.to(st).permute({0, 2, 1, 3});  // [B, H, T, dh]
   torch::Tensor q_u = qh + u.to(st).view({1, h, 1, dh}), q_v = qh + v.to(st).view({1, h, 1, dh});
-  torch::Tensor key0 = heads_first(kv.select(2, 0).to(st), perm_idx);   // [B, H, K, dh]
+  torch::Tensor key0 = heads_first(params.key0.to(st), perm_idx);      // [B, H, K, dh]
   torch::Tensor value = heads_first(kv.select(2, 1).to(st), perm_idx);  // [B, H, K, dh]
   std::vector<torch::Tensor> tables_st;
   for (const auto& tb : tables) tables_st.push_back(tb.to(st));

@@ -31,7 +31,8 @@ namespace xl::model {
 
 // The per-head parameters of a layer's variants (undefined when the config does not use them).
 struct VariantParams {
-  torch::Tensor mgk_keys;    // mgk: the extra key projections' outputs [B, K, M-1, H, dh]
+  torch::Tensor key0;        // the keys [B, K, H, dh], kv's part 0 with a gradient of its own (projection_parts.h)
+  std::vector<torch::Tensor> mgk_keys;  // mgk: the extra keys [B, K, H, dh], M - 1 of them
   torch::Tensor mgk_mu;      // smgk: [H, M, dh] key shifts
   torch::Tensor mgk_pi;      // mgk, smgk: [H, M] mixing logits
   torch::Tensor pers_key;    // [H, N, dh], scaled by sqrt(dh) at use

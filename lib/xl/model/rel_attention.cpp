@@ -11,6 +11,7 @@
 #include "xl/model/kernels/fused_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
 #include "xl/model/kernels/linear.h"
+#include "xl/model/kernels/projection_parts.h"
 #include "xl/model/kernels/rel_softmax.h"
 #include "xl/model/precision.h"
 
@@ -257,9 +258,9 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
 
     torch::Tensor vec;  // [B, T, H, dh]
     if (variants.has_variant()) {
-      VariantParams params{torch::Tensor(), mgk_mu, mgk_pi, pers_key, pers_val, span_z};
-      if (mgk_k_net) params.mgk_keys = kv_proj.narrow(2, 2, parts - 2);
-      vec = variant_attention(variants, params, q, kv_proj.narrow(2, 0, 2), tables, blocks, perm, u, v, mask,
+      ProjectionParts in = projection_parts(kv_proj);
+      VariantParams params{in.key0, in.extra_keys, mgk_mu, mgk_pi, pers_key, pers_val, span_z};
+      vec = variant_attention(variants, params, q, in.kv, tables, blocks, perm, u, v, mask,
                               pass.dropatt, pass.training, blocked);
     } else if (blocked) {
       // Every operand in the projections' own layout; SCH is a head index inside the kernel. q is
