@@ -852,7 +852,9 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const Geometry g = geometry(q_u, kv, tables, keys, ctx->saved_data["heads"].toIntVector(), mask, extras);
     // Every gradient starts uninitialised: backward_blocks clears what it accumulates into.
     torch::Tensor d_q_u = torch::empty_like(q_u);
-    torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::empty_like(kv);
+    // kv's gradient in kv's own strides (backward writes it through the same geometry): the keys
+    // and values of a wider projections buffer (MGK's) need no contiguous copy for autograd.
+    torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::empty_strided(kv.sizes(), kv.strides(), kv.options());
     Gradients d;
     d.q_u = d_q_u.data_ptr<float>(), d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
     std::vector<torch::Tensor> d_tables_per_batch, d_extras, d_bias_per_batch;
@@ -930,9 +932,8 @@ torch::Tensor chunked_relative_attention(const torch::Tensor& q_u, const torch::
     grad = grad || t.requires_grad();
   }
   for (const auto& t : packed.tensors) grad = grad || t.requires_grad();
-  // Autograd's gradients take the operands' shapes, contiguous.
   if (grad && torch::GradMode::is_enabled())
-    return ChunkedRelativeAttention::apply(qu, qv, kvc.contiguous(), torch::TensorList(tc), torch::TensorList(packed.tensors),
+    return ChunkedRelativeAttention::apply(qu, qv, kvc, torch::TensorList(tc), torch::TensorList(packed.tensors),
                                            pack_key_blocks(blocks), heads, m, scale, packed.spec, packed.coefs);
   RECORD_FUNCTION("xl::chunked_attention", std::vector<c10::IValue>());
   const Geometry g = geometry(qu, kvc, tc, blocks, heads, m, ex);
