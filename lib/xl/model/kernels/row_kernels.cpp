@@ -575,7 +575,6 @@ __attribute__((target_clones("avx2", "default"))) void scale_f(float* x, int64_t
   for (int64_t j = 0; j < n; ++j) x[j] *= f;
 }
 
-
 // Mean and 1/sqrt(variance + eps) of a row: the mean first, then the centred squares (no
 // cancellation when the mean is large against the spread).
 template <typename T>
