@@ -12,6 +12,7 @@
 // to bf16, within the rounding of the probabilities and score gradients the kernel rounds too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -304,12 +305,14 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
   }
 }
 
-// The variants' products in bf16 (AttentionExtras: a mixture's components, persistent keys and
-// values): output and every gradient against the full matrices in double on the operands rounded
-// to bf16 (a mixture's row and column terms stay float), within the rounding of the probabilities
-// and score gradients. Against the same with the variant's own operands unrounded the output lies
-// several times further: its products did take rounded operands.
-void check_bf16_variant(int64_t components, int64_t persistent) {
+// The variants' terms (AttentionExtras: a mixture's components, persistent keys and values):
+// output and every gradient against the full matrices in double. With bf16 products, on the
+// operands rounded to bf16 (a mixture's row and column terms stay float), within the rounding of
+// the probabilities and score gradients; against the same with the variant's own operands
+// unrounded the output lies several times further: its products did take rounded operands.
+// shared: the components' queries are q_u itself and their keys one tensor (MGK's queries, sMGK's
+// keys), whose gradients the kernel sums in one buffer.
+void check_variant(int64_t components, int64_t persistent, bool shared, bool bf16) {
   const Case c{2, 2, 70, 8, {{kPosition - 30, 30}}, false, 70};
   const auto blocks = key_blocks(c);
   const Tensor mask = mask_for(c);
@@ -328,8 +331,9 @@ void check_bf16_variant(int64_t components, int64_t persistent) {
   std::vector<bool> rounds(first_extra, true);
   for (int64_t m = 0; m < components; ++m) {
     coefs.push_back(m == 0 ? 1.0 : 0.5);
-    extras.mixture.push_back({make({c.batch, c.t, c.heads, c.dh}, 3), make({c.batch, k, c.heads, c.dh}, 3),
-                              make({c.batch, c.t, c.heads}, 1), make({c.batch, c.heads, k}, 1), coefs.back()});
+    const Tensor query = shared ? inputs[0] : make({c.batch, c.t, c.heads, c.dh}, 3);
+    const Tensor key = shared && m > 0 ? extras.mixture[0].key : make({c.batch, k, c.heads, c.dh}, 3);
+    extras.mixture.push_back({query, key, make({c.batch, c.t, c.heads}, 1), make({c.batch, c.heads, k}, 1), coefs.back()});
     const auto& comp = extras.mixture.back();
     inputs.insert(inputs.end(), {comp.query, comp.key, comp.row, comp.col});
     rounds.insert(rounds.end(), {true, true, false, false});
@@ -343,11 +347,11 @@ void check_bf16_variant(int64_t components, int64_t persistent) {
   const Tensor grad_out = torch::randn({c.batch, c.t, c.heads, c.dh});
   Tensor got;
   {
-    AutocastScope autocast(Precision::kBf16, torch::kCPU);
+    AutocastScope autocast(bf16 ? Precision::kBf16 : Precision::kFp32, torch::kCPU);
     got = chunked_relative_attention(inputs[0], inputs[1], inputs[2], tables, blocks, {}, mask, scale, extras);
   }
-  // A mixture alone leaves q_u unread (its gradient undefined).
-  const std::vector<Tensor> wrt(inputs.begin() + (components > 0 && persistent == 0 ? 1 : 0), inputs.end());
+  // A mixture alone leaves q_u unread (its gradient undefined) unless its components' queries are q_u.
+  const std::vector<Tensor> wrt(inputs.begin() + (components > 0 && persistent == 0 && !shared ? 1 : 0), inputs.end());
   const auto got_grads = torch::autograd::grad({got}, wrt, {grad_out});
 
   // The full matrices in double: the context's logits scale (content + shift(q_v tables^T)), the
@@ -356,7 +360,14 @@ void check_bf16_variant(int64_t components, int64_t persistent) {
   auto reference = [&](bool variant_rounded) {
     std::vector<Tensor> x;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const bool rounded = rounds[i] && (i < first_extra || variant_rounded);
+      // An input given twice is one tensor here too: its gradient sums both uses.
+      const auto same = std::find_if(inputs.begin(), inputs.begin() + static_cast<int64_t>(i),
+                                     [&](const Tensor& t) { return t.is_same(inputs[i]); });
+      if (same != inputs.begin() + static_cast<int64_t>(i)) {
+        x.push_back(x[static_cast<size_t>(same - inputs.begin())]);
+        continue;
+      }
+      const bool rounded = bf16 && rounds[i] && (i < first_extra || variant_rounded);
       const Tensor d = inputs[i].detach();
       x.push_back((rounded ? d.to(torch::kBFloat16) : d).to(torch::kFloat64).requires_grad_(true));
     }
@@ -391,10 +402,11 @@ void check_bf16_variant(int64_t components, int64_t persistent) {
     return std::make_pair(out, torch::autograd::grad({out}, x_wrt, {grad_out.to(torch::kFloat64)}));
   };
   const auto [want, want_grads] = reference(true);
-  expect_near(got, want, "output", 1e-2);
+  const double tolerance = bf16 ? 1e-2 : 2e-5;
+  expect_near(got, want, "output", tolerance);
   for (size_t i = 0; i < wrt.size(); ++i)
-    expect_near(got_grads[i], want_grads[i], ("gradient of input " + std::to_string(i)).c_str(), 1e-2);
-  EXPECT_GT(difference(got, reference(false).first), 3 * difference(got, want));
+    expect_near(got_grads[i], want_grads[i], ("gradient of input " + std::to_string(i)).c_str(), tolerance);
+  if (bf16) EXPECT_GT(difference(got, reference(false).first), 3 * difference(got, want));
 }
 
 TEST(ChunkedAttention, Bf16VariantProductsMatchTheFullMatricesOnRoundedOperands) {
@@ -402,14 +414,23 @@ TEST(ChunkedAttention, Bf16VariantProductsMatchTheFullMatricesOnRoundedOperands)
     GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
   {
     SCOPED_TRACE("a mixture of 2");
-    check_bf16_variant(2, 0);
+    check_variant(2, 0, false, true);
   }
   {
-    SCOPED_TRACE("a mixture of 3");
-    check_bf16_variant(3, 0);
+    SCOPED_TRACE("a mixture of 3 sharing q_u and a key");
+    check_variant(3, 0, true, true);
   }
   {
     SCOPED_TRACE("20 persistent keys");
-    check_bf16_variant(0, 20);
+    check_variant(0, 20, false, true);
+  }
+}
+
+TEST(ChunkedAttention, MixtureComponentsSharingQueriesAndKeysMatchTheFullMatrices) {
+  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  for (const int64_t components : {2, 3}) {
+    SCOPED_TRACE(std::to_string(components) + " components");
+    check_variant(components, 0, true, false);
+    check_variant(components, 0, false, false);
   }
 }

@@ -492,8 +492,11 @@ struct Gradients {
   std::vector<float*> tables_per_batch;  // [B, P_b, H, dh]: summed over B after
   // The variants': per component query (layout of q_u), key ([B, K, H, dh]), row and column
   // terms; persistent keys and values [B, H, N, dh] and table biases [B, H, P_b] per batch,
-  // summed over B after.
+  // summed over B after. Components that share a query or key tensor (MGK's queries are all
+  // q_u, sMGK's keys all one) share its gradient: the first writes it, the others add
+  // (adds_query), and a key is cleared by its first component only (first_with_key).
   std::vector<float*> query, key, row, col;
+  std::vector<bool> adds_query, first_with_key;
   float *persistent_key = nullptr, *persistent_value = nullptr;
   std::vector<float*> bias_per_batch;
 };
@@ -512,10 +515,9 @@ HeadRows<float> gradient_rows(const Geometry& g, const Gradients& d, int64_t n) 
 // inside the task, while the rows are about to be written, not as a pass of its own.
 void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
   const int64_t dh = g.dh, batch = n / g.heads, h = n % g.heads;
-  // A mixture alone never writes q_u's gradient (its components' queries take it).
-  if (g.components > 0 && g.persistent == 0) clear_rows(d.q_u + g.q_at(n, 0), g.ld_q(), g.t, dh);
   for (int64_t m = 0; m < g.components; ++m) {
-    clear_rows(d.key[m] + g.component_key_at(n, g.k * g.ld_q()), g.ld_q(), g.k, dh);
+    if (d.first_with_key[static_cast<size_t>(m)])
+      clear_rows(d.key[m] + g.component_key_at(n, g.k * g.ld_q()), g.ld_q(), g.k, dh);
     std::fill_n(d.col[m] + g.col_term_at(n, 0), g.k, 0.0f);
   }
   if (g.persistent > 0) {
@@ -544,17 +546,18 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
   }
   const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key_batch);
   const int64_t grad_key_at = g.component_key_at(n, g.k * g.ld_q());
+  const float query_beta = d.adds_query[static_cast<size_t>(m)] ? 1.0f : 0.0f;
   if (x.bf16) {
     const uint16_t* ds16 = rounded(RoundedBlocks::kComponentGrad, ds, rb.width, rb.rows, rb.width);
     bf16_gemm_row_major(false, false, rb.rows, g.dh, rb.width, ds16, rb.width, in16.components + m * g.k * g.dh, g.dh,
-                        0, d.query[m] + at, g.ld_q());
+                        query_beta, d.query[m] + at, g.ld_q());
     bf16_gemm_row_major(true, false, rb.width, g.dh, rb.rows, ds16, rb.width,
                         rounded(RoundedBlocks::kComponentQuery, c.query + at, g.ld_q(), rb.rows, g.dh), g.dh, 1,
                         d.key[m] + grad_key_at, g.ld_q());
     return;
   }
-  sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, 0, d.query[m] + at,
-                  g.ld_q());
+  sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, query_beta,
+                  d.query[m] + at, g.ld_q());
   sgemm_row_major(true, false, rb.width, g.dh, rb.rows, ds, rb.width, c.query + at, g.ld_q(), 1, d.key[m] + grad_key_at,
                   g.ld_q());
 }
@@ -805,6 +808,22 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
 
 std::atomic<AttentionProbs> g_attention_probs{AttentionProbs::kKeep};
 
+// Which mixture components read the same tensors, for their gradients to share a buffer: per
+// component, 1 if its query is q_u itself (then q_u's gradient is theirs: the kernel writes none of
+// its own for a mixture), then per component the first component whose key is its key. Only the
+// same tensor counts: a view of the same memory is another input to autograd.
+std::vector<int64_t> shared_operands(const torch::Tensor& q_u, const AttentionExtras& e) {
+  const size_t count = e.mixture.size();
+  std::vector<int64_t> shared(2 * count);
+  for (size_t m = 0; m < count; ++m) {
+    shared[m] = e.mixture[m].query.is_same(q_u) ? 1 : 0;
+    size_t first = 0;
+    while (!e.mixture[first].key.is_same(e.mixture[m].key)) ++first;
+    shared[count + m] = static_cast<int64_t>(first);
+  }
+  return shared;
+}
+
 class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativeAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_u,
@@ -835,6 +854,7 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     ctx->saved_data["spec"] = spec;
     ctx->saved_data["coefs"] = coefs;
     ctx->saved_data["bf16"] = bf16;
+    ctx->saved_data["shared"] = shared_operands(q_u, extras);
     return out;
   }
 
@@ -851,12 +871,18 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     const torch::Tensor mask = ctx->saved_data["mask"].toTensor();
     const Geometry g = geometry(q_u, kv, tables, keys, ctx->saved_data["heads"].toIntVector(), mask, extras);
     // Every gradient starts uninitialised: backward_blocks clears what it accumulates into.
-    torch::Tensor d_q_u = torch::empty_like(q_u);
+    const auto shared = ctx->saved_data["shared"].toIntVector();
+    const size_t count = extras.mixture.size();
+    const bool components_take_q_u = std::find(shared.begin(), shared.begin() + count, 1) != shared.begin() + count;
+    // A mixture's content reads its components' queries, not q_u: q_u's gradient is theirs or none.
+    torch::Tensor d_q_u;
+    if (count == 0 || g.persistent > 0 || components_take_q_u) d_q_u = torch::empty_like(q_u);
     // kv's gradient in kv's own strides (backward writes it through the same geometry): the keys
     // and values of a wider projections buffer (MGK's) need no contiguous copy for autograd.
     torch::Tensor d_q_v = torch::empty_like(q_v), d_kv = torch::empty_strided(kv.sizes(), kv.strides(), kv.options());
     Gradients d;
-    d.q_u = d_q_u.data_ptr<float>(), d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
+    d.q_u = d_q_u.defined() ? d_q_u.data_ptr<float>() : nullptr;
+    d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
     std::vector<torch::Tensor> d_tables_per_batch, d_extras, d_bias_per_batch;
     for (const torch::Tensor& t : tables) {
       d_tables_per_batch.push_back(torch::empty({g.batch, t.size(0), g.heads, g.dh}, t.options()));
@@ -867,9 +893,27 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
       if (into) into->push_back(t.data_ptr<float>());
       return t.data_ptr<float>();
     };
-    for (const auto& c : extras.mixture) {
-      grad_of(torch::empty_like(q_u), &d.query);
-      grad_of(torch::empty({g.batch, g.k, g.heads, g.dh}, q_u.options()), &d.key);
+    bool q_u_written = false;
+    for (size_t m = 0; m < count; ++m) {
+      const auto& c = extras.mixture[m];
+      // A shared tensor's gradient goes to its first slot (q_u's for queries); the others get none.
+      if (shared[m] != 0) {
+        d_extras.emplace_back();
+        d.query.push_back(d.q_u);
+        d.adds_query.push_back(q_u_written);
+        q_u_written = true;
+      } else {
+        grad_of(torch::empty_like(q_u), &d.query);
+        d.adds_query.push_back(false);
+      }
+      const auto first = static_cast<size_t>(shared[count + m]);
+      if (first == m) {
+        grad_of(torch::empty({g.batch, g.k, g.heads, g.dh}, q_u.options()), &d.key);
+      } else {
+        d_extras.emplace_back();
+        d.key.push_back(d.key[first]);
+      }
+      d.first_with_key.push_back(first == m);
       grad_of(torch::empty_like(c.row), &d.row);
       grad_of(torch::empty_like(c.col), &d.col);
     }

@@ -27,6 +27,8 @@ struct AttentionExtras {
   //   content(i, j) = combine_m [coef_m (query_m[i] . key_m[j]) + row_m[i] + col_m[j]],
   // combine = log-sum-exp (soft E-step) or max (hard). Keys and column terms are indexed by the
   // key's head (SCH's source head), queries and row terms by the query's.
+  // Components may read q_u itself as their query (MGK) or one key tensor all (sMGK): backward then
+  // sums their gradients in one buffer instead of autograd adding one per component.
   struct Component {
     torch::Tensor query;  // [B, T, H, dh]
     torch::Tensor key;    // [B, K, H, dh]; rows may be strided (a view of kv)
