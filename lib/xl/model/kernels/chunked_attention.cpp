@@ -890,8 +890,7 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     }
     auto grad_of = [&](torch::Tensor t, std::vector<float*>* into) {
       d_extras.push_back(t);
-      if (into) into->push_back(t.data_ptr<float>());
-      return t.data_ptr<float>();
+      into->push_back(t.data_ptr<float>());
     };
     bool q_u_written = false;
     for (size_t m = 0; m < count; ++m) {
