@@ -307,7 +307,7 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
 
 // The variants' terms (AttentionExtras: a mixture's components, persistent keys and values):
 // output and every gradient against the full matrices in double. With bf16 products, on the
-// operands rounded to bf16 (a mixture's row and column terms stay float), within the rounding of
+// operands rounded to bf16 (a mixture's log weights stay float), within the rounding of
 // the probabilities and score gradients; against the same with the variant's own operands
 // unrounded the output lies several times further: its products did take rounded operands.
 // shared: the components' queries are q_u itself and their keys one tensor (MGK's queries, sMGK's
@@ -320,7 +320,7 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
   torch::manual_seed(5);
   auto make = [](std::vector<int64_t> shape, double s) { return torch::randn(shape).mul_(s).requires_grad_(true); };
-  // Inputs: q_u, q_v, kv, tables; then per component query, key, row, col; or the persistent keys and values.
+  // Inputs: q_u, q_v, kv, tables; then per component query, key, log weights; or the persistent keys and values.
   std::vector<Tensor> inputs = {make({c.batch, c.t, c.heads, c.dh}, 3), make({c.batch, c.t, c.heads, c.dh}, 2),
                                 make({c.batch, k, 2, c.heads, c.dh}, 2)};
   for (const auto& b : blocks) inputs.push_back(make({b.table, c.heads, c.dh}, 2));
@@ -333,10 +333,10 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
     coefs.push_back(m == 0 ? 1.0 : 0.5);
     const Tensor query = shared ? inputs[0] : make({c.batch, c.t, c.heads, c.dh}, 3);
     const Tensor key = shared && m > 0 ? extras.mixture[0].key : make({c.batch, k, c.heads, c.dh}, 3);
-    extras.mixture.push_back({query, key, make({c.batch, c.t, c.heads}, 1), make({c.batch, c.heads, k}, 1), coefs.back()});
+    extras.mixture.push_back({query, key, make({c.heads}, 1), coefs.back()});
     const auto& comp = extras.mixture.back();
-    inputs.insert(inputs.end(), {comp.query, comp.key, comp.row, comp.col});
-    rounds.insert(rounds.end(), {true, true, false, false});
+    inputs.insert(inputs.end(), {comp.query, comp.key, comp.log_weight});
+    rounds.insert(rounds.end(), {true, true, false});
   }
   if (persistent > 0) {
     extras.persistent_key = make({c.heads, persistent, c.dh}, 4);
@@ -355,8 +355,9 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
   const auto got_grads = torch::autograd::grad({got}, wrt, {grad_out});
 
   // The full matrices in double: the context's logits scale (content + shift(q_v tables^T)), the
-  // content q_u k^T or a mixture's logsumexp_m(coef_m q_m k_m^T + row_m + col_m) / scale; the
-  // persistent keys' scale (q_u pk^T) before them, never masked.
+  // content q_u k^T or a mixture's logsumexp_m(log_weight_m - coef_m / 2 |q_m - k_m|^2) / scale
+  // (the distances as differences, where the kernel expands them); the persistent keys' scale
+  // (q_u pk^T) before them, never masked.
   auto reference = [&](bool variant_rounded) {
     std::vector<Tensor> x;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -376,10 +377,9 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
     if (components > 0) {
       std::vector<Tensor> terms;
       for (int64_t m = 0; m < components; ++m) {
-        const Tensor* comp = &x[first_extra + 4 * m];
-        terms.push_back(coefs[m] * torch::bmm(per_head(comp[0]), per_head(comp[1]).transpose(1, 2)) +
-                        comp[2].permute({2, 0, 1}).reshape({n, c.t, 1}) +
-                        comp[3].permute({1, 0, 2}).reshape({n, 1, k}));
+        const Tensor* comp = &x[first_extra + 3 * m];
+        const Tensor distance = (per_head(comp[0]).unsqueeze(2) - per_head(comp[1]).unsqueeze(1)).pow(2).sum(3);
+        terms.push_back(comp[2].repeat_interleave(c.batch).view({n, 1, 1}) - coefs[m] / 2 * distance);
       }
       content = torch::logsumexp(torch::stack(terms), 0) / scale;
     }

@@ -5,7 +5,6 @@
 #include "xl/model/kernels/biased_queries.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/fused_dropout.h"
-#include "xl/model/kernels/squared_norms.h"
 
 namespace xl::model {
 
@@ -89,8 +88,7 @@ torch::Tensor mixture_scores(const ModelConfig& cfg, const VariantParams& params
 }
 
 // The variants as the blocked kernel's terms (chunked_attention.h), in the token-major layouts:
-// the Gaussian kernel expanded, -|q - k|^2 / (2 sigma^2) = (q . k) / sigma^2 - |q|^2 / (2 sigma^2)
-// - |k|^2 / (2 sigma^2), log pi_m joining the key's term (both belong to the key's head).
+// a mixture's Gaussians as coef = 1 / sigma^2 and log pi_m by the key's head.
 AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q_u,
                              const torch::Tensor& kv, const std::vector<KeyBlock>& blocks,
                              const std::vector<int64_t>& perm) {
@@ -102,8 +100,6 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
     torch::Tensor log_pi = torch::log_softmax(params.mgk_pi, 1);  // [H, M] by the key's head
     const torch::Tensor& key0 = params.key0;                      // [B, K, H, dh]
     const bool shifted = cfg.attention == "smgk";
-    // MGK's queries are all q_u, sMGK's keys all key0: their lengths once.
-    const torch::Tensor q_u_sq = shifted ? torch::Tensor() : squared_norms(q_u), key0_sq = squared_norms(key0, true);
     for (int64_t m = 0; m < cfg.mgk_keys; ++m) {
       const double sigma_sq = std::sqrt(static_cast<double>(dh)) / static_cast<double>(2 * m + 1);
       torch::Tensor query = q_u, key = key0;
@@ -113,10 +109,7 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
       } else if (m > 0) {
         key = params.mgk_keys[m - 1];
       }
-      torch::Tensor row = (shifted ? squared_norms(query) : q_u_sq) * (-0.5 / sigma_sq);  // [B, T, H]
-      torch::Tensor col = (shifted || m == 0 ? key0_sq : squared_norms(key, true)) * (-0.5 / sigma_sq) +
-                          log_pi.select(1, m).view({1, h, 1});  // [B, H, K]
-      e.mixture.push_back({query, key, row, col, 1.0 / sigma_sq});
+      e.mixture.push_back({query, key, log_pi.select(1, m), 1.0 / sigma_sq});
     }
     e.hard = cfg.mgk_estep == "hard";
   }

@@ -93,9 +93,6 @@ struct Geometry {
   // per-head tensors.
   int64_t component_key_at(int64_t n, int64_t ld_batch) const { return (n / heads) * ld_batch + source[n % heads] * dh; }
   int64_t persistent_at(int64_t n) const { return source[n % heads] * persistent * dh; }
-  // Row terms [B, T, H] by the query's head, column terms [B, H, K] by the key's.
-  int64_t row_term_at(int64_t n, int64_t i) const { return ((n / heads) * t + i) * heads + n % heads; }
-  int64_t col_term_at(int64_t n, int64_t j) const { return ((n / heads) * heads + source[n % heads]) * k + j; }
 };
 
 Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
@@ -136,8 +133,7 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
     TORCH_CHECK(c.key.dim() == 4 && c.key.size(0) == g.batch && c.key.size(1) == g.k && c.key.size(2) == g.heads &&
                     c.key.size(3) == g.dh,
                 "mixture keys must be [B, K, H, dh]");
-    TORCH_CHECK(c.row.sizes() == torch::IntArrayRef({g.batch, g.t, g.heads}), "mixture row terms must be [B, T, H]");
-    TORCH_CHECK(c.col.sizes() == torch::IntArrayRef({g.batch, g.heads, g.k}), "mixture column terms must be [B, H, K]");
+    TORCH_CHECK(c.log_weight.sizes() == torch::IntArrayRef({g.heads}), "mixture log weights must be [H]");
   }
   if (extras.persistent_key.defined()) {
     g.persistent = extras.persistent_key.size(1);
@@ -193,7 +189,7 @@ Geometry geometry(const torch::Tensor& q_u, const torch::Tensor& kv, const std::
 }
 
 struct Component {
-  const float *query, *key, *row, *col;
+  const float *query, *key, *log_weight;
   int64_t ld_key, ld_key_batch;
   float coef;
 };
@@ -309,12 +305,51 @@ HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t
   return contiguous_rows<const float>(g, copy.data());
 }
 
+// A mixture's Gaussians as coef (q . k) + row + col (AttentionExtras::Component): per component
+// the row terms -coef / 2 |q|^2 of a row block's queries and the column terms -coef / 2 |k|^2 +
+// log_weight of a task's keys, the lengths those of the rows the products read (Operands::bf16:
+// the rounded ones, so that the logits are the Gaussians of those). One thread's, filled as it
+// reads the rows.
+struct MixtureTerms {
+  std::vector<float> row;  // [M, the row block's rows]
+  std::vector<float> col;  // [M, K]
+};
+
+// s[j] = |x_j|^2 for `count` rows of n bf16 bit patterns each, back to back.
+void squared_lengths(const uint16_t* x, int64_t count, float* s, int64_t n) {
+  for (int64_t j = 0; j < count; ++j) {
+    float sum = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const uint32_t bits = static_cast<uint32_t>(x[j * n + e]) << 16;
+      float v;
+      std::memcpy(&v, &bits, sizeof v);
+      sum += v * v;
+    }
+    s[j] = sum;
+  }
+}
+
+// The column terms of task n's keys (in16: its rounded rows, with Operands::bf16).
+void column_terms(const Geometry& g, const Operands& x, int64_t n, const HeadRows<const uint16_t>& in16,
+                  MixtureTerms& terms) {
+  terms.col.resize(static_cast<size_t>(g.components * g.k));
+  for (int64_t m = 0; m < g.components; ++m) {
+    const Component& c = x.mixture[m];
+    float* col = terms.col.data() + m * g.k;
+    if (x.bf16) squared_lengths(in16.components + m * g.k * g.dh, g.k, col, g.dh);
+    else rows::squared_lengths(c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, g.k, col, g.dh);
+    const float half = -0.5f * c.coef, log_weight = c.log_weight[g.source[n % g.heads]];
+    for (int64_t j = 0; j < g.k; ++j) col[j] = half * col[j] + log_weight;
+  }
+}
+
 // A mixture's probabilities for one row of a row block into p (its context keys), from the
 // components' products (M planes rows x width at s, the first overwritten by the mixture's weights)
 // and the positional scores; the first M - 1 responsibilities into resp [M - 1, N, T, K] when
 // given, zero past the row's visible keys (backward multiplies them by zero gradients).
 void mixture_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, int64_t row,
-                   const std::vector<const float*>& scores_of, float* s, float* p, float* resp) {
+                   const MixtureTerms& terms, const std::vector<const float*>& scores_of, float* s, float* p,
+                   float* resp) {
   const int64_t m_count = g.components, plane = rb.rows * rb.width, i = rb.i0 + row, seen = g.visible[i];
   const int64_t shift = rb.rows - 1 - row;  // key col + j of this query reads table column j + shift
   const float* x_rows[16];
@@ -323,7 +358,7 @@ void mixture_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlo
   float* resp_rows[16];
   for (int64_t m = 0; m < m_count; ++m) {
     coefs[m] = x.mixture[m].coef;
-    row_terms[m] = x.mixture[m].row[g.row_term_at(n, i)];
+    row_terms[m] = terms.row[static_cast<size_t>(m * rb.rows + row)];
   }
   auto resp_row = [&](int64_t m) { return resp + ((m * g.n() + n) * g.t + i) * g.k; };
   float* w = s + row * rb.width;  // component 0's products, then the weights
@@ -334,7 +369,7 @@ void mixture_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlo
     if (len <= 0) continue;
     for (int64_t m = 0; m < m_count; ++m) {
       x_rows[m] = s + m * plane + row * rb.width + sl.col;
-      cols[m] = x.mixture[m].col + g.col_term_at(n, sl.col);
+      cols[m] = terms.col.data() + m * g.k + sl.col;
       if (resp && m + 1 < m_count) resp_rows[m] = resp_row(m) + sl.col;
     }
     max = std::max(max, rows::mixture_logits(x_rows, coefs, row_terms, cols, m_count,
@@ -355,10 +390,11 @@ int64_t probs_at(const Geometry& g, const RowBlock& rb) {
 // The probabilities of task n's row block rb into p (rows x ldp: persistent keys, then the
 // context, zero from each row's visible keys to the block's width), from its rows `in`; the first
 // M - 1 mixture responsibilities into resp when given. scratch: g.buffer floats; scores_of: one
-// pointer per key block (the caller's, so that no task allocates).
+// pointer per key block (the caller's, so that no task allocates). A mixture's column terms are
+// task n's (column_terms); its row terms are the block's, made here.
 // With Operands::bf16, in16 holds the rows rounded (round_head) and `rounded` the thread's slots.
 void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, const HeadRows<const float>& in,
-                 const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded, float* scratch,
+                 const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded, MixtureTerms& terms, float* scratch,
                  std::vector<const float*>& scores_of, float* p, int64_t ldp, float* resp) {
   const int64_t dh = g.dh, np = g.persistent, h = n % g.heads;
   const float inv_scale = 1.0f / x.scale;
@@ -378,17 +414,23 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
                           dh, in16.key, in16.ld, 0, ac, rb.width);
     else sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), in.key, in.ld, 0, ac, rb.width);
   } else {
+    terms.row.resize(static_cast<size_t>(g.components * rb.rows));
     for (int64_t m = 0; m < g.components; ++m) {
       const Component& c = x.mixture[m];
       const float* query = c.query + g.q_at(n, rb.i0);
       float* product = ac + m * rb.rows * rb.width;
-      if (x.bf16)
-        bf16_gemm_row_major(false, true, rb.rows, rb.width, dh,
-                            rounded(RoundedBlocks::kComponentQuery, query, g.ld_q(), rb.rows, dh), dh,
-                            in16.components + m * g.k * dh, dh, 0, product, rb.width);
-      else
+      float* row_terms = terms.row.data() + m * rb.rows;
+      if (x.bf16) {
+        const uint16_t* query16 = rounded(RoundedBlocks::kComponentQuery, query, g.ld_q(), rb.rows, dh);
+        squared_lengths(query16, rb.rows, row_terms, dh);
+        bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, query16, dh, in16.components + m * g.k * dh, dh, 0,
+                            product, rb.width);
+      } else {
+        rows::squared_lengths(query, g.ld_q(), rb.rows, row_terms, dh);
         sgemm_row_major(false, true, rb.rows, rb.width, dh, query, g.ld_q(),
                         c.key + g.component_key_at(n, c.ld_key_batch), c.ld_key, 0, product, rb.width);
+      }
+      for (int64_t row = 0; row < rb.rows; ++row) row_terms[row] *= -0.5f * c.coef;
     }
   }
   const uint16_t* q_v16 =
@@ -425,7 +467,7 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     for (int64_t j = 0; j < np; ++j) max = std::max(max, pr[j] *= x.scale);
     float* context = pr + np;
     if (g.components > 0) {
-      mixture_probs(g, x, n, rb, row, scores_of, ac, context, resp);
+      mixture_probs(g, x, n, rb, row, terms, scores_of, ac, context, resp);
     } else {
       for (size_t b = 0; b < g.keys.size(); ++b) {
         const TableSlice& s = rb.slices[b];
@@ -450,6 +492,7 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy;
     std::vector<uint16_t> copy16;
     RoundedBlocks rounded;
+    MixtureTerms terms;
     std::vector<const float*> scores_of;
     HeadRows<const float> in;
     HeadRows<const uint16_t> in16;
@@ -460,12 +503,13 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       if (n != read) {  // bf16: the products read the rounded copy, so no float copy is made
         in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
         if (x.bf16) in16 = round_head(g, x, n, in, copy16);
+        if (g.components > 0) column_terms(g, x, n, in16, terms);
       }
       read = n;
       // Unkept, the probabilities follow block_probs' scratch in the buffer.
       float* p = probs ? probs + (n * g.t + rb.i0) * g.ld_probs() : buffer.data() + probs_at(g, rb);
       const int64_t ldp = probs ? g.ld_probs() : rb.ld;
-      block_probs(g, x, n, rb, in, in16, rounded, buffer.data(), scores_of, p, ldp, resp);
+      block_probs(g, x, n, rb, in, in16, rounded, terms, buffer.data(), scores_of, p, ldp, resp);
       if (rb.rows == 1 && !x.bf16)
         rows::weighted_rows(p + np, in.value, in.ld, rb.width, out + g.q_at(n, rb.i0), dh);
       else if (x.bf16)
@@ -490,12 +534,12 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
 struct Gradients {
   float *q_u = nullptr, *q_v = nullptr, *kv = nullptr;  // layouts of the operands
   std::vector<float*> tables_per_batch;  // [B, P_b, H, dh]: summed over B after
-  // The variants': per component query (layout of q_u), key ([B, K, H, dh]), row and column
-  // terms; persistent keys and values [B, H, N, dh] and table biases [B, H, P_b] per batch,
-  // summed over B after. Components that share a query or key tensor (MGK's queries are all
-  // q_u, sMGK's keys all one) share its gradient: the first writes it, the others add
+  // The variants': per component query (layout of q_u), key ([B, K, H, dh]); per component log
+  // weights [B, H], persistent keys and values [B, H, N, dh] and table biases [B, H, P_b] per
+  // batch, summed over B after. Components that share a query or key tensor (MGK's queries are
+  // all q_u, sMGK's keys all one) share its gradient: the first writes it, the others add
   // (adds_query), and a key is cleared by its first component only (first_with_key).
-  std::vector<float*> query, key, row, col;
+  std::vector<float*> query, key, log_weight_per_batch;
   std::vector<bool> adds_query, first_with_key;
   float *persistent_key = nullptr, *persistent_value = nullptr;
   std::vector<float*> bias_per_batch;
@@ -515,11 +559,9 @@ HeadRows<float> gradient_rows(const Geometry& g, const Gradients& d, int64_t n) 
 // inside the task, while the rows are about to be written, not as a pass of its own.
 void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
   const int64_t dh = g.dh, batch = n / g.heads, h = n % g.heads;
-  for (int64_t m = 0; m < g.components; ++m) {
+  for (int64_t m = 0; m < g.components; ++m)
     if (d.first_with_key[static_cast<size_t>(m)])
       clear_rows(d.key[m] + g.component_key_at(n, g.k * g.ld_q()), g.ld_q(), g.k, dh);
-    std::fill_n(d.col[m] + g.col_term_at(n, 0), g.k, 0.0f);
-  }
   if (g.persistent > 0) {
     const int64_t at = batch * g.heads * g.persistent * dh + g.persistent_at(n);
     std::fill_n(d.persistent_key + at, g.persistent * dh, 0.0f);
@@ -529,20 +571,27 @@ void clear_owned(const Geometry& g, const Gradients& d, int64_t n) {
     std::fill_n(d.bias_per_batch[b] + (batch * g.heads + h) * g.keys[b].table, g.keys[b].table, 0.0f);
 }
 
+// y[e] += f x[e]
+void add_scaled(const float* x, float f, float* y, int64_t n) {
+  for (int64_t e = 0; e < n; ++e) y[e] += f * x[e];
+}
+
 // The gradient of one mixture component m from the content's (gs: scale x d logit, rows x width,
-// row stride ldg): into its query, key, row and column terms. ds: rows x width scratch.
+// row stride ldg): into its query and key, and its column terms' into d_col [K] (task n's, added
+// to its keys by column_terms_backward). ds: rows x width scratch. The squared lengths' gradients
+// take the float rows (with bf16 products too: within the rounding of the products' own).
 // With Operands::bf16, in16 holds the rounded component keys (round_head), `rounded` the thread's slots.
 void mixture_backward(const Geometry& g, const Operands& x, const float* resp, const Gradients& d, int64_t n,
-                      const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds,
+                      const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds, float* d_col,
                       const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded) {
   const Component& c = x.mixture[m];
   const int64_t plane = g.n() * g.t * g.k;
-  float* d_col = d.col[m] + g.col_term_at(n, 0);
+  std::array<float, kBlockRows> d_row;  // the row terms' gradients
   for (int64_t row = 0; row < rb.rows; ++row) {
     const int64_t i = rb.i0 + row;
-    d.row[m][g.row_term_at(n, i)] = rows::mixture_grad(gs + row * ldg, resp + (n * g.t + i) * g.k, plane, m,
-                                                       g.components, 1.0f / x.scale, c.coef, ds + row * rb.width,
-                                                       d_col, rb.width);
+    d_row[static_cast<size_t>(row)] =
+        rows::mixture_grad(gs + row * ldg, resp + (n * g.t + i) * g.k, plane, m, g.components, 1.0f / x.scale, c.coef,
+                           ds + row * rb.width, d_col, rb.width);
   }
   const int64_t at = g.q_at(n, rb.i0), key_at = g.component_key_at(n, c.ld_key_batch);
   const int64_t grad_key_at = g.component_key_at(n, g.k * g.ld_q());
@@ -554,12 +603,33 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
     bf16_gemm_row_major(true, false, rb.width, g.dh, rb.rows, ds16, rb.width,
                         rounded(RoundedBlocks::kComponentQuery, c.query + at, g.ld_q(), rb.rows, g.dh), g.dh, 1,
                         d.key[m] + grad_key_at, g.ld_q());
-    return;
+  } else {
+    sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, query_beta,
+                    d.query[m] + at, g.ld_q());
+    sgemm_row_major(true, false, rb.width, g.dh, rb.rows, ds, rb.width, c.query + at, g.ld_q(), 1,
+                    d.key[m] + grad_key_at, g.ld_q());
   }
-  sgemm_row_major(false, false, rb.rows, g.dh, rb.width, ds, rb.width, c.key + key_at, c.ld_key, query_beta,
-                  d.query[m] + at, g.ld_q());
-  sgemm_row_major(true, false, rb.width, g.dh, rb.rows, ds, rb.width, c.query + at, g.ld_q(), 1, d.key[m] + grad_key_at,
-                  g.ld_q());
+  // Row term -coef / 2 |q|^2: d q += -coef d_row q, after the product wrote d q.
+  for (int64_t row = 0; row < rb.rows; ++row)
+    add_scaled(c.query + at + row * g.ld_q(), -c.coef * d_row[static_cast<size_t>(row)],
+               d.query[m] + at + row * g.ld_q(), g.dh);
+}
+
+// Task n's column terms' gradients d_col [M, K] (mixture_backward's sums over its row blocks):
+// -coef / 2 |k|^2 gives d k += -coef d_col k, and log_weight their sum.
+void column_terms_backward(const Geometry& g, const Operands& x, const Gradients& d, int64_t n, const float* d_col) {
+  for (int64_t m = 0; m < g.components; ++m) {
+    const Component& c = x.mixture[m];
+    const float* dc = d_col + m * g.k;
+    const float* key = c.key + g.component_key_at(n, c.ld_key_batch);
+    float* d_key = d.key[m] + g.component_key_at(n, g.k * g.ld_q());
+    float sum = 0;
+    for (int64_t j = 0; j < g.k; ++j) {
+      sum += dc[j];
+      add_scaled(key + j * c.ld_key, -c.coef * dc[j], d_key + j * g.ld_q(), g.dh);
+    }
+    d.log_weight_per_batch[m][(n / g.heads) * g.heads + g.source[n % g.heads]] = sum;
+  }
 }
 
 // probs: forward_blocks' kept probabilities, or null to compute each block's again (block_probs:
@@ -583,6 +653,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy, d_copy, recomputed;
     std::vector<uint16_t> copy16;
     RoundedBlocks rounded;
+    MixtureTerms terms;
+    std::vector<float> d_col(static_cast<size_t>(g.components * g.k));  // the task's column terms' gradients
     std::vector<const float*> scores_of;
     if (g.copies_heads()) d_copy.resize(static_cast<size_t>(g.head_floats));
     for (int64_t n = n0; n < n1; ++n) {
@@ -593,7 +665,11 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
       const HeadRows<float> d_rows = g.copies_heads() ? contiguous_rows(g, d_copy.data()) : d_in;
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
       clear_owned(g, d, n);
-      if (g.components > 0) clear_rows(d_rows.key, d_rows.ld, g.k, dh);  // the mixture's keys take its gradient
+      if (g.components > 0) {
+        clear_rows(d_rows.key, d_rows.ld, g.k, dh);  // the mixture's keys take its gradient
+        std::fill(d_col.begin(), d_col.end(), 0.0f);
+        if (!probs) column_terms(g, x, n, in16, terms);
+      }
       float kv_beta = 0;
       std::vector<float> table_beta(g.keys.size(), 0.0f);
       for (const RowBlock* block : order) {
@@ -606,7 +682,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         const float* p = probs ? probs + (n * g.t + rb.i0) * ldp : nullptr;
         if (!probs) {
           recomputed.resize(static_cast<size_t>(rb.rows * rb.ld));
-          block_probs(g, x, n, rb, in, in16, rounded, buffer.data(), scores_of, recomputed.data(), ldp, nullptr);
+          block_probs(g, x, n, rb, in, in16, rounded, terms, buffer.data(), scores_of, recomputed.data(), ldp, nullptr);
           p = recomputed.data();
         }
         const float* go = grad_out + at;
@@ -667,7 +743,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
                           d_rows.key, d_rows.ld);
         } else {
           for (int64_t m = 0; m < g.components; ++m)
-            mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores, in16, rounded);
+            mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores, d_col.data() + m * g.k,
+                             in16, rounded);
         }
         // Positional scores: d(scores) moved to table columns, one key block at a time.
         const uint16_t* q_v16 = x.bf16 ? rounded(RoundedBlocks::kQueryV, x.q_v + at, g.ld_q(), rb.rows, dh) : nullptr;
@@ -717,6 +794,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
       }
       for (size_t b = 0; b < g.keys.size(); ++b)  // a table no block reads
         if (table_beta[b] == 0) clear_rows(d_rows.tables[b], d_rows.ld_table, g.keys[b].table, dh);
+      if (g.components > 0) column_terms_backward(g, x, d, n, d_col.data());
       if (g.copies_heads()) copy_head(g, contiguous_rows<const float>(g, d_copy.data()), d_in);
     }
   });
@@ -739,7 +817,7 @@ torch::Tensor sum_over_batch(const torch::Tensor& t) {
   return out;
 }
 
-// The extras as a flat tensor list (for autograd) and back: per component query, key, row, col;
+// The extras as a flat tensor list (for autograd) and back: per component query, key, log weights;
 // then the persistent key and value; then the table biases. spec: {M, hard, persistent, biases},
 // coefs: the components' coefficients.
 struct PackedExtras {
@@ -751,7 +829,7 @@ struct PackedExtras {
 PackedExtras pack(const AttentionExtras& e) {
   PackedExtras p;
   for (const auto& c : e.mixture) {
-    p.tensors.insert(p.tensors.end(), {c.query, c.key, c.row, c.col});
+    p.tensors.insert(p.tensors.end(), {c.query, c.key, c.log_weight});
     p.coefs.push_back(c.coef);
   }
   const bool persistent = e.persistent_key.defined();
@@ -766,7 +844,7 @@ AttentionExtras unpack(const std::vector<torch::Tensor>& t, const std::vector<in
                        const std::vector<double>& coefs) {
   AttentionExtras e;
   size_t at = 0;
-  for (int64_t m = 0; m < spec[0]; ++m, at += 4) e.mixture.push_back({t[at], t[at + 1], t[at + 2], t[at + 3], coefs[m]});
+  for (int64_t m = 0; m < spec[0]; ++m, at += 3) e.mixture.push_back({t[at], t[at + 1], t[at + 2], coefs[m]});
   e.hard = spec[1] != 0;
   if (spec[2] != 0) e.persistent_key = t[at], e.persistent_value = t[at + 1], at += 2;
   e.table_bias.assign(t.begin() + static_cast<int64_t>(at), t.begin() + static_cast<int64_t>(at) + spec[3]);
@@ -779,7 +857,7 @@ torch::Tensor strided_rows(const torch::Tensor& key) { return rows_are_strided(k
 AttentionExtras contiguous(const AttentionExtras& e) {
   AttentionExtras c;
   for (const auto& m : e.mixture)
-    c.mixture.push_back({m.query.contiguous(), strided_rows(m.key), m.row.contiguous(), m.col.contiguous(), m.coef});
+    c.mixture.push_back({m.query.contiguous(), strided_rows(m.key), m.log_weight.contiguous(), m.coef});
   c.hard = e.hard;
   if (e.persistent_key.defined())
     c.persistent_key = e.persistent_key.contiguous(), c.persistent_value = e.persistent_value.contiguous();
@@ -797,8 +875,8 @@ Operands operands(const torch::Tensor& q_u, const torch::Tensor& q_v, const torc
   x.scale = static_cast<float>(scale);
   for (const auto& t : tables) x.tables.push_back(t.data_ptr<float>());
   for (const auto& c : e.mixture)
-    x.mixture.push_back({c.query.data_ptr<float>(), c.key.data_ptr<float>(), c.row.data_ptr<float>(),
-                         c.col.data_ptr<float>(), row_stride(c.key), stream_stride(c.key), static_cast<float>(c.coef)});
+    x.mixture.push_back({c.query.data_ptr<float>(), c.key.data_ptr<float>(), c.log_weight.data_ptr<float>(),
+                         row_stride(c.key), stream_stride(c.key), static_cast<float>(c.coef)});
   x.hard = e.hard;
   if (e.persistent_key.defined())
     x.persistent_key = e.persistent_key.data_ptr<float>(), x.persistent_value = e.persistent_value.data_ptr<float>();
@@ -883,21 +961,22 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
     Gradients d;
     d.q_u = d_q_u.defined() ? d_q_u.data_ptr<float>() : nullptr;
     d.q_v = d_q_v.data_ptr<float>(), d.kv = d_kv.data_ptr<float>();
-    std::vector<torch::Tensor> d_tables_per_batch, d_extras, d_bias_per_batch;
+    std::vector<torch::Tensor> d_tables_per_batch, d_bias_per_batch;
     for (const torch::Tensor& t : tables) {
       d_tables_per_batch.push_back(torch::empty({g.batch, t.size(0), g.heads, g.dh}, t.options()));
       d.tables_per_batch.push_back(d_tables_per_batch.back().data_ptr<float>());
     }
+    // Per component: its query's and key's gradients (undefined where shared), its log weights' per batch.
+    std::vector<torch::Tensor> d_components;
     auto grad_of = [&](torch::Tensor t, std::vector<float*>* into) {
-      d_extras.push_back(t);
+      d_components.push_back(t);
       into->push_back(t.data_ptr<float>());
     };
     bool q_u_written = false;
     for (size_t m = 0; m < count; ++m) {
-      const auto& c = extras.mixture[m];
       // A shared tensor's gradient goes to its first slot (q_u's for queries); the others get none.
       if (shared[m] != 0) {
-        d_extras.emplace_back();
+        d_components.emplace_back();
         d.query.push_back(d.q_u);
         d.adds_query.push_back(q_u_written);
         q_u_written = true;
@@ -909,12 +988,11 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
       if (first == m) {
         grad_of(torch::empty({g.batch, g.k, g.heads, g.dh}, q_u.options()), &d.key);
       } else {
-        d_extras.emplace_back();
+        d_components.emplace_back();
         d.key.push_back(d.key[first]);
       }
       d.first_with_key.push_back(first == m);
-      grad_of(torch::empty_like(c.row), &d.row);
-      grad_of(torch::empty_like(c.col), &d.col);
+      grad_of(torch::empty({g.batch, g.heads}, q_u.options()), &d.log_weight_per_batch);
     }
     torch::Tensor d_pk, d_pv;
     if (g.persistent > 0) {
@@ -934,7 +1012,8 @@ class ChunkedRelativeAttention : public torch::autograd::Function<ChunkedRelativ
                     g.components > 1 ? resp.data_ptr<float>() : nullptr, go.data_ptr<float>(), d);
     torch::autograd::variable_list grads = {d_q_u, d_q_v, d_kv};
     for (const torch::Tensor& t : d_tables_per_batch) grads.push_back(sum_over_batch(t));
-    grads.insert(grads.end(), d_extras.begin(), d_extras.end());
+    for (size_t m = 0; m < count; ++m)
+      grads.insert(grads.end(), {d_components[3 * m], d_components[3 * m + 1], sum_over_batch(d_components[3 * m + 2])});
     if (g.persistent > 0) grads.insert(grads.end(), {sum_over_batch(d_pk), sum_over_batch(d_pv)});
     for (const torch::Tensor& t : d_bias_per_batch) grads.push_back(sum_over_batch(t));
     grads.insert(grads.end(), 6, torch::Tensor());
@@ -952,7 +1031,7 @@ bool chunked_attention_usable(const torch::Tensor& q, const AttentionExtras& ext
     return false;
   auto ok = [&](const torch::Tensor& t) { return !t.defined() || t.scalar_type() == torch::kFloat; };
   for (const auto& c : extras.mixture)
-    if (!ok(c.query) || !ok(c.key) || !ok(c.row) || !ok(c.col)) return false;
+    if (!ok(c.query) || !ok(c.key) || !ok(c.log_weight)) return false;
   for (const auto& b : extras.table_bias)
     if (!ok(b)) return false;
   return ok(extras.persistent_key) && ok(extras.persistent_value);

@@ -23,18 +23,21 @@ namespace xl::model {
 // The variants' terms (attention_variants.h), each optional; all empty:
 // Transformer-XL's attention.
 struct AttentionExtras {
-  // Mixture content (MGK, sMGK) in place of scale (q_u . k_j):
-  //   content(i, j) = combine_m [coef_m (query_m[i] . key_m[j]) + row_m[i] + col_m[j]],
-  // combine = log-sum-exp (soft E-step) or max (hard). Keys and column terms are indexed by the
-  // key's head (SCH's source head), queries and row terms by the query's.
+  // Gaussian-mixture content (MGK, sMGK) in place of scale (q_u . k_j):
+  //   content(i, j) = combine_m [log_weight_m - coef_m / 2 |query_m[i] - key_m[j]|^2],
+  // combine = log-sum-exp (soft E-step) or max (hard). Keys and log weights are indexed by the
+  // key's head (SCH's source head), queries by the query's. The kernel expands the square as
+  // coef (q . k) - coef / 2 |q|^2 - coef / 2 |k|^2, the product per block and the squared lengths
+  // per row as it reads them (with bf16 products, of the rounded rows the products read), and
+  // backward adds their gradients to the rows' own: no [B, T, H] or [B, H, K] terms pass through
+  // autograd (as tensor ops, MGK's tiny training ran 3-9% slower: bench/HISTORY.md).
   // Components may read q_u itself as their query (MGK) or one key tensor all (sMGK): backward then
   // sums their gradients in one buffer instead of autograd adding one per component.
   struct Component {
-    torch::Tensor query;  // [B, T, H, dh]
-    torch::Tensor key;    // [B, K, H, dh]; rows may be strided (a view of kv)
-    torch::Tensor row;    // [B, T, H]
-    torch::Tensor col;    // [B, H, K]
-    double coef = 1;
+    torch::Tensor query;       // [B, T, H, dh]
+    torch::Tensor key;         // [B, K, H, dh]; rows may be strided (a view of kv)
+    torch::Tensor log_weight;  // [H]: log pi_m by the key's head
+    double coef = 1;           // 1 / sigma_m^2
   };
   std::vector<Component> mixture;
   bool hard = false;
