@@ -406,7 +406,9 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
   expect_near(got, want, "output", tolerance);
   for (size_t i = 0; i < wrt.size(); ++i)
     expect_near(got_grads[i], want_grads[i], ("gradient of input " + std::to_string(i)).c_str(), tolerance);
-  if (bf16) EXPECT_GT(difference(got, reference(false).first), 3 * difference(got, want));
+  if (bf16) {
+    EXPECT_GT(difference(got, reference(false).first), 3 * difference(got, want));
+  }
 }
 
 TEST(ChunkedAttention, Bf16VariantProductsMatchTheFullMatricesOnRoundedOperands) {
