@@ -320,9 +320,7 @@ void squared_lengths(const uint16_t* x, int64_t count, float* s, int64_t n) {
   for (int64_t j = 0; j < count; ++j) {
     float sum = 0;
     for (int64_t e = 0; e < n; ++e) {
-      const uint32_t bits = static_cast<uint32_t>(x[j * n + e]) << 16;
-      float v;
-      std::memcpy(&v, &bits, sizeof v);
+      const float v = c10::detail::f32_from_bits(x[j * n + e]);
       sum += v * v;
     }
     s[j] = sum;
