@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "xl/model/kernels/amx_products.h"
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/parallel.h"
 
@@ -76,11 +77,13 @@ TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
   const CpuVectorUnits cpu = xl::model::this_cpu_vector_units(), used = xl::model::kernel_vector_units();
   const char* cap_env = std::getenv("XL_VECTOR_UNITS");
   const std::string cap = cap_env ? cap_env : "";
-  const int allowed = cap == "none" ? 0 : cap == "avx2" ? 2 : 3;
+  const int allowed = cap == "none" ? 0 : cap == "avx2" ? 2 : cap == "avx512" ? 3 : 4;
   EXPECT_EQ(used.avx512, cpu.avx512 && allowed >= 3) << cap;
   EXPECT_EQ(used.avx2_fma, cpu.avx2_fma && allowed >= 2) << cap;
   EXPECT_EQ(used.avx, cpu.avx && allowed >= 2) << cap;
   EXPECT_EQ(used.avx512_bf16, cpu.avx512_bf16 && allowed >= 3) << cap;
+  EXPECT_EQ(used.amx_bf16, cpu.amx_bf16 && allowed >= 4) << cap;
+  EXPECT_TRUE(!cpu.amx_bf16 || cpu.avx512_bf16);
 }
 
 TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
@@ -115,11 +118,17 @@ TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
 // past its threshold (cleared by the BLAS), one wider than 1,024 columns (A B^T in column blocks)
 // and single rows (A B^T as a matrix-vector product), against an explicit loop in double precision.
 // bf16: the operands rounded to bf16 (the loop reads the rounded values), through bf16_gemm_row_major.
-void expect_products_match_loops(const char* where, bool bf16 = false) {
+// amx: the same through the AMX tiles' product itself (beta 0 or 1), over whole tiles too (the
+// attention's 64 rows, d_head 64, hundreds of keys).
+enum class Product { kFp32, kBf16, kAmx };
+void expect_products_match_loops(const char* where, Product product = Product::kFp32) {
   torch::manual_seed(3);
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 53}, {300, 230, 7}, {5, 2100, 9}, {1, 2100, 9},
-                                {1, 29, 53}})
-    for (float beta : {0.5f, 0.0f})
+  const bool bf16 = product != Product::kFp32;
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{37, 29, 53}, {300, 230, 7}, {5, 2100, 9}, {1, 2100, 9},
+                                                               {1, 29, 53}};
+  if (product == Product::kAmx) shapes.insert(shapes.end(), {{64, 800, 64}, {64, 64, 800}, {800, 64, 64}, {32, 48, 96}});
+  for (auto [m, n, k] : shapes)
+    for (float beta : {product == Product::kAmx ? 1.0f : 0.5f, 0.0f})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
           // Stored as the transpose when op is T, with a leading dimension wider than the matrix.
@@ -131,7 +140,10 @@ void expect_products_match_loops(const char* where, bool bf16 = false) {
           if (beta == 0) c.narrow(1, 0, n).fill_(std::nanf(""));  // beta 0: C is never read
           auto c0 = c.clone();
           auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
-          if (bf16)
+          if (product == Product::kAmx)
+            xl::model::amx_bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
+                                               c.data_ptr<float>(), c.size(1));
+          else if (bf16)
             xl::model::bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
                                            c.data_ptr<float>(), c.size(1));
           else
@@ -147,7 +159,7 @@ void expect_products_match_loops(const char* where, bool bf16 = false) {
               const double e = std::abs(s - C[i][j]);
               worst = std::isnan(e) ? INFINITY : std::max(worst, e);
             }
-          EXPECT_LT(worst, 1e-4) << where << ": " << m << " x " << n << " beta " << beta << " trans_a " << ta
+          EXPECT_LT(worst, 1e-4 * std::max<double>(1, k / 16.0)) << where  // fp32 sums of k products << ": " << m << " x " << n << " beta " << beta << " trans_a " << ta
                                  << " trans_b " << tb;
           for (int64_t i = 0; i < m; ++i)  // the padding columns are untouched
             for (int64_t j = n; j < n + 2; ++j) EXPECT_EQ(C[i][j], C0[i][j]);
@@ -212,10 +224,19 @@ TEST(BlasGemm, Bf16ProductsMatchAnExplicitLoopOverTheRoundedOperands) {
   if (!xl::model::bf16_gemm_native())
     GTEST_SKIP() << "no bf16 products here: " << xl::model::gemm_choice_description();
   at::set_num_threads(2);
-  expect_products_match_loops("bf16, all threads", true);
+  expect_products_match_loops("bf16, all threads", Product::kBf16);
   xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
-    if (b == 0) expect_products_match_loops("bf16, one thread", true);
+    if (b == 0) expect_products_match_loops("bf16, one thread", Product::kBf16);
   });
+}
+
+TEST(BlasGemm, AmxTileProductsMatchAnExplicitLoopOverTheRoundedOperands) {
+  // One thread's bf16 products where the CPU has AMX (bf16_gemm_row_major sends them there; the
+  // test above checks them through it too): every transpose, edges of tiles in every dimension, odd
+  // leading dimensions, C added to or overwritten, nothing written past its columns.
+  if (!xl::model::amx_bf16_usable())
+    GTEST_SKIP() << "no AMX tiles here (vector units " << xl::model::kernel_vector_units_name() << ")";
+  expect_products_match_loops("AMX", Product::kAmx);
 }
 
 TEST(BlasThreads, SingleThreadedProductsKeepTheLoopsThreads) {

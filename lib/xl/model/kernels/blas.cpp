@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "xl/model/kernels/amx_products.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/row_kernels.h"
 
@@ -95,6 +96,7 @@ CpuVectorUnits this_cpu_vector_units() {
   u.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   u.avx512_bf16 = u.avx512 && __builtin_cpu_supports("avx512bf16");
+  u.amx_bf16 = u.avx512_bf16 && this_cpu_has_amx_bf16();
 #endif
   return u;
 }
@@ -103,11 +105,13 @@ CpuVectorUnits kernel_vector_units() {
   static const CpuVectorUnits units = [] {
     CpuVectorUnits u = this_cpu_vector_units();
     const std::string cap = lower(env("XL_VECTOR_UNITS"));
+    if (cap == "avx512" || cap == "avx2" || cap == "none") u.amx_bf16 = false;
     if (cap == "avx2" || cap == "none") u.avx512 = u.avx512_bf16 = false;
     if (cap == "none") u.avx = u.avx2_fma = false;
     // Said once, by the process that runs the tool (run_torch_tool re-executes the first).
-    if (!cap.empty() && cap != "avx512" && cap != "avx2" && cap != "none" && std::getenv("XL_RUNTIME_READY"))
-      std::fprintf(stderr, "xl: XL_VECTOR_UNITS=%s is not avx512, avx2 or none; using all this CPU has\n",
+    if (!cap.empty() && cap != "amx" && cap != "avx512" && cap != "avx2" && cap != "none" &&
+        std::getenv("XL_RUNTIME_READY"))
+      std::fprintf(stderr, "xl: XL_VECTOR_UNITS=%s is not amx, avx512, avx2 or none; using all this CPU has\n",
                    cap.c_str());
     return u;
   }();
@@ -116,7 +120,7 @@ CpuVectorUnits kernel_vector_units() {
 
 std::string kernel_vector_units_name() {
   const CpuVectorUnits u = kernel_vector_units();
-  return u.avx512 ? "avx512" : u.avx2_fma ? "avx2" : "none";
+  return u.amx_bf16 ? "amx" : u.avx512 ? "avx512" : u.avx2_fma ? "avx2" : "none";
 }
 
 std::string better_openblas_core(const std::string& chosen, const CpuVectorUnits& cpu) {
@@ -293,6 +297,8 @@ bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units(
 
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (amx_bf16_usable() && (beta == 0 || beta == 1) && on_this_thread_only())
+    return amx_bf16_gemm_row_major(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
   const int status =
       blas().onednn_gemm_bf16(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   if (status != 0) throw std::runtime_error("oneDNN's bf16 GEMM failed with status " + std::to_string(status));

@@ -46,13 +46,14 @@ struct CpuVectorUnits {
   bool avx2_fma = false;
   bool avx512 = false;  // F, BW, DQ and VL: what OpenBLAS's SkylakeX kernels use
   bool avx512_bf16 = false;  // bf16 dot products (every CPU with AMX-BF16 has them too)
+  bool amx_bf16 = false;     // bf16 products on AMX tiles, the process allowed to use them
 };
 CpuVectorUnits this_cpu_vector_units();
 // The units xl's own vector kernels (rows, dropout masks, Adam) may use: this CPU's, capped by
-// XL_VECTOR_UNITS (avx2: AVX2 and narrower; none: plain loops; avx512 or unset: all the CPU has) so
-// that one machine can check every path. The BLAS's choice is not capped.
+// XL_VECTOR_UNITS (avx512: AVX-512 without AMX; avx2: AVX2 and narrower; none: plain loops; amx or
+// unset: all the CPU has) so that one machine can check every path. The BLAS's choice is not capped.
 CpuVectorUnits kernel_vector_units();
-// Their name for -v and the benchmarks' JSON: avx512, avx2 or none.
+// Their name for -v and the benchmarks' JSON: amx, avx512, avx2 or none.
 std::string kernel_vector_units_name();
 
 // The core to ask OpenBLAS for, given the one it chose (any spelling) and what the CPU can run;
@@ -94,7 +95,10 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 // shapes at 720-940 against 225-275 (an Intel Xeon with AMX, 2 threads, 2026-12-02).
 bool bf16_gemm_native();
 // Row-major C[m, n] = op(A) op(B) + beta C with bf16 operands (their bit patterns), products and
-// sums in fp32 and an fp32 C. bf16_gemm_native() must hold.
+// sums in fp32 and an fp32 C. bf16_gemm_native() must hold. On one thread (inside a parallel
+// region, or with one thread in all), with beta 0 or 1, on AMX tiles of xl's own where
+// amx_bf16_usable() (amx_products.h: oneDNN ran the attention's small products at 228-451 GFLOP/s
+// a core, its packing and set-up as long as the product); elsewhere on oneDNN.
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "xl/model/kernels/amx_products.h"
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/parallel.h"
 #include "xl/model/kernels/product_operands.h"
@@ -297,6 +298,49 @@ class RoundedBlocks {
   std::array<std::vector<uint16_t>, kSlots> slots_;
 };
 
+// Operands::bf16 where AMX tiles run the products (amx_bf16_usable): each of a task's rounded
+// keys, values and positional keys packed into the tiles' layout once for each way its products
+// read it (as B^T for scores, as B for weighted sums), when first read. Packed again for each
+// product (every row block reads them), they took 6.6% of base bf16 training's samples against the
+// products' 10.3%; packed once a task, 2.8% (bench/HISTORY.md).
+class HeadTiles {
+ public:
+  // A new task's rows: what was packed is stale (the rounded rows' buffer is reused).
+  void start_task() {
+    for (Entry& e : entries_) e.rows = nullptr;
+  }
+  // C[m, len] = op(A)[m, dh] X[off : off + len]^T (trans_x), or C[m, dh] = op(A)[m, len]
+  // X[off : off + len], for X one of the task's rounded matrices: `count` rows of dh, ld apart.
+  void product(bool trans_a, bool trans_x, int64_t m, int64_t len, int64_t dh, const uint16_t* a, int64_t lda,
+               const uint16_t* x, int64_t ld, int64_t count, int64_t off, float beta, float* c, int64_t ldc) {
+    const int64_t k = trans_x ? dh : len, n = trans_x ? len : dh;
+    const int64_t row0 = trans_x ? 0 : off, col0 = trans_x ? off : 0;
+    if (amx_bf16_usable()) {
+      const AmxPackedB& packed = packed_rows(trans_x, x, ld, count, dh);
+      if (packed.holds(row0, k, col0, n))
+        return amx_bf16_gemm_packed(trans_a, m, n, k, a, lda, packed, row0, col0, beta, c, ldc);
+    }
+    bf16_gemm_row_major(trans_a, trans_x, m, n, k, a, lda, x + off * ld, ld, beta, c, ldc);
+  }
+
+ private:
+  struct Entry {
+    const uint16_t* rows = nullptr;
+    bool trans = false;
+    AmxPackedB packed;
+  };
+  const AmxPackedB& packed_rows(bool trans, const uint16_t* x, int64_t ld, int64_t count, int64_t dh) {
+    for (Entry& e : entries_)
+      if (e.rows == x && e.trans == trans) return e.packed;
+    auto free = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.rows == nullptr; });
+    Entry& e = free != entries_.end() ? *free : entries_.emplace_back();
+    e.rows = x, e.trans = trans;
+    e.packed.pack(trans, trans ? dh : count, trans ? count : dh, x, ld);
+    return e.packed;
+  }
+  std::vector<Entry> entries_;
+};
+
 // The rows task n reads: its operands' own, or (copies_heads) their copy in `copy`, made here.
 HeadRows<const float> rows_to_read(const Geometry& g, const Operands& x, int64_t n, std::vector<float>& copy) {
   if (!g.copies_heads()) return operand_rows(g, x, n);
@@ -392,8 +436,8 @@ int64_t probs_at(const Geometry& g, const RowBlock& rb) {
 // task n's (column_terms); its row terms are the block's, made here.
 // With Operands::bf16, in16 holds the rows rounded (round_head) and `rounded` the thread's slots.
 void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock& rb, const HeadRows<const float>& in,
-                 const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded, MixtureTerms& terms, float* scratch,
-                 std::vector<const float*>& scores_of, float* p, int64_t ldp, float* resp) {
+                 const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded, HeadTiles& tiles, MixtureTerms& terms,
+                 float* scratch, std::vector<const float*>& scores_of, float* p, int64_t ldp, float* resp) {
   const int64_t dh = g.dh, np = g.persistent, h = n % g.heads;
   const float inv_scale = 1.0f / x.scale;
   const float* q_u = x.q_u + g.q_at(n, rb.i0);
@@ -408,8 +452,8 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
   if (g.components == 0) {
     if (one_query) rows::dots(q_u, in.key, in.ld, rb.width, ac, dh);
     else if (x.bf16)
-      bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh),
-                          dh, in16.key, in16.ld, 0, ac, rb.width);
+      tiles.product(false, true, rb.rows, rb.width, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
+                    in16.key, in16.ld, g.k, 0, 0, ac, rb.width);
     else sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), in.key, in.ld, 0, ac, rb.width);
   } else {
     terms.row.resize(static_cast<size_t>(g.components * rb.rows));
@@ -439,8 +483,8 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     if (one_query)
       rows::dots(q_v, in.tables[b] + s.lo * in.ld_table, in.ld_table, s.table_width, bd, dh);
     else if (q_v16)
-      bf16_gemm_row_major(false, true, rb.rows, s.table_width, dh, q_v16, dh, in16.tables[b] + s.lo * in16.ld_table,
-                          in16.ld_table, 0, bd, s.table_width);
+      tiles.product(false, true, rb.rows, s.table_width, dh, q_v16, dh, in16.tables[b], in16.ld_table,
+                    g.keys[b].table, s.lo, 0, bd, s.table_width);
     else
       sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), in.tables[b] + s.lo * in.ld_table,
                       in.ld_table, 0, bd, s.table_width);
@@ -490,6 +534,7 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy;
     std::vector<uint16_t> copy16;
     RoundedBlocks rounded;
+    thread_local HeadTiles tiles;  // kept between calls: its packed rows are about a head's size
     MixtureTerms terms;
     std::vector<const float*> scores_of;
     HeadRows<const float> in;
@@ -500,20 +545,20 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       const RowBlock& rb = g.blocks[task % nb];
       if (n != read) {  // bf16: the products read the rounded copy, so no float copy is made
         in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
-        if (x.bf16) in16 = round_head(g, x, n, in, copy16);
+        if (x.bf16) in16 = round_head(g, x, n, in, copy16), tiles.start_task();
         if (g.components > 0) column_terms(g, x, n, in16, terms);
       }
       read = n;
       // Unkept, the probabilities follow block_probs' scratch in the buffer.
       float* p = probs ? probs + (n * g.t + rb.i0) * g.ld_probs() : buffer.data() + probs_at(g, rb);
       const int64_t ldp = probs ? g.ld_probs() : rb.ld;
-      block_probs(g, x, n, rb, in, in16, rounded, terms, buffer.data(), scores_of, p, ldp, resp);
+      block_probs(g, x, n, rb, in, in16, rounded, tiles, terms, buffer.data(), scores_of, p, ldp, resp);
       if (rb.rows == 1 && !x.bf16)
         rows::weighted_rows(p + np, in.value, in.ld, rb.width, out + g.q_at(n, rb.i0), dh);
       else if (x.bf16)
-        bf16_gemm_row_major(false, false, rb.rows, dh, rb.width,
-                            rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, in16.value,
-                            in16.ld, 0, out + g.q_at(n, rb.i0), g.ld_q());
+        tiles.product(false, false, rb.rows, rb.width, dh,
+                      rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, in16.value, in16.ld,
+                      g.k, 0, 0, out + g.q_at(n, rb.i0), g.ld_q());
       else
         sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, in.value, in.ld, 0, out + g.q_at(n, rb.i0),
                         g.ld_q());
@@ -651,6 +696,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
     std::vector<float> buffer(static_cast<size_t>(g.buffer)), copy, d_copy, recomputed;
     std::vector<uint16_t> copy16;
     RoundedBlocks rounded;
+    thread_local HeadTiles tiles;  // kept between calls: its packed rows are about a head's size
     MixtureTerms terms;
     std::vector<float> d_col(static_cast<size_t>(g.components * g.k));  // the task's column terms' gradients
     std::vector<const float*> scores_of;
@@ -659,6 +705,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
       const int64_t batch = n / g.heads, h = n % g.heads;
       const HeadRows<const float> in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
       const HeadRows<const uint16_t> in16 = x.bf16 ? round_head(g, x, n, in, copy16) : HeadRows<const uint16_t>{};
+      tiles.start_task();
       const HeadRows<float> d_in = gradient_rows(g, d, n);
       const HeadRows<float> d_rows = g.copies_heads() ? contiguous_rows(g, d_copy.data()) : d_in;
       const int64_t pers_at = batch * g.heads * np * dh + g.persistent_at(n);
@@ -680,7 +727,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         const float* p = probs ? probs + (n * g.t + rb.i0) * ldp : nullptr;
         if (!probs) {
           recomputed.resize(static_cast<size_t>(rb.rows * rb.ld));
-          block_probs(g, x, n, rb, in, in16, rounded, terms, buffer.data(), scores_of, recomputed.data(), ldp, nullptr);
+          block_probs(g, x, n, rb, in, in16, rounded, tiles, terms, buffer.data(), scores_of, recomputed.data(), ldp,
+                      nullptr);
           p = recomputed.data();
         }
         const float* go = grad_out + at;
@@ -688,7 +736,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         float* g_context = gs + np;
         const uint16_t* go16 = x.bf16 ? rounded(RoundedBlocks::kOutGrad, go, g.ld_q(), rb.rows, dh) : nullptr;
         if (go16) {
-          bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, go16, dh, in16.value, in16.ld, 0, g_context, ldg);
+          tiles.product(false, true, rb.rows, rb.width, dh, go16, dh, in16.value, in16.ld, g.k, 0, 0, g_context, ldg);
           bf16_gemm_row_major(true, false, rb.width, dh, rb.rows,
                               rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, go16, dh,
                               kv_beta, d_rows.value, d_rows.ld);
@@ -729,8 +777,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         float* g_bd = gs + rb.rows * ldg;
         if (g.components == 0 && x.bf16) {
           const uint16_t* gc16 = rounded(RoundedBlocks::kScores, g_context, ldg, rb.rows, rb.width);
-          bf16_gemm_row_major(false, false, rb.rows, dh, rb.width, gc16, rb.width, in16.key, in16.ld, q_u_beta,
-                              d.q_u + at, g.ld_q());
+          tiles.product(false, false, rb.rows, rb.width, dh, gc16, rb.width, in16.key, in16.ld, g.k, 0, q_u_beta,
+                        d.q_u + at, g.ld_q());
           bf16_gemm_row_major(true, false, rb.width, dh, rb.rows, gc16, rb.width,
                               rounded(RoundedBlocks::kQueryU, x.q_u + at, g.ld_q(), rb.rows, dh), dh, kv_beta,
                               d_rows.key, d_rows.ld);
@@ -768,8 +816,8 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           }
           if (q_v16) {
             const uint16_t* g_bd16 = rounded(RoundedBlocks::kScores, g_bd, s.table_width, rb.rows, s.table_width);
-            bf16_gemm_row_major(false, false, rb.rows, dh, s.table_width, g_bd16, s.table_width,
-                                in16.tables[b] + s.lo * in16.ld_table, in16.ld_table, beta, d.q_v + at, g.ld_q());
+            tiles.product(false, false, rb.rows, s.table_width, dh, g_bd16, s.table_width, in16.tables[b],
+                          in16.ld_table, g.keys[b].table, s.lo, beta, d.q_v + at, g.ld_q());
             bf16_gemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd16, s.table_width, q_v16, dh,
                                 table_beta[b], d_table + s.lo * d_rows.ld_table, d_rows.ld_table);
           } else {
