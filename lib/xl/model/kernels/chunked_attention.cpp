@@ -299,8 +299,9 @@ class RoundedBlocks {
 };
 
 // Operands::bf16 where AMX tiles run the products (amx_bf16_usable): each of a task's rounded
-// keys, values and positional keys packed into the tiles' layout once for each way its products
-// read it (as B^T for scores, as B for weighted sums), when first read. Packed again for each
+// keys, values and positional keys (and the variants' component keys, persistent keys and values)
+// packed into the tiles' layout once for each way its products read it (as B^T for scores, as B
+// for weighted sums), when first read. Packed again for each
 // product (every row block reads them), they took 6.6% of base bf16 training's samples against the
 // products' 10.3%; packed once a task, 2.8% (bench/HISTORY.md).
 class HeadTiles {
@@ -465,8 +466,8 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
       if (x.bf16) {
         const uint16_t* query16 = rounded(RoundedBlocks::kComponentQuery, query, g.ld_q(), rb.rows, dh);
         squared_lengths(query16, rb.rows, row_terms, dh);
-        bf16_gemm_row_major(false, true, rb.rows, rb.width, dh, query16, dh, in16.components + m * g.k * dh, dh, 0,
-                            product, rb.width);
+        tiles.product(false, true, rb.rows, rb.width, dh, query16, dh, in16.components + m * g.k * dh, dh, g.k, 0, 0,
+                      product, rb.width);
       } else {
         rows::squared_lengths(query, g.ld_q(), rb.rows, row_terms, dh);
         sgemm_row_major(false, true, rb.rows, rb.width, dh, query, g.ld_q(),
@@ -497,8 +498,8 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     bd += rb.rows * s.table_width;
   }
   if (np > 0 && x.bf16)
-    bf16_gemm_row_major(false, true, rb.rows, np, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
-                        in16.persistent, dh, 0, p, ldp);
+    tiles.product(false, true, rb.rows, np, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
+                  in16.persistent, dh, np, 0, 0, p, ldp);
   else if (np > 0)
     sgemm_row_major(false, true, rb.rows, np, dh, q_u, g.ld_q(), x.persistent_key + g.persistent_at(n), dh, 0, p, ldp);
   for (int64_t row = 0; row < rb.rows; ++row) {
@@ -563,8 +564,8 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
         sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, in.value, in.ld, 0, out + g.q_at(n, rb.i0),
                         g.ld_q());
       if (np > 0 && x.bf16)
-        bf16_gemm_row_major(false, false, rb.rows, dh, np, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
-                            in16.persistent + np * dh, dh, 1, out + g.q_at(n, rb.i0), g.ld_q());
+        tiles.product(false, false, rb.rows, np, dh, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
+                      in16.persistent + np * dh, dh, np, 0, 1, out + g.q_at(n, rb.i0), g.ld_q());
       else if (np > 0)
         sgemm_row_major(false, false, rb.rows, dh, np, p, ldp, x.persistent_value + g.persistent_at(n), dh, 1,
                         out + g.q_at(n, rb.i0), g.ld_q());
@@ -623,10 +624,11 @@ void add_scaled(const float* x, float f, float* y, int64_t n) {
 // row stride ldg): into its query and key, and its column terms' into d_col [K] (task n's, added
 // to its keys by column_terms_backward). ds: rows x width scratch. The squared lengths' gradients
 // take the float rows (with bf16 products too: within the rounding of the products' own).
-// With Operands::bf16, in16 holds the rounded component keys (round_head), `rounded` the thread's slots.
+// With Operands::bf16, in16 holds the rounded component keys (round_head), `rounded` and `tiles` the
+// thread's slots and packed rows.
 void mixture_backward(const Geometry& g, const Operands& x, const float* resp, const Gradients& d, int64_t n,
                       const RowBlock& rb, int64_t m, const float* gs, int64_t ldg, float* ds, float* d_col,
-                      const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded) {
+                      const HeadRows<const uint16_t>& in16, RoundedBlocks& rounded, HeadTiles& tiles) {
   const Component& c = x.mixture[m];
   const int64_t plane = g.n() * g.t * g.k;
   std::array<float, kBlockRows> d_row;  // the row terms' gradients
@@ -641,8 +643,8 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
   const float query_beta = d.adds_query[static_cast<size_t>(m)] ? 1.0f : 0.0f;
   if (x.bf16) {
     const uint16_t* ds16 = rounded(RoundedBlocks::kComponentGrad, ds, rb.width, rb.rows, rb.width);
-    bf16_gemm_row_major(false, false, rb.rows, g.dh, rb.width, ds16, rb.width, in16.components + m * g.k * g.dh, g.dh,
-                        query_beta, d.query[m] + at, g.ld_q());
+    tiles.product(false, false, rb.rows, rb.width, g.dh, ds16, rb.width, in16.components + m * g.k * g.dh, g.dh, g.k,
+                  0, query_beta, d.query[m] + at, g.ld_q());
     bf16_gemm_row_major(true, false, rb.width, g.dh, rb.rows, ds16, rb.width,
                         rounded(RoundedBlocks::kComponentQuery, c.query + at, g.ld_q(), rb.rows, g.dh), g.dh, 1,
                         d.key[m] + grad_key_at, g.ld_q());
@@ -746,7 +748,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
                           d_rows.ld);
         }
         if (np > 0 && go16) {
-          bf16_gemm_row_major(false, true, rb.rows, np, dh, go16, dh, in16.persistent + np * dh, dh, 0, gs, ldg);
+          tiles.product(false, true, rb.rows, np, dh, go16, dh, in16.persistent + np * dh, dh, np, 0, 0, gs, ldg);
           bf16_gemm_row_major(true, false, np, dh, rb.rows, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np),
                               np, go16, dh, 1, d.persistent_value + pers_at, dh);
         } else if (np > 0) {
@@ -764,7 +766,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         float q_u_beta = 0;
         if (np > 0 && x.bf16) {
           const uint16_t* gs16 = rounded(RoundedBlocks::kPersistent, gs, ldg, rb.rows, np);
-          bf16_gemm_row_major(false, false, rb.rows, dh, np, gs16, np, in16.persistent, dh, 0, d.q_u + at, g.ld_q());
+          tiles.product(false, false, rb.rows, np, dh, gs16, np, in16.persistent, dh, np, 0, 0, d.q_u + at, g.ld_q());
           bf16_gemm_row_major(true, false, np, dh, rb.rows, gs16, np,
                               rounded(RoundedBlocks::kQueryU, x.q_u + at, g.ld_q(), rb.rows, dh), dh, 1,
                               d.persistent_key + pers_at, dh);
@@ -790,7 +792,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         } else {
           for (int64_t m = 0; m < g.components; ++m)
             mixture_backward(g, x, resp, d, n, rb, m, g_context, ldg, g_bd + rb.table_scores, d_col.data() + m * g.k,
-                             in16, rounded);
+                             in16, rounded, tiles);
         }
         // Positional scores: d(scores) moved to table columns, one key block at a time.
         const uint16_t* q_v16 = x.bf16 ? rounded(RoundedBlocks::kQueryV, x.q_v + at, g.ld_q(), rb.rows, dh) : nullptr;
