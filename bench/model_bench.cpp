@@ -33,6 +33,7 @@
 #include "xl/eval/generate.h"
 #include "xl/model/cross_head.h"
 #include "xl/model/device.h"
+#include "xl/model/kernels/amx_products.h"
 #include "xl/model/kernels/blas.h"
 #include "xl/model/kernels/chunked_attention.h"
 #include "xl/model/kernels/cuda_support.h"
@@ -122,6 +123,42 @@ double onednn_peak_gflops() {
     blas().onednn_sgemm('N', 'N', n, n, n, 1.0f, a.data_ptr<float>(), n, b.data_ptr<float>(), n, 0.0f,
                         c.data_ptr<float>(), n);
   });
+}
+
+// The CPU's bf16 peak on AMX tiles (0 without them): xl's tile product on each thread's own
+// operands, in cache (256 x 256 x 1024, B packed once), on every thread at once, median of 5. On
+// AMX, oneDNN's bf16 GEMM at 2048^3 waits on memory: one core of an Intel Xeon (2026-12-03) ran it
+// at 589-601 GFLOP/s and 128 x 512 x 512 in cache at 1,014, where the tiles ran 256 x 256 x 1024 at
+// 1,277. A peak from the large products alone would let bf16 MFU read twice what the chip allows.
+double amx_tiles_peak_gflops() {
+  if (!amx_bf16_usable()) return 0;
+  constexpr int64_t m = 256, n = 256, k = 1024, reps = 100;
+  const int64_t threads = at::get_num_threads();
+  auto bits = [](const torch::Tensor& x) { return reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()); };
+  struct Operands {
+    torch::Tensor a, c;
+    AmxPackedB b;
+  };
+  std::vector<Operands> ops(static_cast<size_t>(threads));
+  for (Operands& o : ops) {
+    o.a = torch::randn({m, k}).to(torch::kBFloat16);
+    o.c = torch::empty({m, n});
+    o.b.pack(false, k, n, bits(torch::randn({k, n}).to(torch::kBFloat16)), n);
+  }
+  std::vector<double> rates;
+  for (int r = 0; r < 6; ++r) {  // the first warms the caches up
+    auto t = Clock::now();
+    parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t task = t0; task < t1; ++task) {
+        Operands& o = ops[static_cast<size_t>(task)];
+        for (int64_t i = 0; i < reps; ++i)
+          amx_bf16_gemm_packed(false, m, n, k, bits(o.a), k, o.b, 0, 0, 0, o.c.data_ptr<float>(), n);
+      }
+    });
+    if (r > 0) rates.push_back(2.0 * m * n * k * reps * threads / seconds_since(t) / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 // The tokens the steps read: uniform over a byte vocab; over a word vocab (cutoffs), drawn by
@@ -302,7 +339,8 @@ int main(int argc, char** argv) {
     const bool measure_peak = env_or("XL_BENCH_PEAK", "on") != "off";
     const double blas_peak = measure_peak ? gemm_peak_gflops(device, dtype) : 0.0;
     const double onednn_peak = measure_peak && device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
-    const double peak = std::max(blas_peak, onednn_peak);
+    const double tiles_peak = measure_peak && device.is_cpu() && dtype == torch::kBFloat16 ? amx_tiles_peak_gflops() : 0.0;
+    const double peak = std::max({blas_peak, onednn_peak, tiles_peak});
     const double peak_fp32 = dtype == torch::kFloat || !measure_peak ? peak : gemm_peak_gflops(device, torch::kFloat);
     double tok_s = timed * b * tgt / elapsed;
     double nonemb = static_cast<double>(model->parameter_count(true));
@@ -325,6 +363,10 @@ int main(int argc, char** argv) {
     if (onednn_peak > 0) {  // the peak's two candidates
       j["gemm_peak_blas_gflops"] = blas_peak;
       j["gemm_peak_onednn_gflops"] = onednn_peak;
+    }
+    if (tiles_peak > 0) {  // bf16's: LibTorch's product at 2048^3 and 4096^3, xl's tiles in cache
+      j["gemm_peak_mm_gflops"] = blas_peak;
+      j["gemm_peak_amx_tiles_gflops"] = tiles_peak;
     }
     j["vector_kernels"] = kernel_vector_units_name();
     if (device.is_cuda()) {
