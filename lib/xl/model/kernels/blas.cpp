@@ -210,9 +210,11 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
 }
 
 std::string gemm_choice_description() {
-  const std::string bf16 = bf16_gemm_native()
-                               ? "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, fp32 sums"
-                               : "; bf16 products in autocast's tensor ops (no AVX-512 BF16 or no oneDNN)";
+  const std::string bf16 =
+      !bf16_gemm_native()   ? "; bf16 products in autocast's tensor ops (no AVX-512 BF16 or no oneDNN)"
+      : amx_bf16_usable()   ? "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, one thread's on AMX tiles of "
+                              "xl's own, fp32 sums"
+                            : "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, fp32 sums";
   if (!blas().onednn_sgemm) return "BLAS" + bf16;
   struct Version {
     int major, minor, patch;
@@ -297,7 +299,7 @@ bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units(
 
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (amx_bf16_usable() && (beta == 0 || beta == 1) && on_this_thread_only())
+  if (!trans_a && amx_bf16_usable() && (beta == 0 || beta == 1) && on_this_thread_only())
     return amx_bf16_gemm_row_major(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
   const int status =
       blas().onednn_gemm_bf16(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
