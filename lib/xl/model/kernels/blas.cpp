@@ -299,7 +299,12 @@ bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units(
 
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (!trans_a && amx_bf16_usable() && (beta == 0 || beta == 1) && on_this_thread_only())
+  // Small ones only (the attention's are at most a few million multiply-adds): packing a large B
+  // per call (a word-level output layer's 20,003 x 624 with --threads 1) would keep tens of MB a
+  // thread for products oneDNN runs as fast.
+  constexpr int64_t kTileProductsMax = int64_t{1} << 24;
+  if (!trans_a && m * n * k <= kTileProductsMax && amx_bf16_usable() && (beta == 0 || beta == 1) &&
+      on_this_thread_only())
     return amx_bf16_gemm_row_major(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
   const int status =
       blas().onednn_gemm_bf16(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
