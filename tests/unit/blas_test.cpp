@@ -159,8 +159,10 @@ void expect_products_match_loops(const char* where, Product product = Product::k
               const double e = std::abs(s - C[i][j]);
               worst = std::isnan(e) ? INFINITY : std::max(worst, e);
             }
-          EXPECT_LT(worst, 1e-4 * std::max<double>(1, k / 16.0)) << where  // fp32 sums of k products << ": " << m << " x " << n << " beta " << beta << " trans_a " << ta
-                                 << " trans_b " << tb;
+          // fp32 sums of k products: their rounding grows with k.
+          EXPECT_LT(worst, 1e-4 * std::max<double>(1, k / 16.0))
+              << where << ": " << m << " x " << n << " x " << k << " beta " << beta << " trans_a " << ta << " trans_b "
+              << tb;
           for (int64_t i = 0; i < m; ++i)  // the padding columns are untouched
             for (int64_t j = n; j < n + 2; ++j) EXPECT_EQ(C[i][j], C0[i][j]);
         }
@@ -231,9 +233,10 @@ TEST(BlasGemm, Bf16ProductsMatchAnExplicitLoopOverTheRoundedOperands) {
 }
 
 TEST(BlasGemm, AmxTileProductsMatchAnExplicitLoopOverTheRoundedOperands) {
-  // One thread's bf16 products where the CPU has AMX (bf16_gemm_row_major sends them there; the
-  // test above checks them through it too): every transpose, edges of tiles in every dimension, odd
-  // leading dimensions, C added to or overwritten, nothing written past its columns.
+  // One thread's bf16 products where the CPU has AMX (bf16_gemm_row_major sends the small ones
+  // whose A is not transposed there, so the test above checks them through it too): every
+  // transpose, edges of tiles in every dimension, odd leading dimensions, C added to or
+  // overwritten, nothing written past its columns.
   if (!xl::model::amx_bf16_usable())
     GTEST_SKIP() << "no AMX tiles here (vector units " << xl::model::kernel_vector_units_name() << ")";
   expect_products_match_loops("AMX", Product::kAmx);
