@@ -55,6 +55,7 @@ constexpr int64_t kTile = 16, kTileK = 32;  // rows (and columns) of a tile; bf1
 constexpr int64_t kTileWords = kTile * kTile;  // 32-bit words of a tile: 1 KB
 
 int64_t tiles(int64_t n, int64_t per) { return (n + per - 1) / per; }
+int64_t k_tiles(int64_t k) { return tiles(std::max<int64_t>(k, 1), kTileK); }  // at least one (k 0: zeros)
 
 // GCC 12 takes the AVX-512 headers' deliberately undefined vectors for uninitialised ones (its bug
 // 105593, fixed in 13).
@@ -258,7 +259,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void run_tiles(const TileSource& a,
 // A's tiles: read in place where op(A) is A and whole tiles of it (rows of 32 bf16 from each
 // row), else packed into `packed`.
 TileSource a_tiles(bool trans_a, int64_t m, int64_t k, const uint16_t* a, int64_t lda, std::vector<uint16_t>& packed) {
-  const int64_t mt = tiles(m, kTile), kt = tiles(std::max<int64_t>(k, 1), kTileK);
+  const int64_t mt = tiles(m, kTile), kt = k_tiles(k);
   if (!trans_a && m % kTile == 0 && k % kTileK == 0) return TileSource{a, kTile * lda, kTileK, 2 * lda};
   packed.resize(static_cast<size_t>(mt * kt * kTile * kTileK));
   const Operand op{a, lda, trans_a, m, k};
@@ -275,7 +276,7 @@ void check_beta(float beta) {
 
 void AmxPackedB::pack(bool trans, int64_t k, int64_t n, const uint16_t* b, int64_t ld) {
   k_ = k, n_ = n;
-  kt_ = tiles(std::max<int64_t>(k, 1), kTileK);
+  kt_ = k_tiles(k);
   const int64_t nt = tiles(n, kTile);
   tiles_.resize(static_cast<size_t>(nt * kt_ * kTile * kTileK));
   const Operand op{b, ld, trans, k, n};
@@ -297,7 +298,7 @@ void amx_bf16_gemm_packed(bool trans_a, int64_t m, int64_t n, int64_t k, const u
   const int64_t step = b.kt_ * kTile * kTileK;
   const TileSource bt{b.tiles_.data() + (col0 / kTile) * step + (row0 / kTileK) * kTile * kTileK, step,
                       kTile * kTileK, 64};
-  run_tiles(at, bt, tiles(m, kTile), tiles(n, kTile), tiles(std::max<int64_t>(k, 1), kTileK), m, n, beta, c, ldc);
+  run_tiles(at, bt, tiles(m, kTile), tiles(n, kTile), k_tiles(k), m, n, beta, c, ldc);
 }
 
 void amx_bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,

@@ -98,9 +98,9 @@ bool bf16_gemm_native();
 // sums in fp32 and an fp32 C. bf16_gemm_native() must hold. On one thread (inside a parallel
 // region, or with one thread in all), with beta 0 or 1, A not transposed and at most 2^24
 // multiply-adds (the attention's per-head products), on AMX tiles of xl's own where
-// amx_bf16_usable() (amx_products.h: oneDNN ran those small products at 228-451 GFLOP/s a core,
-// its packing and set-up as long as the product); elsewhere on oneDNN (A^T B at the attention's
-// 800-1,088 x 64 x 64: 289-371 GFLOP/s, the tiles 275-332 with A^T packed per call).
+// amx_bf16_usable() (amx_products.h; per call, 64 x 800 x 64 A B^T ran at 406 GFLOP/s a core on
+// the tiles, 309 on oneDNN); elsewhere on oneDNN (A^T B at the attention's 800-1,088 x 64 x 64:
+// 289-371 GFLOP/s, the tiles 275-332 with A^T packed per call).
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

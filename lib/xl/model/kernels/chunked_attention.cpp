@@ -310,18 +310,18 @@ class HeadTiles {
   void start_task() {
     for (Entry& e : entries_) e.rows = nullptr;
   }
-  // C[m, len] = op(A)[m, dh] X[off : off + len]^T (trans_x), or C[m, dh] = op(A)[m, len]
-  // X[off : off + len], for X one of the task's rounded matrices: `count` rows of dh, ld apart.
-  void product(bool trans_a, bool trans_x, int64_t m, int64_t len, int64_t dh, const uint16_t* a, int64_t lda,
-               const uint16_t* x, int64_t ld, int64_t count, int64_t off, float beta, float* c, int64_t ldc) {
+  // C[m, len] = A[m, dh] X[off : off + len]^T (trans_x), or C[m, dh] = A[m, len] X[off : off + len],
+  // for X one of the task's rounded matrices: `count` rows of dh, ld apart.
+  void product(bool trans_x, int64_t m, int64_t len, int64_t dh, const uint16_t* a, int64_t lda, const uint16_t* x,
+               int64_t ld, int64_t count, int64_t off, float beta, float* c, int64_t ldc) {
     const int64_t k = trans_x ? dh : len, n = trans_x ? len : dh;
     const int64_t row0 = trans_x ? 0 : off, col0 = trans_x ? off : 0;
     if (amx_bf16_usable()) {
       const AmxPackedB& packed = packed_rows(trans_x, x, ld, count, dh);
       if (packed.holds(row0, k, col0, n))
-        return amx_bf16_gemm_packed(trans_a, m, n, k, a, lda, packed, row0, col0, beta, c, ldc);
+        return amx_bf16_gemm_packed(false, m, n, k, a, lda, packed, row0, col0, beta, c, ldc);
     }
-    bf16_gemm_row_major(trans_a, trans_x, m, n, k, a, lda, x + off * ld, ld, beta, c, ldc);
+    bf16_gemm_row_major(false, trans_x, m, n, k, a, lda, x + off * ld, ld, beta, c, ldc);
   }
 
  private:
@@ -453,7 +453,7 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
   if (g.components == 0) {
     if (one_query) rows::dots(q_u, in.key, in.ld, rb.width, ac, dh);
     else if (x.bf16)
-      tiles.product(false, true, rb.rows, rb.width, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
+      tiles.product(true, rb.rows, rb.width, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
                     in16.key, in16.ld, g.k, 0, 0, ac, rb.width);
     else sgemm_row_major(false, true, rb.rows, rb.width, dh, q_u, g.ld_q(), in.key, in.ld, 0, ac, rb.width);
   } else {
@@ -466,7 +466,7 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
       if (x.bf16) {
         const uint16_t* query16 = rounded(RoundedBlocks::kComponentQuery, query, g.ld_q(), rb.rows, dh);
         squared_lengths(query16, rb.rows, row_terms, dh);
-        tiles.product(false, true, rb.rows, rb.width, dh, query16, dh, in16.components + m * g.k * dh, dh, g.k, 0, 0,
+        tiles.product(true, rb.rows, rb.width, dh, query16, dh, in16.components + m * g.k * dh, dh, g.k, 0, 0,
                       product, rb.width);
       } else {
         rows::squared_lengths(query, g.ld_q(), rb.rows, row_terms, dh);
@@ -484,7 +484,7 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     if (one_query)
       rows::dots(q_v, in.tables[b] + s.lo * in.ld_table, in.ld_table, s.table_width, bd, dh);
     else if (q_v16)
-      tiles.product(false, true, rb.rows, s.table_width, dh, q_v16, dh, in16.tables[b], in16.ld_table,
+      tiles.product(true, rb.rows, s.table_width, dh, q_v16, dh, in16.tables[b], in16.ld_table,
                     g.keys[b].table, s.lo, 0, bd, s.table_width);
     else
       sgemm_row_major(false, true, rb.rows, s.table_width, dh, q_v, g.ld_q(), in.tables[b] + s.lo * in.ld_table,
@@ -498,7 +498,7 @@ void block_probs(const Geometry& g, const Operands& x, int64_t n, const RowBlock
     bd += rb.rows * s.table_width;
   }
   if (np > 0 && x.bf16)
-    tiles.product(false, true, rb.rows, np, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
+    tiles.product(true, rb.rows, np, dh, rounded(RoundedBlocks::kQueryU, q_u, g.ld_q(), rb.rows, dh), dh,
                   in16.persistent, dh, np, 0, 0, p, ldp);
   else if (np > 0)
     sgemm_row_major(false, true, rb.rows, np, dh, q_u, g.ld_q(), x.persistent_key + g.persistent_at(n), dh, 0, p, ldp);
@@ -546,7 +546,10 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       const RowBlock& rb = g.blocks[task % nb];
       if (n != read) {  // bf16: the products read the rounded copy, so no float copy is made
         in = x.bf16 ? operand_rows(g, x, n) : rows_to_read(g, x, n, copy);
-        if (x.bf16) in16 = round_head(g, x, n, in, copy16), tiles.start_task();
+        if (x.bf16) {
+          in16 = round_head(g, x, n, in, copy16);
+          tiles.start_task();
+        }
         if (g.components > 0) column_terms(g, x, n, in16, terms);
       }
       read = n;
@@ -557,14 +560,14 @@ void forward_blocks(const Geometry& g, const Operands& x, float* out, float* pro
       if (rb.rows == 1 && !x.bf16)
         rows::weighted_rows(p + np, in.value, in.ld, rb.width, out + g.q_at(n, rb.i0), dh);
       else if (x.bf16)
-        tiles.product(false, false, rb.rows, rb.width, dh,
+        tiles.product(false, rb.rows, rb.width, dh,
                       rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, in16.value, in16.ld,
                       g.k, 0, 0, out + g.q_at(n, rb.i0), g.ld_q());
       else
         sgemm_row_major(false, false, rb.rows, dh, rb.width, p + np, ldp, in.value, in.ld, 0, out + g.q_at(n, rb.i0),
                         g.ld_q());
       if (np > 0 && x.bf16)
-        tiles.product(false, false, rb.rows, np, dh, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
+        tiles.product(false, rb.rows, np, dh, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np), np,
                       in16.persistent + np * dh, dh, np, 0, 1, out + g.q_at(n, rb.i0), g.ld_q());
       else if (np > 0)
         sgemm_row_major(false, false, rb.rows, dh, np, p, ldp, x.persistent_value + g.persistent_at(n), dh, 1,
@@ -643,7 +646,7 @@ void mixture_backward(const Geometry& g, const Operands& x, const float* resp, c
   const float query_beta = d.adds_query[static_cast<size_t>(m)] ? 1.0f : 0.0f;
   if (x.bf16) {
     const uint16_t* ds16 = rounded(RoundedBlocks::kComponentGrad, ds, rb.width, rb.rows, rb.width);
-    tiles.product(false, false, rb.rows, rb.width, g.dh, ds16, rb.width, in16.components + m * g.k * g.dh, g.dh, g.k,
+    tiles.product(false, rb.rows, rb.width, g.dh, ds16, rb.width, in16.components + m * g.k * g.dh, g.dh, g.k,
                   0, query_beta, d.query[m] + at, g.ld_q());
     bf16_gemm_row_major(true, false, rb.width, g.dh, rb.rows, ds16, rb.width,
                         rounded(RoundedBlocks::kComponentQuery, c.query + at, g.ld_q(), rb.rows, g.dh), g.dh, 1,
@@ -738,7 +741,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         float* g_context = gs + np;
         const uint16_t* go16 = x.bf16 ? rounded(RoundedBlocks::kOutGrad, go, g.ld_q(), rb.rows, dh) : nullptr;
         if (go16) {
-          tiles.product(false, true, rb.rows, rb.width, dh, go16, dh, in16.value, in16.ld, g.k, 0, 0, g_context, ldg);
+          tiles.product(true, rb.rows, rb.width, dh, go16, dh, in16.value, in16.ld, g.k, 0, 0, g_context, ldg);
           bf16_gemm_row_major(true, false, rb.width, dh, rb.rows,
                               rounded(RoundedBlocks::kScores, p + np, ldp, rb.rows, rb.width), rb.width, go16, dh,
                               kv_beta, d_rows.value, d_rows.ld);
@@ -748,7 +751,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
                           d_rows.ld);
         }
         if (np > 0 && go16) {
-          tiles.product(false, true, rb.rows, np, dh, go16, dh, in16.persistent + np * dh, dh, np, 0, 0, gs, ldg);
+          tiles.product(true, rb.rows, np, dh, go16, dh, in16.persistent + np * dh, dh, np, 0, 0, gs, ldg);
           bf16_gemm_row_major(true, false, np, dh, rb.rows, rounded(RoundedBlocks::kPersistent, p, ldp, rb.rows, np),
                               np, go16, dh, 1, d.persistent_value + pers_at, dh);
         } else if (np > 0) {
@@ -766,7 +769,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         float q_u_beta = 0;
         if (np > 0 && x.bf16) {
           const uint16_t* gs16 = rounded(RoundedBlocks::kPersistent, gs, ldg, rb.rows, np);
-          tiles.product(false, false, rb.rows, np, dh, gs16, np, in16.persistent, dh, np, 0, 0, d.q_u + at, g.ld_q());
+          tiles.product(false, rb.rows, np, dh, gs16, np, in16.persistent, dh, np, 0, 0, d.q_u + at, g.ld_q());
           bf16_gemm_row_major(true, false, np, dh, rb.rows, gs16, np,
                               rounded(RoundedBlocks::kQueryU, x.q_u + at, g.ld_q(), rb.rows, dh), dh, 1,
                               d.persistent_key + pers_at, dh);
@@ -779,7 +782,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
         float* g_bd = gs + rb.rows * ldg;
         if (g.components == 0 && x.bf16) {
           const uint16_t* gc16 = rounded(RoundedBlocks::kScores, g_context, ldg, rb.rows, rb.width);
-          tiles.product(false, false, rb.rows, rb.width, dh, gc16, rb.width, in16.key, in16.ld, g.k, 0, q_u_beta,
+          tiles.product(false, rb.rows, rb.width, dh, gc16, rb.width, in16.key, in16.ld, g.k, 0, q_u_beta,
                         d.q_u + at, g.ld_q());
           bf16_gemm_row_major(true, false, rb.width, dh, rb.rows, gc16, rb.width,
                               rounded(RoundedBlocks::kQueryU, x.q_u + at, g.ld_q(), rb.rows, dh), dh, kv_beta,
@@ -818,7 +821,7 @@ void backward_blocks(const Geometry& g, const Operands& x, const float* probs, c
           }
           if (q_v16) {
             const uint16_t* g_bd16 = rounded(RoundedBlocks::kScores, g_bd, s.table_width, rb.rows, s.table_width);
-            tiles.product(false, false, rb.rows, s.table_width, dh, g_bd16, s.table_width, in16.tables[b],
+            tiles.product(false, rb.rows, s.table_width, dh, g_bd16, s.table_width, in16.tables[b],
                           in16.ld_table, g.keys[b].table, s.lo, beta, d.q_v + at, g.ld_q());
             bf16_gemm_row_major(true, false, s.table_width, dh, rb.rows, g_bd16, s.table_width, q_v16, dh,
                                 table_beta[b], d_table + s.lo * d_rows.ld_table, d_rows.ld_table);
