@@ -58,10 +58,12 @@ bool in_parallel_region() {
   static const auto in_parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_in_parallel"));
   return in_parallel && in_parallel();
 }
-bool one_thread_in_all() {
+// The threads a parallel region started here would have (1 without OpenMP).
+int64_t region_threads() {
   static const auto max_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  return max_threads && max_threads() == 1;
+  return max_threads ? std::max(1, max_threads()) : 1;
 }
+bool one_thread_in_all() { return region_threads() == 1; }
 
 // Whether a oneDNN call made here runs on this thread alone: oneDNN (built on the OpenMP runtime
 // LibTorch loaded) goes serial inside a parallel region and uses OpenMP's thread count outside.
@@ -212,8 +214,8 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
 std::string gemm_choice_description() {
   const std::string bf16 =
       !bf16_gemm_native()   ? "; bf16 products in autocast's tensor ops (no AVX-512 BF16 or no oneDNN)"
-      : amx_bf16_usable()   ? "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, one thread's on AMX tiles of "
-                              "xl's own, fp32 sums"
+      : amx_bf16_usable()   ? "; bf16 products in xl's kernels on AMX tiles of xl's own (A^T, and a thread's own "
+                              "largest, on oneDNN's bf16 GEMM), fp32 sums"
                             : "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, fp32 sums";
   if (!blas().onednn_sgemm) return "BLAS" + bf16;
   struct Version {
@@ -295,6 +297,30 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   blas().sgemm(&op_b, &op_a, &ni, &mi, &ki, &one, b, &lb, a, &la, &beta, c, &lc);
 }
 
+namespace {
+
+// A layer's product on the tiles, split by columns of C over the threads: each thread packs the
+// columns of B it multiplies by, in chunks of at most 512 (a chunk of B packed stays in the core's
+// cache while every row of A passes it), and the chunks are a multiple of the threads so that each
+// gets as many. Each element of C sums over k in the same order whatever the split.
+void amx_products_by_columns(bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                             const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int64_t kChunkMax = 512, kAlign = 32;  // 32: the kernel's 2 x 2 blocks of 16-column tiles
+  auto ceil_div = [](int64_t x, int64_t y) { return (x + y - 1) / y; };
+  const int64_t threads = region_threads();
+  const int64_t chunks = threads * ceil_div(ceil_div(n, threads), kChunkMax);
+  const int64_t width = ceil_div(ceil_div(n, chunks), kAlign) * kAlign;
+  parallel_for(0, ceil_div(n, width), 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t chunk = c0; chunk < c1; ++chunk) {
+      const int64_t col = chunk * width, cols = std::min(width, n - col);
+      amx_bf16_gemm_row_major(false, trans_b, m, cols, k, a, lda, trans_b ? b + col * ldb : b + col, ldb, beta,
+                              c + col, ldc);
+    }
+  });
+}
+
+}  // namespace
+
 bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units().avx512_bf16; }
 
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
@@ -302,10 +328,13 @@ void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   // Small ones only (the attention's are at most a few million multiply-adds): packing a large B
   // per call (a word-level output layer's 20,003 x 624 with --threads 1) would keep tens of MB a
   // thread for products oneDNN runs as fast.
-  constexpr int64_t kTileProductsMax = int64_t{1} << 24;
-  if (!trans_a && m * n * k <= kTileProductsMax && amx_bf16_usable() && (beta == 0 || beta == 1) &&
-      on_this_thread_only())
-    return amx_bf16_gemm_row_major(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  constexpr int64_t kTileProductsMax = int64_t{1} << 24, kLayerDepthMax = 4096;
+  if (!trans_a && amx_bf16_usable() && (beta == 0 || beta == 1)) {
+    if (!on_this_thread_only() && k <= kLayerDepthMax)
+      return amx_products_by_columns(trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    if (on_this_thread_only() && m * n * k <= kTileProductsMax)
+      return amx_bf16_gemm_row_major(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
   const int status =
       blas().onednn_gemm_bf16(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   if (status != 0) throw std::runtime_error("oneDNN's bf16 GEMM failed with status " + std::to_string(status));

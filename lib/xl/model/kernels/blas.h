@@ -95,12 +95,15 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 // shapes at 720-940 against 225-275 (an Intel Xeon with AMX, 2 threads, 2026-12-02).
 bool bf16_gemm_native();
 // Row-major C[m, n] = op(A) op(B) + beta C with bf16 operands (their bit patterns), products and
-// sums in fp32 and an fp32 C. bf16_gemm_native() must hold. On one thread (inside a parallel
-// region, or with one thread in all), with beta 0 or 1, A not transposed and at most 2^24
-// multiply-adds (the attention's per-head products), on AMX tiles of xl's own where
-// amx_bf16_usable() (amx_products.h; per call, 64 x 800 x 64 A B^T ran at 406 GFLOP/s a core on
-// the tiles, 309 on oneDNN); elsewhere on oneDNN (A^T B at the attention's 800-1,088 x 64 x 64:
-// 289-371 GFLOP/s, the tiles 275-332 with A^T packed per call).
+// sums in fp32 and an fp32 C. bf16_gemm_native() must hold. With A not transposed and beta 0 or 1,
+// on AMX tiles of xl's own where amx_bf16_usable() (amx_products.h): on one thread (inside a
+// parallel region, or with one thread in all) up to 2^24 multiply-adds (the attention's per-head
+// products; per call, 64 x 800 x 64 A B^T ran at 406 GFLOP/s a core on the tiles, 309 on oneDNN),
+// on all threads in column chunks up to a depth k of 4,096 (the layers' products: base-model
+// shapes, operands from memory, 2 threads, 940-1,484 GFLOP/s against oneDNN's 482-927). Elsewhere
+// on oneDNN (A^T B, where it was as fast: the layers' weight gradients 590-883 GFLOP/s on oneDNN,
+// 577-854 on the tiles; the attention's 800-1,088 x 64 x 64 289-371 on oneDNN, 275-332 on the
+// tiles with A^T packed per call).
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
