@@ -325,9 +325,9 @@ bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units(
 
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // Small ones only (the attention's are at most a few million multiply-adds): packing a large B
-  // per call (a word-level output layer's 20,003 x 624 with --threads 1) would keep tens of MB a
-  // thread for products oneDNN runs as fast.
+  // On one thread small ones only (the attention's are at most a few million multiply-adds):
+  // packing a large B whole (a word-level output layer's 20,003 x 624 with --threads 1) would keep
+  // tens of MB a thread. On all threads a chunk packs at most 512 x 4,096 of B (4 MB).
   constexpr int64_t kTileProductsMax = int64_t{1} << 24, kLayerDepthMax = 4096;
   if (!trans_a && amx_bf16_usable() && (beta == 0 || beta == 1)) {
     if (!on_this_thread_only() && k <= kLayerDepthMax)
