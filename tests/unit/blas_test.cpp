@@ -245,24 +245,25 @@ TEST(BlasGemm, AmxTileProductsMatchAnExplicitLoopOverTheRoundedOperands) {
 }
 
 TEST(BlasGemm, AmxLayerProductsGiveTheSameBitsOnAnyNumberOfThreads) {
-  // A layer's product on all threads splits C's columns over them (bf16_gemm_row_major); each
-  // element sums over k in one order whatever the split, so runs with 2, 3 or 4 threads agree to
-  // the bit (k = 520: A's tiles packed, an edge in k).
+  // A layer's product splits C's columns over the threads (bf16_gemm_row_major); each element
+  // sums over k in one order whatever the split, so runs on 1, 2, 3 or 4 threads agree to the bit
+  // (k = 520: A's tiles packed, an edge in k).
   if (!xl::model::amx_bf16_usable())
     GTEST_SKIP() << "no AMX tiles here (vector units " << xl::model::kernel_vector_units_name() << ")";
   torch::manual_seed(5);
   const torch::Tensor a = torch::randn({1000, 520}).to(torch::kBFloat16), b = torch::randn({1500, 520}).to(torch::kBFloat16);
   auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
   std::vector<torch::Tensor> got;
-  for (int threads : {2, 3, 4}) {
+  for (int threads : {2, 1, 3, 4}) {
     at::set_num_threads(threads);
     torch::Tensor c = torch::empty({1000, 1500});
     xl::model::bf16_gemm_row_major(false, true, 1000, 1500, 520, bits(a), 520, bits(b), 520, 0, c.data_ptr<float>(), 1500);
     got.push_back(c);
   }
   at::set_num_threads(2);
-  EXPECT_TRUE(torch::equal(got[1], got[0])) << "3 threads against 2";
-  EXPECT_TRUE(torch::equal(got[2], got[0])) << "4 threads against 2";
+  EXPECT_TRUE(torch::equal(got[1], got[0])) << "1 thread against 2";
+  EXPECT_TRUE(torch::equal(got[2], got[0])) << "3 threads against 2";
+  EXPECT_TRUE(torch::equal(got[3], got[0])) << "4 threads against 2";
   const torch::Tensor want = a.to(torch::kDouble).mm(b.to(torch::kDouble).t());
   EXPECT_LT((got[0].to(torch::kDouble) - want).abs().max().item<double>(), 1e-2);  // fp32 sums of 520 products
 }

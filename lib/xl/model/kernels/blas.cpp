@@ -214,8 +214,8 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
 std::string gemm_choice_description() {
   const std::string bf16 =
       !bf16_gemm_native()   ? "; bf16 products in autocast's tensor ops (no AVX-512 BF16 or no oneDNN)"
-      : amx_bf16_usable()   ? "; bf16 products in xl's kernels on AMX tiles of xl's own (A^T, and a thread's own "
-                              "largest, on oneDNN's bf16 GEMM), fp32 sums"
+      : amx_bf16_usable()   ? "; bf16 products in xl's kernels on AMX tiles of xl's own (A^T, and the largest, on "
+                              "oneDNN's bf16 GEMM), fp32 sums"
                             : "; bf16 products in xl's kernels on oneDNN's bf16 GEMM, fp32 sums";
   if (!blas().onednn_sgemm) return "BLAS" + bf16;
   struct Version {
@@ -325,12 +325,12 @@ bool bf16_gemm_native() { return blas().onednn_gemm_bf16 && kernel_vector_units(
 
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // On one thread small ones only (the attention's are at most a few million multiply-adds):
-  // packing a large B whole (a word-level output layer's 20,003 x 624 with --threads 1) would keep
-  // tens of MB a thread. On all threads a chunk packs at most 512 x 4,096 of B (4 MB).
+  // Inside a parallel region small ones only (the attention's are at most a few million
+  // multiply-adds): packing a large B whole would keep tens of MB a thread. Outside, a chunk packs
+  // at most 512 x 4,096 of B (4 MB), on as many threads as there are (one included).
   constexpr int64_t kTileProductsMax = int64_t{1} << 24, kLayerDepthMax = 4096;
   if (!trans_a && amx_bf16_usable() && (beta == 0 || beta == 1)) {
-    if (!on_this_thread_only() && k <= kLayerDepthMax)
+    if (!in_parallel_region() && k <= kLayerDepthMax)
       return amx_products_by_columns(trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
     if (on_this_thread_only() && m * n * k <= kTileProductsMax)
       return amx_bf16_gemm_row_major(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);

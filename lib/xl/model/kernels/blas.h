@@ -96,11 +96,11 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 bool bf16_gemm_native();
 // Row-major C[m, n] = op(A) op(B) + beta C with bf16 operands (their bit patterns), products and
 // sums in fp32 and an fp32 C. bf16_gemm_native() must hold. With A not transposed and beta 0 or 1,
-// on AMX tiles of xl's own where amx_bf16_usable() (amx_products.h): on one thread (inside a
-// parallel region, or with one thread in all) up to 2^24 multiply-adds (the attention's per-head
-// products; per call, 64 x 800 x 64 A B^T ran at 406 GFLOP/s a core on the tiles, 309 on oneDNN),
-// on all threads in column chunks up to a depth k of 4,096 (the layers' products: base-model
-// shapes, operands from memory, 2 threads, 940-1,484 GFLOP/s against oneDNN's 482-927). Elsewhere
+// on AMX tiles of xl's own where amx_bf16_usable() (amx_products.h): inside a parallel region up
+// to 2^24 multiply-adds (the attention's per-head products; per call, 64 x 800 x 64 A B^T ran at
+// 406 GFLOP/s a core on the tiles, 309 on oneDNN), outside one in column chunks over the threads
+// up to a depth k of 4,096 (the layers' products: base-model shapes, operands from memory,
+// 940-1,484 GFLOP/s on 2 threads against oneDNN's 482-927, 607-925 on one against 290-580). Elsewhere
 // on oneDNN (A^T B, where it was as fast: the layers' weight gradients 590-883 GFLOP/s on oneDNN,
 // 577-854 on the tiles; the attention's 800-1,088 x 64 x 64 289-371 on oneDNN, 275-332 on the
 // tiles with A^T packed per call).
