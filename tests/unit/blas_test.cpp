@@ -88,7 +88,8 @@ TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
 TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
   // The bf16 products' rounding (AVX-512 BF16's instructions, or the loop with the units capped)
   // against LibTorch's conversion: normal values, exact ties both ways, the largest finite values
-  // (which round to infinity), infinities and zeros, over every tail length of a 32-float step.
+  // (which round to infinity), infinities and zeros, over every tail length of a 32-float step, in
+  // one run of floats and in rows apart.
   torch::manual_seed(4);
   torch::Tensor x = torch::randn({1000}) * 3;
   std::vector<float> special = {0.0f, -0.0f, INFINITY, -INFINITY, 3.4028235e38f, -3.4028235e38f, 1e-30f};
@@ -105,6 +106,16 @@ TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
     xl::model::round_to_bf16(x.data_ptr<float>(), got.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], want_bits[i]) << "element " << i << " of " << n;
     EXPECT_EQ(got[static_cast<size_t>(n)], 0xabcd) << "wrote past " << n;
+  }
+  // Rows: every tail length again, each row from and to its own stride, the gaps left alone.
+  for (int64_t width : {int64_t{1}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{64}}) {
+    const int64_t rows = 7, ld_from = 101, ld_to = width + 3;
+    std::vector<uint16_t> got(static_cast<size_t>(rows * ld_to), 0xabcd);
+    xl::model::round_rows_to_bf16(x.data_ptr<float>(), ld_from, got.data(), ld_to, rows, width);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < ld_to; ++i)
+        ASSERT_EQ(got[static_cast<size_t>(r * ld_to + i)], i < width ? want_bits[r * ld_from + i] : 0xabcd)
+            << "row " << r << " element " << i << " of width " << width;
   }
   const float nan = std::nanf("");
   uint16_t nan_bits = 0;
