@@ -107,7 +107,7 @@ TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], want_bits[i]) << "element " << i << " of " << n;
     EXPECT_EQ(got[static_cast<size_t>(n)], 0xabcd) << "wrote past " << n;
   }
-  // Rows: every tail length again, each row from and to its own stride, the gaps left alone.
+  // Rows: widths with and without tails, each row from and to its own stride, the gaps left alone.
   for (int64_t width : {int64_t{1}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{64}}) {
     const int64_t rows = 7, ld_from = 101, ld_to = width + 3;
     std::vector<uint16_t> got(static_cast<size_t>(rows * ld_to), 0xabcd);

@@ -345,9 +345,9 @@ namespace {
 #if defined(__x86_64__)
 // 32 floats an instruction, rounded to nearest even as the loop below rounds them (denormal inputs
 // become zero). The loop took 29 us per 64 K floats (11 built for AVX-512), and with it the bf16
-// attention of the base model's step took 816 ms; with these instructions 398. The rows in one
-// function, not a call per row: a head's rows (32 or 64 floats, a layer's width apart) rounded
-// from outside the caches took 0.42-0.55 ns a float so, 0.57-0.87 with a call per row.
+// attention of the base model's step took 816 ms; with these instructions 398. All the rows in one
+// call: a head's rows (32 or 64 floats, a layer's width apart), rounded from outside the caches,
+// took 0.42-0.55 ns a float so against 0.57-0.87 with a call per row (bench/HISTORY.md).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows_avx512(
     const float* from, int64_t ld_from, uint16_t* to, int64_t ld_to, int64_t count, int64_t width) {
   for (int64_t r = 0; r < count; ++r) {
