@@ -265,13 +265,14 @@ TEST(BlasGemm, AmxLayerProductsGiveTheSameBitsOnAnyNumberOfThreads) {
   const torch::Tensor a = torch::randn({1000, 520}).to(torch::kBFloat16), b = torch::randn({1500, 520}).to(torch::kBFloat16);
   auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
   std::vector<torch::Tensor> got;
+  const int before = at::get_num_threads();
   for (int threads : {2, 1, 3, 4}) {
     at::set_num_threads(threads);
     torch::Tensor c = torch::empty({1000, 1500});
     xl::model::bf16_gemm_row_major(false, true, 1000, 1500, 520, bits(a), 520, bits(b), 520, 0, c.data_ptr<float>(), 1500);
     got.push_back(c);
   }
-  at::set_num_threads(2);
+  at::set_num_threads(before);
   EXPECT_TRUE(torch::equal(got[1], got[0])) << "1 thread against 2";
   EXPECT_TRUE(torch::equal(got[2], got[0])) << "3 threads against 2";
   EXPECT_TRUE(torch::equal(got[3], got[0])) << "4 threads against 2";
