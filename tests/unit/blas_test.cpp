@@ -218,6 +218,26 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
     EXPECT_LT((c.to(torch::kDouble) - ad.mm(bd)).abs().max().item<double>(), 1e-2)  // sums of 40 to 20,000 products of N(0, 1)
         << t.m << " x " << t.n << " x " << t.k << " trans_a " << t.ta << " trans_b " << t.tb;
   }
+  // Many rows on the BLAS: each thread its own unequal share of them (1,031 rows), from operands
+  // and into an output with leading dimensions wider than the matrices.
+  const int64_t m = 1031, n = 200, k = 700;
+  ASSERT_FALSE(xl::model::runs_on_onednn(false, false, m, n, k));
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 0.5f}) {
+        const torch::Tensor a = ta ? torch::randn({k, m + 3}) : torch::randn({m, k + 3});
+        const torch::Tensor b = tb ? torch::randn({n, k + 5}) : torch::randn({k, n + 5});
+        torch::Tensor c = torch::randn({m, n + 2});
+        const torch::Tensor c0 = c.clone();
+        xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), beta,
+                                   c.data_ptr<float>(), c.size(1));
+        const torch::Tensor ad = (ta ? a.narrow(1, 0, m).t() : a.narrow(1, 0, k)).to(torch::kDouble);
+        const torch::Tensor bd = (tb ? b.narrow(1, 0, k).t() : b.narrow(1, 0, n)).to(torch::kDouble);
+        const torch::Tensor want = ad.mm(bd) + beta * c0.narrow(1, 0, n).to(torch::kDouble);
+        EXPECT_LT((c.narrow(1, 0, n).to(torch::kDouble) - want).abs().max().item<double>(), 1e-3)
+            << "trans_a " << ta << " trans_b " << tb << " beta " << beta;
+        EXPECT_TRUE(c.narrow(1, n, 2).equal(c0.narrow(1, n, 2))) << "the padding columns are untouched";
+      }
 }
 
 TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {

@@ -294,6 +294,21 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     for (int64_t row = 0; row < m; ++row) std::memset(c + row * ldc, 0, sizeof(float) * static_cast<size_t>(n));
     beta = 1;
   }
+  // Many rows: each thread runs its own share of C's rows as a one-thread product (OpenBLAS's
+  // OpenMP build goes serial inside a parallel region). At the base model's layer shapes (1,024
+  // to 2,048 rows) OpenBLAS's own two threads, which wait on each other's packed panels, ran 1.0-1.12x
+  // as long (Zen 5, 2026-12-04: bench/HISTORY.md); each thread packs all of op(B), at 512 rows a
+  // thread or more a small share of its multiply-adds.
+  constexpr int64_t kRowsPerThreadMin = 512;
+  const int64_t threads = region_threads();
+  if (blas().openblas_threading == 2 && threads > 1 && m >= kRowsPerThreadMin * threads && !in_parallel_region()) {
+    parallel_for(0, m, kRowsPerThreadMin, [&](int64_t r0, int64_t r1) {
+      const int rows = static_cast<int>(r1 - r0);
+      const float* a_rows = trans_a ? a + r0 : a + r0 * lda;
+      blas().sgemm(&op_b, &op_a, &ni, &rows, &ki, &one, b, &lb, a_rows, &la, &beta, c + r0 * ldc, &lc);
+    });
+    return;
+  }
   blas().sgemm(&op_b, &op_a, &ni, &mi, &ki, &one, b, &lb, a, &la, &beta, c, &lc);
 }
 
