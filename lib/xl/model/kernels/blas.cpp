@@ -296,7 +296,7 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   }
   // Many rows: each thread runs its own share of C's rows as a one-thread product (OpenBLAS's
   // OpenMP build goes serial inside a parallel region). At the base model's layer shapes (1,024
-  // to 2,048 rows) OpenBLAS's own two threads, which wait on each other's packed panels, ran 1.0-1.12x
+  // to 2,048 rows) OpenBLAS's own two threads, which wait on each other's packed panels, ran 0.98-1.12x
   // as long (Zen 5, 2026-12-04: bench/HISTORY.md); each thread packs all of op(B), at 512 rows a
   // thread or more a small share of its multiply-adds.
   constexpr int64_t kRowsPerThreadMin = 512;
