@@ -105,8 +105,9 @@ if wants test || wants cuda || wants interop; then
   # On the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and xl's exports
   # read back by its torch.load (weights_only, 2.6's default); beside the CUDA tests on the GPU.
   # -V: its steps reach the log as they run, so a deadline still shows how far it got.
-  # At most 240 s, so that a benchmark after it keeps its time.
-  limit=$(left); [ "$limit" -lt 240 ] || limit=240
+  # At most 240 s when a benchmark follows, so that it keeps its time (on an H200 with PyTorch 2.11
+  # the whole test took longer: 2026-11-27 and 2026-12-04 stopped in its Hugging Face steps).
+  limit=$(left); wants bench && [ "$limit" -gt 240 ] && limit=240
   interop=
   if wants test || wants interop; then
     (cd build-gpu && timeout "$limit" ctest -V -R '^cli[.]import_torch$' >"$out/interop.log" 2>&1) &
@@ -116,7 +117,15 @@ if wants test || wants cuda || wants interop; then
     (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
     status=$?
   fi
-  [ -z "$interop" ] || wait $interop || status=1
+  if [ -n "$interop" ]; then
+    wait $interop
+    case $? in
+      0) ;;
+      # Stopped by its own limit, not failed: said so, with how to run all of it.
+      124) echo "cli.import_torch: stopped after ${limit} s, at \"$(grep -o -- '--- .*' "$out/interop.log" | tail -1 | cut -c5-)\"; scripts/gpu-run.sh interop (no benchmark after it) runs it to the deadline" ;;
+      *) status=1 ;;
+    esac
+  fi
   grep -h -E "tests passed|Passed|Failed|FAIL|\*\*\*|Skipped" "$out"/cuda-tests.log "$out/interop.log" 2>/dev/null | tail -14
 fi
 # One more pass of bench/gpu.sh, its rows added to bench-rows.jsonl, while time is left.
