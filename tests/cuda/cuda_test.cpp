@@ -149,6 +149,44 @@ TEST(Cuda, FusedAttentionMatchesTheExplicitPath) {
   at::globalContext().setDeterministicAlgorithms(was_deterministic, was_warn_only);
 }
 
+TEST(Cuda, AdaptiveSoftmaxGradientsMatchTheCpu) {
+  REQUIRE_GPU();
+  // Words in double precision: one output layer gathered per cluster (div_val 1, OutputRows'
+  // gradient written into the one weight) and a layer per cluster (div_val 2), loss and every
+  // gradient over two segments, the second reading the first's memory.
+  for (int64_t div_val : {1, 2}) {
+    SCOPED_TRACE("div_val " + std::to_string(div_val));
+    ModelConfig c = tiny();
+    c.cutoffs = {10, 20};
+    c.div_val = div_val;
+    auto cpu = model_on(c, torch::kCPU, torch::kFloat64), gpu = model_on(c, torch::kCUDA, torch::kFloat64);
+    cpu->train();
+    gpu->train();
+    Memory mc = cpu->new_memory(), mg = gpu->new_memory();
+    for (int step = 0; step < 2; ++step) {
+      torch::manual_seed(step);
+      auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong), tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+      ForwardOptions o;
+      o.mem_len = 8;
+      auto lc = cpu->forward(in, tg, mc, o).mean();
+      auto lg = gpu->forward(in.cuda(), tg.cuda(), mg, o).mean();
+      EXPECT_LT(max_diff(lc, lg), 1e-10) << "step " << step;
+      lc.backward();
+      lg.backward();
+      auto pg = gpu->named_parameters();
+      for (const auto& item : cpu->named_parameters()) {
+        const auto& g = pg[item.key()].grad();
+        ASSERT_EQ(item.value().grad().defined(), g.defined()) << item.key();
+        if (g.defined()) {
+          EXPECT_LT(max_diff(item.value().grad(), g), 1e-9) << item.key() << " step " << step;
+        }
+      }
+      for (auto& p : cpu->parameters()) p.mutable_grad() = Tensor();
+      for (auto& p : gpu->parameters()) p.mutable_grad() = Tensor();
+    }
+  }
+}
+
 TEST(Cuda, Float32AndBf16OnTheGpuTrackTheCpu) {
   REQUIRE_GPU();
   // Characters, and words (adaptive input and softmax, whose projections autocast runs in bf16).
