@@ -5,6 +5,8 @@
 #   bash scripts/gpu-run.sh test     the CUDA tests (ctest -L cuda: GPU == CPU, the bf16 chain), and
 #                                    cli.import_torch against the machine's PyTorch 2.x
 #   bash scripts/gpu-run.sh cuda     the CUDA tests alone (cli.cuda among them: the tools built)
+#   bash scripts/gpu-run.sh units    the CUDA unit tests alone (xl_cuda_tests: no tools built; the
+#                                    quickest check, for a lease's last minutes)
 #   bash scripts/gpu-run.sh interop  cli.import_torch alone (the tools built, no CUDA tests)
 #   bash scripts/gpu-run.sh bench    bench/gpu.sh: tokens/s, peak memory and MFU on the GPU (JSON),
 #                                    then xl's explicit attention in bf16 and the enwik8 model's
@@ -86,9 +88,10 @@ grep -E "xl: CUDA|HDF5|Boost|OpenSSL" "$out/cmake.log" | head -8
 
 stage "build"
 tools=$(ls tools/xl-*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
-wants test || wants cuda || wants interop || wants bench || wants kernels || wants profile || exit 0
+wants test || wants cuda || wants units || wants interop || wants bench || wants kernels || wants profile || exit 0
 targets="xl_bench_model"
 wants interop && targets="$tools"
+wants units && targets="xl_cuda_tests"
 wants cuda && targets="$tools xl_cuda_tests xl_bench_model"
 wants test && targets="$tools xl_cuda_tests xl_bench_model"
 if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; then
@@ -97,10 +100,11 @@ if ! timeout "$(left)" ninja -C build-gpu -k 0 $targets >"$out/build.log" 2>&1; 
 fi
 probe=build-gpu/bench/xl_bench_model
 [ -e "$probe" ] || probe=build-gpu/bin/xl-import-torch
+[ -e "$probe" ] || probe=build-gpu/tests/xl_cuda_tests
 missing=$(ldd "$probe" | grep "not found" || true)
 [ -z "$missing" ] || { echo "gpu-run: libraries not found: $missing" >&2; exit 69; }
 
-if wants test || wants cuda || wants interop; then
+if wants test || wants cuda || wants units || wants interop; then
   stage "tests"
   # On the CPU cores: state_dicts written by this machine's PyTorch 2.x imported, and xl's exports
   # read back by its torch.load (weights_only, 2.6's default); beside the CUDA tests on the GPU.
@@ -115,6 +119,9 @@ if wants test || wants cuda || wants interop; then
   fi
   if wants test || wants cuda; then
     (cd build-gpu && timeout "$(left)" ctest -L cuda --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
+    status=$?
+  elif wants units; then
+    (cd build-gpu && timeout "$(left)" ctest -L cuda -E '^cli[.]' --output-on-failure --timeout 300 >"$out/cuda-tests.log" 2>&1)
     status=$?
   fi
   if [ -n "$interop" ]; then
