@@ -39,6 +39,9 @@ TransformerXL model_on(const ModelConfig& c, const torch::Device& d, torch::Dtyp
 
 double max_diff(const Tensor& a, const Tensor& b) { return (a.cpu().to(torch::kDouble) - b.cpu().to(torch::kDouble)).abs().max().item<double>(); }
 
+// Token ids for a batch of 2 segments of 6, from LibTorch's global generator.
+Tensor random_tokens(const ModelConfig& c) { return torch::randint(0, c.n_token, {2, 6}, torch::kLong); }
+
 // The same model on the CPU and on the GPU in float64, in training mode.
 std::pair<TransformerXL, TransformerXL> training_pair(const ModelConfig& c) {
   std::pair<TransformerXL, TransformerXL> m{model_on(c, torch::kCPU, torch::kFloat64), model_on(c, torch::kCUDA, torch::kFloat64)};
@@ -73,7 +76,7 @@ TEST(Cuda, TrainingStepsWithSkipsSchAndMasksMatchTheCpu) {
   Memory mc = cpu->new_memory(), mg = gpu->new_memory();
   for (int step = 0; step < 4; ++step) {
     torch::manual_seed(step);
-    auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong), tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+    auto in = random_tokens(c), tg = random_tokens(c);
     ForwardOptions o;
     o.mem_len = 8;
     o.skip = {false, step == 1 || step == 2, false};
@@ -130,8 +133,8 @@ TEST(Cuda, FusedAttentionMatchesTheExplicitPath) {
       Memory mf = gpu->new_memory(), me = gpu->new_memory();
       for (int step = 0; step < 4; ++step) {
         torch::manual_seed(step);
-        auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong).cuda();
-        auto tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong).cuda();
+        auto in = random_tokens(c).cuda();
+        auto tg = random_tokens(c).cuda();
         ForwardOptions o;
         o.mem_len = 8;
         o.skip = {false, step == 1 || step == 2, false};
@@ -148,7 +151,7 @@ TEST(Cuda, FusedAttentionMatchesTheExplicitPath) {
       }
       Memory a = gpu->new_memory(), b = gpu->new_memory();
       torch::manual_seed(9);
-      auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong).cuda();
+      auto in = random_tokens(c).cuda();
       ForwardOptions o;
       o.mem_len = 8;
       const auto once = run(in, in, a, o, true), twice = run(in, in, b, o, true);
@@ -175,7 +178,7 @@ TEST(Cuda, AdaptiveSoftmaxGradientsMatchTheCpu) {
     Memory mc = cpu->new_memory(), mg = gpu->new_memory();
     for (int step = 0; step < 2; ++step) {
       torch::manual_seed(step);
-      auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong), tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+      auto in = random_tokens(c), tg = random_tokens(c);
       ForwardOptions o;
       o.mem_len = 8;
       auto lc = cpu->forward(in, tg, mc, o).mean();
@@ -204,7 +207,7 @@ TEST(Cuda, Float32AndBf16OnTheGpuTrackTheCpu) {
     Memory mc = cpu->new_memory(), mg = gpu->new_memory(), mb = gpu->new_memory();
     for (int step = 0; step < 3; ++step) {
       torch::manual_seed(step);
-      auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong), tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+      auto in = random_tokens(c), tg = random_tokens(c);
       auto lc = cpu->forward(in, tg, mc, o);
       auto lg = gpu->forward(in.cuda(), tg.cuda(), mg, o);
       EXPECT_LT(max_diff(lc, lg), 1e-4) << "fp32 step " << step;
@@ -315,8 +318,8 @@ TEST(Cuda, AttentionVariantsTrainAsOnTheCpuUnderStrictDeterminism) {
       std::vector<Tensor> out;
       for (int step = 0; step < 3; ++step) {
         torch::manual_seed(step);
-        auto in = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
-        auto tg = torch::randint(0, c.n_token, {2, 6}, torch::kLong);
+        auto in = random_tokens(c);
+        auto tg = random_tokens(c);
         ForwardOptions o;
         o.mem_len = 8;
         o.skip = {false, step == 1, false};
