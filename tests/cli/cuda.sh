@@ -24,9 +24,11 @@ grep -q '"precision":"bf16"' p1.jsonl || fail "phase 1 did not run in bf16"
 expect 0 xl-train-phase2 $C --init p1.h5 --max-steps 50 tokens.h5 -o p2.h5
 expect 0 xl-eval-longctx --device cuda --precision bf16 --split valid --max-tokens 20000 p2.h5 tokens.h5
 gpu=$(json out 'j["loss"]')
+[ "$(json out 'j["kv_cache"]')" = True ] || fail "the default budget kept no key/value projections: $(cat out)"
 # The memories' key/value projections kept in bf16 (the default budget) against projecting them again.
 expect 0 xl-eval-longctx --device cuda --precision bf16 --split valid --max-tokens 20000 --kv-cache-budget 0 p2.h5 tokens.h5
 again=$(json out 'j["loss"]')
+[ "$(json out 'j["kv_cache"]')" = False ] || fail "--kv-cache-budget 0 kept key/value projections: $(cat out)"
 python3 -c "import sys; sys.exit(0 if abs($gpu - $again) <= 1e-3 * $again else 1)" ||
   fail "bf16 evaluation with kept projections $gpu, projecting again $again"
 expect 0 xl-prune-heads --device cuda --precision bf16 --mode ablate-one --max-tokens 5000 p2.h5 tokens.h5

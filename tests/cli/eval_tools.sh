@@ -34,7 +34,11 @@ for r in rows:
     assert r["split"] == "test" and r["tgt_len"] == 16 and r["tokens"] >= 600
     assert abs(r["bpc"] - r["loss"] / 0.6931471805599453) < 1e-9
     assert 0 < r["loss"] < 20 and r["tokens_per_s"] > 0 and r["peak_rss_mb"] > 0
+    # Within the default budget a memory keeps its key/value projections; no memory, nothing to keep.
+    assert r["kv_cache"] is (r["mem_len"] > 0), r
 EOF
+expect 0 xl-eval-longctx --threads 1 --tgt-len 16 --mem-len 32 --batch-size 3 --max-tokens 600 --kv-cache-budget 0 ckpt.h5 tokens.h5
+[ "$(json out 'j["kv_cache"]')" = False ] || fail "--kv-cache-budget 0 kept key/value projections: $(cat out)"
 
 step "the whole split: N - B tokens scored"
 expect 0 xl-inspect --json tokens.h5

@@ -312,10 +312,17 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
       s.tgt_len = 6;
       s.mem_len = 9;
       s.precision = precision;
+      EvalResult projected_run, kept_run, short_run;
       s.kv_cache_bytes = 0;
-      auto projected = per_token(m, ids, s);
+      auto projected = per_token(m, ids, s, &projected_run);
       s.kv_cache_bytes = xl::eval::kv_cache_bytes(m, 3, 9, 6, precision);  // exactly enough
-      auto kept = per_token(m, ids, s);
+      auto kept = per_token(m, ids, s, &kept_run);
+      // The result says which it was (the reports' kv_cache); a byte short, the inputs are kept.
+      EXPECT_FALSE(projected_run.kv_cached);
+      EXPECT_TRUE(kept_run.kv_cached);
+      s.kv_cache_bytes -= 1;
+      per_token(m, ids, s, &short_run);
+      EXPECT_FALSE(short_run.kv_cached);
       ASSERT_EQ(kept.size(), projected.size());
       const double tolerance = dtype == torch::kFloat64 ? 1e-12 : precision == xl::model::Precision::kBf16 ? 2e-2 : 2e-5;
       for (const auto& [index, nll] : projected) EXPECT_NEAR(kept[index], nll, tolerance) << "index " << index;

@@ -126,6 +126,7 @@ size_t EvalCache::load(const std::string& text) {
       r.tokens = j.at("tokens").get<int64_t>();
       r.seconds = j.at("seconds").get<double>();
       r.scoring_seconds = j.value("scoring_seconds", 0.0);  // kept by xl before 2026-11-29: none
+      r.kv_cached = j.value("kv_cache", false);             // kept by xl before 2026-12-04: none
       kept_[j.at("key").get<std::string>()] = r;
     } catch (const std::exception&) {
       XL_FAIL(kExitDataErr, path_ << ":" << line_no << ": not an evaluation kept by --cache");
@@ -184,7 +185,8 @@ void EvalCache::add(const std::string& key, const eval::EvalResult& r) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   kept_[key] = r;
-  append({{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}, {"scoring_seconds", r.scoring_seconds}});
+  append({{"key", key}, {"loss_sum", r.loss_sum}, {"tokens", r.tokens}, {"seconds", r.seconds}, {"scoring_seconds", r.scoring_seconds},
+          {"kv_cache", r.kv_cached}});
 }
 
 std::optional<torch::Tensor> EvalCache::find_scores(const std::string& key) const {
@@ -223,7 +225,12 @@ void EvalCache::append(const nlohmann::json& record) {
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
-  if (done == line.size()) return;
+  if (done == line.size()) {
+    // On disk before the lock goes, so that a node that loses power keeps the evaluations it
+    // finished (best effort: the line is written either way).
+    (void)::fdatasync(fd_);
+    return;
+  }
   if (sized && ::ftruncate(fd_, before.st_size) != 0) {
     // The next run drops the cut line as it drops a killed run's.
   }

@@ -157,6 +157,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   model::Memory memory = model->new_memory();
 
   EvalResult result;
+  result.kv_cached = opts.cache_kv;
   // A full memory, per layer (adaptive span keeps only what its heads reach).
   const std::vector<int64_t> full = model->memory_lengths(mem_len);
   const int64_t total = n - b;

@@ -64,6 +64,7 @@ struct EvalResult {
   // fill the memory are left out, so that tokens / scoring_seconds is the speed at full memory.
   double scoring_seconds = 0;
   int stopped_by = 0;        // the signal that ended it early (stop_on_signal), or 0
+  bool kv_cached = false;    // the memories kept their key/value projections (kv_cache_bytes allowed it)
   double loss() const;       // loss_sum / tokens (NaN when nothing was scored)
 };
 

@@ -72,6 +72,7 @@ nlohmann::json EvalRow::to_json() const {
   j["tokens_per_s"] = tokens_per_s(*this);
   j["seconds"] = result.seconds;
   j["peak_rss_mb"] = peak_rss_mb;
+  j["kv_cache"] = result.kv_cached;
   if (kept) j["kept"] = true;
   return j;
 }
