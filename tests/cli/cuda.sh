@@ -53,6 +53,7 @@ step "a training step that runs out of GPU memory: one line naming the step, the
 run xl-train-phase1 $F --tgt-len 100000 --mem-len 0 --batch-size 1 --max-steps 1 tokens.h5 -o big.h5
 [ "$STATUS" -eq 70 ] || fail "expected exit 70, got $STATUS: $(cat "$TMP/err")"
 stderr_is_one_line "xl-train-phase1: step 1: out of memory: could not allocate" "on GPU 0" "a larger --batch-chunk"
+sed 's/^/  said: /' "$TMP/err"  # in the log of a passing run too
 [ ! -e big.h5 ] || fail "a run that never finished a step wrote big.h5"
 
 step "a validation that runs out of GPU memory at step 10 saves step 10 and resumes"
@@ -62,6 +63,7 @@ run xl-train-phase1 $F --max-steps 20 --save-every 5 --eval-interval 10 --eval-t
 [ "$STATUS" -eq 70 ] || fail "expected exit 70, got $STATUS: $(cat "$TMP/err")"
 stderr_is_one_line "xl-train-phase1: validation at step 10 failed: out of memory: could not allocate" "on GPU 0" \
   "training stopped at step 10, resume with --resume -o oom.h5"
+sed 's/^/  said: /' "$TMP/err"
 stopped_step_saved oom.h5 oom.jsonl || fail "the done event's step is not the checkpoint's"
 expect 0 xl-train-phase1 $F --resume --max-steps 20 --eval-interval 10 long.h5 -o oom.h5 --metrics oom.jsonl
 grep '"event":"valid"' oom.jsonl | grep -q '"step":20' || fail "the resumed run did not validate at step 20"
