@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
         ("temperature", xl::cli::real_value(1.0), "divide log-probabilities by T (0: greedy)")
         ("top-k", po::value<int64_t>()->default_value(0), "sample among the k most likely tokens (0: all; 1: greedy)")
         ("top-p", xl::cli::real_value(1.0), "then among the smallest set with probability >= p")
+        ("no-unk", po::bool_switch(), "never draw <unk>: the others as if the vocab lacked it")
         ("mem-len", po::value<int64_t>()->default_value(512), "memory (context) length")
         ("tgt-len", po::value<int64_t>()->default_value(128), "segment length for feeding the prompt")
         ("echo", po::bool_switch(), "write the prompt before the generated text")
@@ -113,6 +114,11 @@ int main(int argc, char** argv) {
     model->to(device);
     const auto pretokenizer = xl::text::pretokenizer_for(vocab, cli.get_optional<std::string>("pretokenize"));
     xl::text::Tokenizer tokenizer(vocab, cli.get<bool>("allow-invalid-utf8"), pretokenizer);
+    if (cli.get<bool>("no-unk")) {
+      gs.sampling.excluded = vocab.unk_id();
+      if (vocab.unk_id() < 0)
+        XL_WARN("--no-unk: " << xl::io::display_name(ckpt_path) << "'s vocab has no <unk>: nothing to leave out");
+    }
 
     std::vector<int32_t> prompt = xl::eval::prompt_ids(tokenizer, vocab, prompt_text, prompt_name);
     const bool have_prompt = !prompt.empty();

@@ -309,6 +309,20 @@ grep -q -- "--pretokenize moses, as the vocab records" err || fail "xl-generate 
 expect 0 xl-generate --threads 1 --pretokenize none --prompt "Smith's cats, world." --echo --length 2 words-ckpt.h5
 case "$(head -1 out)" in "<unk> <unk> <unk> "*) ;; *) fail "with --pretokenize none the glued words are not <unk>: $(head -1 out)" ;; esac
 grep -q -- "--prompt: 3 of its 4 pieces are not in the checkpoint's vocab" err || fail "unknown prompt words were not warned of: $(cat err)"
+
+step "xl-generate --no-unk: a word model never writes <unk>"
+# Trained one step, the model draws nearly uniformly from its 15 pieces: seed 3 draws <unk>s.
+expect 0 xl-generate --threads 1 --length 300 --seed 3 words-ckpt.h5
+grep -q '<unk>' out || fail "no <unk> in 300 words without --no-unk (the check below would show nothing): $(head -c 300 out)"
+expect 0 xl-generate --threads 1 --length 300 --seed 3 --no-unk words-ckpt.h5
+[ "$(wc -c <out)" -gt 300 ] || fail "--no-unk: too little text: $(head -c 300 out)"
+grep -q '<unk>' out && fail "--no-unk wrote <unk>: $(head -c 300 out)"
+# A byte vocab has no <unk>: one line says so.
+expect 0 xl-train-phase1 --n-layer 1 --d-model 16 --n-head 2 --d-head 8 --d-inner 32 \
+  --tgt-len 8 --mem-len 8 --batch-size 2 --max-steps 1 --eval-interval 0 --eval-max-tokens 20 \
+  --threads 1 --progress never bytes.h5 -o bytes-ckpt.h5
+expect 0 xl-generate --threads 1 --prompt 'the ' --length 5 --no-unk bytes-ckpt.h5
+stderr_is_one_line "--no-unk: bytes-ckpt.h5's vocab has no <unk>: nothing to leave out"
 # An empty value is a value (not the vocab's record): refused.
 expect 64 xl-generate --threads 1 --pretokenize "" --prompt "Smith" words-ckpt.h5
 stderr_is_one_line "--pretokenize: unknown ''"

@@ -472,44 +472,49 @@ TEST(Eval, SamplingObeysTopKTopPAndIsReproducible) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(xl::eval::sample_token(p, s, a), xl::eval::sample_token(p, s, b));
 }
 
-// sample_token against the definition written out: every candidate sorted by falling probability
-// (ties: lower id), the mass summed in id order, the nucleus and the draw walked in sorted order.
-// Random distributions, ties among them, every filter; the same generator states draw the same ids.
-TEST(Eval, SamplingDrawsWhatTheFullySortedDefinitionDraws) {
-  auto naive = [](const torch::Tensor& log_probs, const xl::eval::SampleSettings& s, xl::Rng& rng) {
-    const auto lp = log_probs.contiguous();
-    const double* p = lp.data_ptr<double>();
-    const int32_t v = static_cast<int32_t>(lp.numel());
-    std::vector<int32_t> sorted(static_cast<size_t>(v));
-    std::iota(sorted.begin(), sorted.end(), 0);
-    std::sort(sorted.begin(), sorted.end(), [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    if (s.temperature <= 0 || s.top_k == 1) return sorted[0];
-    if (s.top_k > 0 && s.top_k < v) sorted.resize(static_cast<size_t>(s.top_k));
-    std::vector<int32_t> by_id = sorted;
-    std::sort(by_id.begin(), by_id.end());
-    const double inv_t = 1.0 / s.temperature;
-    const double top = p[sorted[0]] * inv_t;
-    auto w = [&](int32_t id) { return std::exp(p[id] * inv_t - top); };
-    double total = 0;
-    for (int32_t id : by_id) total += w(id);
-    size_t n = sorted.size();
-    if (s.top_p < 1) {
-      double cum = 0, kept = 0;
-      for (size_t i = 0; i < sorted.size(); ++i) {
-        cum += w(sorted[i]) / total;
-        kept += w(sorted[i]);
-        if (cum >= s.top_p) {
-          n = i + 1;
-          break;
-        }
+namespace {
+
+// sample_token's definition written out: every candidate sorted by falling probability (ties:
+// lower id), the mass summed in id order, the nucleus and the draw walked in sorted order.
+int32_t naive_sample(const torch::Tensor& log_probs, const xl::eval::SampleSettings& s, xl::Rng& rng) {
+  const auto lp = log_probs.contiguous();
+  const double* p = lp.data_ptr<double>();
+  const int32_t v = static_cast<int32_t>(lp.numel());
+  std::vector<int32_t> sorted(static_cast<size_t>(v));
+  std::iota(sorted.begin(), sorted.end(), 0);
+  std::sort(sorted.begin(), sorted.end(), [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  if (s.temperature <= 0 || s.top_k == 1) return sorted[0];
+  if (s.top_k > 0 && s.top_k < v) sorted.resize(static_cast<size_t>(s.top_k));
+  std::vector<int32_t> by_id = sorted;
+  std::sort(by_id.begin(), by_id.end());
+  const double inv_t = 1.0 / s.temperature;
+  const double top = p[sorted[0]] * inv_t;
+  auto w = [&](int32_t id) { return std::exp(p[id] * inv_t - top); };
+  double total = 0;
+  for (int32_t id : by_id) total += w(id);
+  size_t n = sorted.size();
+  if (s.top_p < 1) {
+    double cum = 0, kept = 0;
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      cum += w(sorted[i]) / total;
+      kept += w(sorted[i]);
+      if (cum >= s.top_p) {
+        n = i + 1;
+        break;
       }
-      total = kept;
     }
-    double u = rng.uniform() * total;
-    for (size_t i = 0; i < n; ++i)
-      if ((u -= w(sorted[i])) < 0) return sorted[i];
-    return sorted[n - 1];
-  };
+    total = kept;
+  }
+  double u = rng.uniform() * total;
+  for (size_t i = 0; i < n; ++i)
+    if ((u -= w(sorted[i])) < 0) return sorted[i];
+  return sorted[n - 1];
+}
+
+}  // namespace
+
+// sample_token against its definition written out (naive_sample). Random distributions, ties among them, every filter; the same generator states draw the same ids.
+TEST(Eval, SamplingDrawsWhatTheFullySortedDefinitionDraws) {
   auto check = [&](const torch::Tensor& lp, const std::string& what, const std::vector<double>& temperatures,
                    const std::vector<int64_t>& top_ks, const std::vector<double>& top_ps) {
     for (double temperature : temperatures)
@@ -518,7 +523,7 @@ TEST(Eval, SamplingDrawsWhatTheFullySortedDefinitionDraws) {
           xl::eval::SampleSettings s{temperature, top_k, top_p};
           xl::Rng a(lp.numel() * 7 + top_k), b(lp.numel() * 7 + top_k);
           for (int i = 0; i < 8; ++i)
-            ASSERT_EQ(xl::eval::sample_token(lp, s, a), naive(lp, s, b))
+            ASSERT_EQ(xl::eval::sample_token(lp, s, a), naive_sample(lp, s, b))
                 << what << ", T " << temperature << ", k " << top_k << ", p " << top_p << ", draw " << i;
         }
   };
@@ -551,6 +556,43 @@ TEST(Eval, SamplingDrawsWhatTheFullySortedDefinitionDraws) {
   // A model gone wrong is named, not sampled from.
   const auto nan = torch::tensor({-1.0, std::nan(""), -2.0}, torch::kDouble);
   EXPECT_THROW(xl::eval::sample_token(nan, {}, rng), xl::Error);
+}
+
+// An excluded token (--no-unk) is never drawn, and the others are drawn as the definition draws
+// them from the vocab without it: the same ids (those above it one higher) from the same generator
+// states. Greedy decoding takes the next most likely; a vocab of that token alone is refused.
+TEST(Eval, SamplingWithATokenExcludedDrawsAsFromTheVocabWithoutIt) {
+  torch::manual_seed(5);
+  for (int64_t v : {2, 7, 300}) {
+    const auto lp = torch::log_softmax(torch::randn({v}, torch::kDouble) * 3, 0);
+    const int32_t most_likely = static_cast<int32_t>(lp.argmax().item<int64_t>());
+    for (int32_t excluded : {most_likely, int32_t{0}, static_cast<int32_t>(v - 1)}) {
+      const auto rest = torch::cat({lp.narrow(0, 0, excluded), lp.narrow(0, excluded + 1, v - excluded - 1)});
+      for (auto [temperature, top_k, top_p] : {std::tuple{1.0, int64_t{0}, 1.0}, {0.7, int64_t{5}, 1.0}, {1.0, int64_t{0}, 0.5},
+                                               {0.0, int64_t{0}, 1.0}}) {
+        xl::eval::SampleSettings s{temperature, top_k, top_p};
+        xl::eval::SampleSettings without = s;
+        s.excluded = excluded;
+        xl::Rng a(v + excluded), b(v + excluded);
+        for (int i = 0; i < 50; ++i) {
+          const int32_t id = xl::eval::sample_token(lp, s, a);
+          const int32_t expected = naive_sample(rest, without, b);
+          ASSERT_NE(id, excluded);
+          ASSERT_EQ(id, expected >= excluded ? expected + 1 : expected)
+              << "V " << v << ", excluded " << excluded << ", T " << temperature << ", k " << top_k << ", draw " << i;
+        }
+      }
+    }
+  }
+  xl::eval::SampleSettings s;
+  s.excluded = 0;
+  xl::Rng rng(1);
+  try {
+    xl::eval::sample_token(torch::zeros({1}, torch::kDouble), s, rng);
+    FAIL() << "drew from a vocab of the excluded token alone";
+  } catch (const xl::Error& e) {
+    EXPECT_EQ(e.code(), xl::kExitUsage);
+  }
 }
 
 // A word prompt's last line is continued unless it ends with its newline.

@@ -93,6 +93,14 @@ int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rn
   torch::Tensor lp = log_probs.detach().reshape({-1}).to(torch::kCPU, torch::kDouble).contiguous();
   const int64_t v = lp.numel();
   XL_CHECK(v > 0, kExitSoftware, "empty distribution");
+  if (s.excluded >= 0 && s.excluded < v) {  // drawn from the others, their ids above it moved up one
+    XL_CHECK(v > 1, kExitUsage, "the only token there is to draw is excluded");
+    SampleSettings others = s;
+    others.excluded = -1;
+    const torch::Tensor rest = torch::cat({lp.narrow(0, 0, s.excluded), lp.narrow(0, s.excluded + 1, v - s.excluded - 1)});
+    const int32_t id = sample_token(rest, others, rng);
+    return id >= s.excluded ? id + 1 : id;
+  }
   const double* p = lp.data_ptr<double>();
   FallingOrder order(p, v);
   const int32_t best = order[0];

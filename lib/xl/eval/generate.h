@@ -21,13 +21,15 @@ struct SampleSettings {
   double temperature = 1.0;  // <= 0: greedy
   int64_t top_k = 0;         // keep the k most likely tokens (0: all)
   double top_p = 1.0;        // then the smallest set whose probability reaches top_p (1: all)
+  int32_t excluded = -1;     // a token never drawn, as if the vocab lacked it (--no-unk: <unk>); -1: none
 };
 
 // Draws one token id from log-probabilities [V] with `rng` (deterministic for a given state:
 // the distribution is filtered and normalised in double precision on the CPU, its mass summed in
 // id order, and one uniform draw inverted over the candidates by falling probability, ties by
 // lower id, as in top-k). Takes time linear in V, plus sorting the candidates the draw passes (a
-// few hundred from a trained model). NaN log-probabilities are refused (65).
+// few hundred from a trained model). NaN log-probabilities are refused (65). An excluded token
+// leaves the others' draw as over the vocab without it (64 when it is the only token).
 int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rng& rng);
 
 struct GenerateSettings {
