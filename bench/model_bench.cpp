@@ -29,23 +29,25 @@
 #include <memory>
 #include <iostream>
 
+#include "xl/cli/tool_main.h"
+#include "xl/compute/amx_products.h"
+#include "xl/compute/blas.h"
+#include "xl/compute/cuda_support.h"
+#include "xl/compute/device.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/parallel.h"
+#include "xl/compute/precision.h"
+#include "xl/compute/torch_process.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
+#include "xl/kernels/cpu/chunked_attention.h"
 #include "xl/model/cross_head.h"
-#include "xl/model/device.h"
-#include "xl/model/kernels/amx_products.h"
-#include "xl/model/kernels/blas.h"
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/cuda_support.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/kernels/parallel.h"
-#include "xl/model/kernels/torch_process.h"
-#include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
 #include "xl/util/json_io.h"
 
+using namespace xl;
 using namespace xl::model;
 using Clock = std::chrono::steady_clock;
 
@@ -117,10 +119,10 @@ double gemm_peak_gflops(const torch::Device& device, torch::ScalarType dtype, co
 // a Zen 4 (2026-11-25) it reached 214-224 GFLOP/s where the BLAS reached 196-210: MFU is measured
 // against the faster, so that no choice of kernels can push it past what the machine does.
 double onednn_peak_gflops() {
-  if (!blas().onednn_sgemm) return 0;
+  if (!compute::blas().onednn_sgemm) return 0;
   return gemm_peak_gflops(torch::kCPU, torch::kFloat, [](const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c) {
     const int64_t n = a.size(0);
-    blas().onednn_sgemm('N', 'N', n, n, n, 1.0f, a.data_ptr<float>(), n, b.data_ptr<float>(), n, 0.0f,
+    compute::blas().onednn_sgemm('N', 'N', n, n, n, 1.0f, a.data_ptr<float>(), n, b.data_ptr<float>(), n, 0.0f,
                         c.data_ptr<float>(), n);
   });
 }
@@ -131,13 +133,13 @@ double onednn_peak_gflops() {
 // at 589-601 GFLOP/s and 128 x 512 x 512 in cache at 1,014, where the tiles ran 256 x 256 x 1024 at
 // 1,277. A peak from the large products alone would let bf16 MFU read twice what the chip allows.
 double amx_tiles_peak_gflops() {
-  if (!amx_bf16_usable()) return 0;
+  if (!compute::amx_bf16_usable()) return 0;
   constexpr int64_t m = 256, n = 256, k = 1024, reps = 100;
   const int64_t threads = at::get_num_threads();
   auto bits = [](const torch::Tensor& x) { return reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()); };
   struct Operands {
     torch::Tensor a, c;
-    AmxPackedB b;
+    compute::AmxPackedB b;
   };
   std::vector<Operands> ops(static_cast<size_t>(threads));
   for (Operands& o : ops) {
@@ -148,11 +150,11 @@ double amx_tiles_peak_gflops() {
   std::vector<double> rates;
   for (int r = 0; r < 6; ++r) {  // the first warms the caches up
     auto t = Clock::now();
-    parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    compute::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t task = t0; task < t1; ++task) {
         Operands& o = ops[static_cast<size_t>(task)];
         for (int64_t i = 0; i < reps; ++i)
-          amx_bf16_gemm_packed(false, m, n, k, bits(o.a), k, o.b, 0, 0, 0, o.c.data_ptr<float>(), n);
+          compute::amx_bf16_gemm_packed(false, m, n, k, bits(o.a), k, o.b, 0, 0, 0, o.c.data_ptr<float>(), n);
       }
     });
     if (r > 0) rates.push_back(2.0 * m * n * k * reps * threads / seconds_since(t) / 1e9);
@@ -186,7 +188,7 @@ double peak_rss_mb() {
 // nearly flat, so draws land anywhere) and a peaked one with a trained word model's perplexity
 // (log-probabilities -1.5 log(rank): 24 over 267,735 words), where a draw usually lands early.
 nlohmann::json bench_generate(const BenchConfig& bc, TransformerXL& model, const torch::Device& device,
-                              Precision precision, int steps) {
+                              compute::Precision precision, int steps) {
   xl::eval::GenerateSettings gs;
   gs.precision = precision;
   gs.length = steps + 1;
@@ -225,19 +227,20 @@ nlohmann::json bench_generate(const BenchConfig& bc, TransformerXL& model, const
 }
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl_bench_model", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl_bench_model", argc, argv, [](int argc, char** argv) {
     std::string name = argc > 1 ? argv[1] : "tiny";
     std::string mode = argc > 2 ? argv[2] : "train";
     int steps = argc > 3 ? std::atoi(argv[3]) : 5;
     std::string skip_name = argc > 4 ? argv[4] : "none";
     double beta = argc > 5 ? std::atof(argv[5]) : 0.0;
-    xl::model::set_threads(2);
+    compute::set_threads(2);
     BenchConfig bc = lookup(name);
     if (const char* b = std::getenv("XL_BENCH_BATCH"); b && *b) bc.batch = std::atoi(b);
     if (const char* t = std::getenv("XL_BENCH_TGT_LEN"); t && *t) bc.tgt_len = std::atoi(t);
     const char* eval_mem = std::getenv("XL_BENCH_MEM_LEN");
-    const torch::Device device = parse_device(env_or("XL_BENCH_DEVICE", "cpu"));
-    const Precision precision = resolve_precision(env_or("XL_BENCH_PRECISION", "auto"), device);
+    const torch::Device device = compute::parse_device(env_or("XL_BENCH_DEVICE", "cpu"));
+    const compute::Precision precision = compute::resolve_precision(env_or("XL_BENCH_PRECISION", "auto"), device);
     ModelConfig cfg;
     cfg.n_token = bc.vocab;
     cfg.cutoffs = bc.cutoffs;
@@ -265,18 +268,18 @@ int main(int argc, char** argv) {
       j["threads"] = 2;
       j["device"] = device.str();
       j["peak_rss_mb"] = peak_rss_mb();
-      j["cpu"] = cpu_model_name();
-      j["blas_core"] = blas_core();
+      j["cpu"] = compute::cpu_model_name();
+      j["blas_core"] = compute::blas_core();
       std::cout << xl::json_line(j) << std::endl;
       return 0;
     }
     const bool train = mode == "train";
-    if (train) use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
+    if (train) compute::use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
     const std::string attention_probs = train ? env_or("XL_BENCH_ATTENTION_PROBS", "keep") : "keep";
     if (attention_probs != "keep" && attention_probs != "recompute")
       throw std::runtime_error("XL_BENCH_ATTENTION_PROBS must be keep or recompute");
-    xl::model::set_attention_probs(attention_probs == "recompute" ? xl::model::AttentionProbs::kRecompute
-                                                                  : xl::model::AttentionProbs::kKeep);
+    compute::set_attention_probs(attention_probs == "recompute" ? compute::AttentionProbs::kRecompute
+                                                                  : compute::AttentionProbs::kKeep);
     const int64_t tgt = bc.tgt_len, b = bc.batch;
     const int64_t mem_len = train ? bc.mem_len : eval_mem && *eval_mem ? std::atoll(eval_mem) : 2 * bc.tgt_len;
     // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
@@ -293,7 +296,7 @@ int main(int argc, char** argv) {
     // Warm-up steps until the memory is full (a steady state: every timed step the same shapes).
     const int warm = static_cast<int>(std::max<int64_t>(2, (mem_len + tgt - 1) / tgt + 1));
     auto data = bench_tokens(bc, b, tgt * (steps + warm + 1) + 1).to(device);
-    if (device.is_cuda()) cuda_reset_peak_allocated_bytes(device.index());
+    if (device.is_cuda()) compute::cuda_reset_peak_allocated_bytes(device.index());
     if (train) model->train();
     else model->eval();
     double elapsed = 0, cpu = 0;
@@ -310,7 +313,7 @@ int main(int argc, char** argv) {
       synchronize(device);
       auto t = Clock::now();
       double c0 = cpu_seconds();
-      AutocastScope autocast(precision, device);
+      compute::AutocastScope autocast(precision, device);
       if (train) {
         if (skip_name != "none") fo.skip = draw_skips(rng, p_skip);
         fo.perms = draw_cross_head(rng, beta, model->heads_per_layer());
@@ -332,10 +335,10 @@ int main(int argc, char** argv) {
     }
     // The GEMM peak after the steps: its 4096^2 matrices must not count in the model's peak RSS.
     const double rss = peak_rss_mb();
-    const double device_mb = device.is_cuda() ? cuda_peak_allocated_bytes(device.index()) / 1048576.0 : 0.0;
+    const double device_mb = device.is_cuda() ? compute::cuda_peak_allocated_bytes(device.index()) / 1048576.0 : 0.0;
     // The peak in the precision the products ran in (bf16 and fp16 run on other units than fp32).
     const torch::ScalarType dtype =
-        precision == Precision::kBf16 ? torch::kBFloat16 : precision == Precision::kFp16 ? torch::kHalf : torch::kFloat;
+        precision == compute::Precision::kBf16 ? torch::kBFloat16 : precision == compute::Precision::kFp16 ? torch::kHalf : torch::kFloat;
     const bool measure_peak = env_or("XL_BENCH_PEAK", "on") != "off";
     const double blas_peak = measure_peak ? gemm_peak_gflops(device, dtype) : 0.0;
     const double onednn_peak = measure_peak && device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
@@ -351,15 +354,15 @@ int main(int argc, char** argv) {
     nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", elapsed / timed},
                         {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", measured(peak)}, {"mfu", measured(mfu)},
                         {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
-                        {"beta", beta}, {"batch", b}, {"tgt_len", tgt}, {"mem_len", mem_len}, {"device", device.str()}, {"precision", to_string(precision)},
+                        {"beta", beta}, {"batch", b}, {"tgt_len", tgt}, {"mem_len", mem_len}, {"device", device.str()}, {"precision", compute::to_string(precision)},
                         {"gemm_peak_fp32_gflops", measured(peak_fp32)}, {"attention", cfg.attention},
                         {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span},
                         {"kv_cache", kv_cache}, {"attention_probs", attention_probs},
                         {"targets", bc.cutoffs.empty() ? "uniform" : "zipf"}};
-    j["cpu"] = cpu_model_name();
-    j["blas_core"] = blas_core();
-    j["blas"] = blas_description();
-    j["gemm_choice"] = gemm_choice_description();
+    j["cpu"] = compute::cpu_model_name();
+    j["blas_core"] = compute::blas_core();
+    j["blas"] = compute::blas_description();
+    j["gemm_choice"] = compute::gemm_choice_description();
     if (onednn_peak > 0) {  // the peak's two candidates
       j["gemm_peak_blas_gflops"] = blas_peak;
       j["gemm_peak_onednn_gflops"] = onednn_peak;
@@ -368,14 +371,14 @@ int main(int argc, char** argv) {
       j["gemm_peak_mm_gflops"] = blas_peak;
       j["gemm_peak_amx_tiles_gflops"] = tiles_peak;
     }
-    j["vector_kernels"] = kernel_vector_units_name();
+    j["vector_kernels"] = compute::kernel_vector_units_name();
     if (device.is_cuda()) {
-      j["gpu"] = cuda_device_name(device.index());
+      j["gpu"] = compute::cuda_device_name(device.index());
       j["peak_device_mb"] = device_mb;
-      const KernelSet set = kernel_set();
-      j["kernels"] = set == KernelSet::kGeneric   ? "generic (XL_KERNELS=generic: the explicit attention)"
-                     : set == KernelSet::kLibrary ? "library (XL_KERNELS=library: LibTorch's fused attention)"
-                     : set == KernelSet::kOwn     ? "own (XL_KERNELS=own: xl's flash attention wherever it applies)"
+      const compute::KernelSet set = compute::kernel_set();
+      j["kernels"] = set == compute::KernelSet::kGeneric   ? "generic (XL_KERNELS=generic: the explicit attention)"
+                     : set == compute::KernelSet::kLibrary ? "library (XL_KERNELS=library: LibTorch's fused attention)"
+                     : set == compute::KernelSet::kOwn     ? "own (XL_KERNELS=own: xl's flash attention wherever it applies)"
                                                   : "default";
     }
     std::cout << xl::json_line(j) << std::endl;

@@ -3,15 +3,16 @@
 #include <iostream>
 
 #include "xl/analysis/eval_cache.h"
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/cli/options.h"
-#include "xl/model/kernels/torch_process.h"
+#include "xl/cli/tool_main.h"
+#include "xl/compute/device.h"
+#include "xl/compute/parallel.h"
+#include "xl/compute/torch_process.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/report.h"
-#include "xl/checkpoint/checkpoint.h"
 #include "xl/h5/tokens_file.h"
-#include "xl/model/device.h"
 #include "xl/model/model_io.h"
-#include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
 #include "xl/options/eval_options.h"
 #include "xl/util/error.h"
@@ -43,7 +44,8 @@ xl::eval::ProgressFn progress_lines(int64_t mem_len) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl-eval-longctx", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl-eval-longctx", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-eval-longctx", "Evaluate a checkpoint on a token split over memory lengths (loss, bpc/ppl, speed).",
          "[OPTIONS] CHECKPOINT TOKENS",
@@ -89,10 +91,10 @@ int main(int argc, char** argv) {
              "--cache keeps each setting's loss, not its per-token losses: drop --cache or --per-token");
 
     const auto compute = xl::options::compute_settings(cli);
-    xl::model::set_threads(compute.threads);
+    xl::compute::set_threads(compute.threads);
     torch::manual_seed(compute.seed);
-    const torch::Device device = xl::model::parse_device(compute.device);
-    base.precision = xl::model::resolve_precision(compute.precision, device);
+    const torch::Device device = xl::compute::parse_device(compute.device);
+    base.precision = xl::compute::resolve_precision(compute.precision, device);
 
     auto tokens = xl::h5::TokensFile::open(tokens_path);
     const std::string& split = request.split;

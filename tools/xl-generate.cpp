@@ -3,14 +3,15 @@
 #include <cstdio>
 #include <optional>
 
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/cli/options.h"
-#include "xl/model/kernels/torch_process.h"
+#include "xl/cli/tool_main.h"
+#include "xl/compute/device.h"
+#include "xl/compute/parallel.h"
+#include "xl/compute/torch_process.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/generate.h"
-#include "xl/checkpoint/checkpoint.h"
-#include "xl/model/device.h"
 #include "xl/model/model_io.h"
-#include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
 #include "xl/text/moses.h"
 #include "xl/text/tokenizer.h"
@@ -43,7 +44,8 @@ int32_t start_token(const xl::text::Vocab& vocab) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl-generate", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl-generate", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-generate", "Sample text from a checkpoint, with the segment memory carried across segments.",
          "[OPTIONS] CHECKPOINT",
@@ -97,10 +99,10 @@ int main(int argc, char** argv) {
     if (!(gs.sampling.top_p > 0 && gs.sampling.top_p <= 1)) cli.fail("top-p", "must be in (0, 1]");
 
     const auto compute = xl::options::compute_settings(cli);
-    xl::model::set_threads(compute.threads);
+    xl::compute::set_threads(compute.threads);
     torch::manual_seed(compute.seed);
-    const torch::Device device = xl::model::parse_device(compute.device);
-    gs.precision = xl::model::resolve_precision(compute.precision, device);
+    const torch::Device device = xl::compute::parse_device(compute.device);
+    gs.precision = xl::compute::resolve_precision(compute.precision, device);
     std::string prompt_text;
     std::string prompt_name = "--prompt";
     if (cli.has("prompt")) prompt_text = cli.get<std::string>("prompt");

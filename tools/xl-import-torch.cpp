@@ -3,9 +3,10 @@
 #include <iostream>
 #include <optional>
 
-#include "xl/cli/options.h"
-#include "xl/model/kernels/torch_process.h"
 #include "xl/checkpoint/checkpoint.h"
+#include "xl/cli/options.h"
+#include "xl/cli/tool_main.h"
+#include "xl/compute/torch_process.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/interop/hf_model_dir.h"
 #include "xl/interop/torch_pickle.h"
@@ -102,7 +103,8 @@ int import_corpus(const xl::cli::Options& cli, const std::string& input, int arg
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl-import-torch", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl-import-torch", argc, argv, [](int argc, char** argv) {
     xl::cli::Options cli(
         {"xl-import-torch", "Convert a PyTorch Transformer-XL model, state_dict or corpus cache into xl's files, or back.",
          "[OPTIONS] (--vocab FILE | --export | --corpus) INPUT -o OUTPUT",

@@ -7,15 +7,16 @@
 #include "xl/analysis/head_importance.h"
 #include "xl/analysis/head_report.h"
 #include "xl/analysis/iterative_pruning.h"
-#include "xl/cli/options.h"
-#include "xl/model/kernels/torch_process.h"
 #include "xl/checkpoint/checkpoint.h"
+#include "xl/cli/options.h"
+#include "xl/cli/tool_main.h"
+#include "xl/compute/device.h"
+#include "xl/compute/parallel.h"
+#include "xl/compute/torch_process.h"
 #include "xl/eval/metric.h"
 #include "xl/h5/tokens_file.h"
-#include "xl/model/device.h"
 #include "xl/model/head_pruning.h"
 #include "xl/model/model_io.h"
-#include "xl/model/kernels/parallel.h"
 #include "xl/options/compute_options.h"
 #include "xl/options/eval_options.h"
 #include "xl/util/error.h"
@@ -68,7 +69,8 @@ std::vector<std::string> checkpoint_list(const std::string& text, const std::str
 }
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl-prune-heads", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl-prune-heads", argc, argv, [](int argc, char** argv) {
     cli::Options cli({"xl-prune-heads", "Study and prune the attention heads of a checkpoint.", "[OPTIONS] CHECKPOINT TOKENS",
                       "--mode ablate-one masks every head in turn and reports the change in bpc (char level) or\n"
                       "perplexity (word level) against the unpruned model, with each layer's sample standard\n"
@@ -112,8 +114,8 @@ int main(int argc, char** argv) {
     options::add_compute_options(cli, {false, true});
     if (!cli.parse(argc, argv)) return 0;
     const auto compute = options::compute_settings(cli);
-    xl::model::set_threads(compute.threads);
-    const torch::Device device = model::parse_device(compute.device);
+    xl::compute::set_threads(compute.threads);
+    const torch::Device device = xl::compute::parse_device(compute.device);
     XL_CHECK(cli.has("checkpoint"), kExitUsage, "give a CHECKPOINT and a TOKENS file (see xl-prune-heads --help)");
     const std::string mode = cli.get<std::string>("mode"), format = cli.get<std::string>("format");
     if (mode != "ablate-one" && mode != "importance" && mode != "iterative")
@@ -137,7 +139,7 @@ int main(int argc, char** argv) {
     Study study{checkpoint::load(paths.front(), vocab, write_output), paths.front(), device};
     auto ids = tokens.read_split(request.split, "--split picks another", eval::kMinEvalTokens);
     eval::EvalSettings es = request.settings;
-    es.precision = model::resolve_precision(compute.precision, device);
+    es.precision = xl::compute::resolve_precision(compute.precision, device);
     // Every evaluation of the study would score nothing, and its table would be empty.
     XL_CHECK(eval::scores_any(study.make(), static_cast<int64_t>(ids.size()), es), kExitUsage,
              "--warmup --mem-len " << es.mem_len << ": no segment of the " << request.split

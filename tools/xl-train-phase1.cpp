@@ -1,13 +1,15 @@
 // xl-train-phase1: Skip-Retain training (layers skipped with p_skip keep their old memory) with SCH attention.
-#include "xl/model/kernels/torch_process.h"
-#include "xl/model/kernels/parallel.h"
+#include "xl/cli/tool_main.h"
+#include "xl/compute/parallel.h"
+#include "xl/compute/torch_process.h"
 #include "xl/options/compute_options.h"
 #include "xl/options/train_options.h"
 #include "xl/train/distributed.h"
 #include "xl/train/trainer.h"
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl-train-phase1", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl-train-phase1", argc, argv, [](int argc, char** argv) {
     xl::train::start_as_rank();  // before a bad flag can end it
     xl::cli::Options cli({"xl-train-phase1", "Train a Transformer-XL with Skip-Retain (phase 1) and stochastic cross-head attention.",
                           "[OPTIONS] [TOKENS] -o CHECKPOINT",
@@ -25,7 +27,7 @@ int main(int argc, char** argv) {
                           "  xl-train-phase1 --resume tokens.h5 -o p1.h5 --max-steps 20000"});
     xl::options::add_training_options(cli, xl::options::Phase::kOne);
     if (!cli.parse(argc, argv)) return 0;
-    xl::model::set_threads(xl::options::compute_settings(cli).threads);
+    xl::compute::set_threads(xl::options::compute_settings(cli).threads);
     return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kOne, argc, argv), argv);
   });
 }

@@ -1,14 +1,16 @@
 // xl-train-phase2: the vanilla phase: training continued from a phase-1 checkpoint (or a pruned or
 // imported model) without skipping.
-#include "xl/model/kernels/torch_process.h"
-#include "xl/model/kernels/parallel.h"
+#include "xl/cli/tool_main.h"
+#include "xl/compute/parallel.h"
+#include "xl/compute/torch_process.h"
 #include "xl/options/compute_options.h"
 #include "xl/options/train_options.h"
 #include "xl/train/distributed.h"
 #include "xl/train/trainer.h"
 
 int main(int argc, char** argv) {
-  return xl::model::run_torch_tool("xl-train-phase2", argc, argv, [](int argc, char** argv) {
+  xl::compute::prepare_torch_process();
+  return xl::cli::run_tool("xl-train-phase2", argc, argv, [](int argc, char** argv) {
     xl::train::start_as_rank();  // before a bad flag can end it
     xl::cli::Options cli({"xl-train-phase2", "Continue a phase-1 checkpoint with vanilla training (phase 2: no skipping).",
                           "[OPTIONS] --init PHASE1.h5 [TOKENS] -o CHECKPOINT",
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
                           "  xl-train-phase2 --init imported.h5 --lr 1e-4 --max-steps 2000 tokens.h5 -o tuned.h5"});
     xl::options::add_training_options(cli, xl::options::Phase::kTwo);
     if (!cli.parse(argc, argv)) return 0;
-    xl::model::set_threads(xl::options::compute_settings(cli).threads);
+    xl::compute::set_threads(xl::options::compute_settings(cli).threads);
     return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kTwo, argc, argv), argv);
   });
 }

@@ -7,10 +7,10 @@
 #include <string>
 #include <utility>
 
-#include "xl/model/device.h"
-#include "xl/model/kernels/fused_attention.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/precision.h"
+#include "xl/compute/device.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cuda/fused_attention.h"
 #include "xl/model/rel_attention.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
@@ -18,6 +18,7 @@
 #include "xl/train/loss_scale.h"
 #include "../unit/model_sizes.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 
@@ -96,7 +97,7 @@ TEST(Cuda, TrainingStepsWithSkipsSchAndMasksMatchTheCpu) {
 TEST(Cuda, FusedAttentionMatchesTheExplicitPath) {
   REQUIRE_GPU();
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  if (!fused_attention_applies(torch::zeros({1, 1, 1, 8}, bf16), false))
+  if (!kernels::fused_attention_applies(torch::zeros({1, 1, 1, 8}, bf16), false))
     GTEST_SKIP() << "this LibTorch has no fused attention (2.1 and later)";
   // The fused kernel (the positional scores as the bias of PyTorch's memory-efficient attention)
   // against the GPU's explicit path, itself checked against the CPU in float64 above: forward and
@@ -105,21 +106,21 @@ TEST(Cuda, FusedAttentionMatchesTheExplicitPath) {
   // training runs, the same bits twice.
   const bool was_deterministic = at::globalContext().deterministicAlgorithms();
   const bool was_warn_only = at::globalContext().deterministicAlgorithmsWarnOnly();
-  use_deterministic_kernels(torch::Device(torch::kCUDA, 0));
+  compute::use_deterministic_kernels(torch::Device(torch::kCUDA, 0));
   ModelConfig narrow = tiny();
   narrow.d_head = 6;
   for (const ModelConfig& c : {tiny(), narrow}) {
-    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
-      SCOPED_TRACE("d_head " + std::to_string(c.d_head) + " " + to_string(p));
+    for (compute::Precision p : {compute::Precision::kBf16, compute::Precision::kFp16}) {
+      SCOPED_TRACE("d_head " + std::to_string(c.d_head) + " " + compute::to_string(p));
       const double tol = 0.1;
       auto gpu = model_on(c, torch::kCUDA, torch::kFloat32);
       gpu->train();
       auto run = [&](const Tensor& in, const Tensor& tg, Memory& mem, const ForwardOptions& o, bool fused) {
-        std::optional<GenericKernels> explicit_path;
+        std::optional<compute::GenericKernels> explicit_path;
         if (!fused) explicit_path.emplace();
         Tensor loss;
         {
-          AutocastScope autocast(p, torch::kCUDA);
+          compute::AutocastScope autocast(p, torch::kCUDA);
           loss = gpu->forward(in, tg, mem, o).mean();
         }
         loss.backward();
@@ -213,7 +214,7 @@ TEST(Cuda, Float32AndBf16OnTheGpuTrackTheCpu) {
       EXPECT_LT(max_diff(lc, lg), 1e-4) << "fp32 step " << step;
       Tensor lb;
       {
-        AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+        compute::AutocastScope autocast(compute::Precision::kBf16, torch::kCUDA);
         lb = gpu->forward(in.cuda(), tg.cuda(), mb, o);
       }
       EXPECT_EQ(lb.scalar_type(), torch::kFloat);
@@ -298,7 +299,7 @@ TEST(Cuda, AttentionVariantsTrainAsOnTheCpuUnderStrictDeterminism) {
   // (an operation without one would throw here), and the same bits twice.
   const bool was_deterministic = at::globalContext().deterministicAlgorithms();
   const bool was_warn_only = at::globalContext().deterministicAlgorithmsWarnOnly();
-  use_deterministic_kernels(torch::Device(torch::kCUDA, 0));
+  compute::use_deterministic_kernels(torch::Device(torch::kCUDA, 0));
   ModelConfig mgk = tiny(), smgk = tiny(), span = tiny();
   mgk.attention = "mgk";
   smgk.attention = "smgk";

@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/flash_rel_attention.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/precision.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/chunked_attention.h"
+#include "xl/kernels/cuda/flash_rel_attention.h"
 #include "xl/model/transformer_xl.h"
 #include "../unit/model_sizes.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 
@@ -24,8 +25,8 @@ namespace {
 bool flash_available() {
   if (!torch::cuda::is_available()) return false;
   torch::NoGradGuard no_grad;
-  KernelSetScope own(KernelSet::kOwn);
-  return flash_rel_attention_applies(torch::zeros({1, 1, 1, 8}, torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16)),
+  compute::KernelSetScope own(compute::KernelSet::kOwn);
+  return kernels::flash_rel_attention_applies(torch::zeros({1, 1, 1, 8}, torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16)),
                                      1, false);
 }
 
@@ -58,7 +59,7 @@ std::string name(const Case& c) {
 
 // softmax(scale (q_u k^T + shift(q_v R^T)) masked) value, one query at a time, in float64.
 Tensor naive(const Tensor& q, const Tensor& u, const Tensor& v, const Tensor& kv, const std::vector<Tensor>& tables,
-             const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& heads, const Tensor& mask, double scale) {
+             const std::vector<kernels::KeyBlock>& blocks, const std::vector<int64_t>& heads, const Tensor& mask, double scale) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), K = kv.size(1);
   auto Q = q.to(torch::kDouble).contiguous(), KV = kv.to(torch::kDouble).contiguous();
   auto U = u.to(torch::kDouble), V = v.to(torch::kDouble);
@@ -107,7 +108,7 @@ Tensor naive(const Tensor& q, const Tensor& u, const Tensor& v, const Tensor& kv
 // The same function in float64 tensor operations that autograd differentiates: whole score
 // matrices, the relative shift as a gather by table row j + T - 1 - i.
 Tensor differentiable(const Tensor& q, const Tensor& u, const Tensor& v, const Tensor& kv,
-                      const std::vector<Tensor>& tables, const std::vector<KeyBlock>& blocks,
+                      const std::vector<Tensor>& tables, const std::vector<kernels::KeyBlock>& blocks,
                       const std::vector<int64_t>& heads, const Tensor& mask, double scale) {
   const int64_t T = q.size(1), H = q.size(2);
   const auto dbl = [](const Tensor& x) { return x.to(torch::kDouble); };
@@ -130,7 +131,7 @@ Tensor differentiable(const Tensor& q, const Tensor& u, const Tensor& v, const T
 
 // One case's operands on `options`' device and dtype, in the projections' strided layouts.
 struct Inputs {
-  std::vector<KeyBlock> blocks;
+  std::vector<kernels::KeyBlock> blocks;
   Tensor q, kv, u, v, mask;
   std::vector<Tensor> tables;
   double scale = 1;
@@ -185,7 +186,7 @@ TEST(FlashRelAttention, TheExplicitLoopComputesTheCpuKernelsFunction) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(name(c));
     const Inputs in = inputs(c, torch::TensorOptions(torch::kCPU).dtype(torch::kFloat));
-    const Tensor cpu = chunked_relative_attention(in.q + in.u, in.q + in.v, in.kv, in.tables, in.blocks, c.heads,
+    const Tensor cpu = kernels::chunked_relative_attention(in.q + in.u, in.q + in.v, in.kv, in.tables, in.blocks, c.heads,
                                                   in.mask, in.scale);
     const Tensor loop = naive(in.q, in.u, in.v, in.kv, in.tables, in.blocks, c.heads, in.mask, in.scale);
     EXPECT_LT((cpu.to(torch::kDouble) - loop).abs().max().item<double>(), 1e-5);
@@ -208,7 +209,7 @@ TEST(FlashRelAttention, TheDifferentiableReferenceComputesTheLoopsFunctionAndThe
                                       in.scale);
     EXPECT_LT((ref - loop).abs().max().item<double>(), 1e-9);
     const auto ref_grads = torch::autograd::grad({(ref * weight).sum()}, leaves);
-    const Tensor cpu = chunked_relative_attention(leaves[0] + leaves[1], leaves[0] + leaves[2], leaves[3], tables,
+    const Tensor cpu = kernels::chunked_relative_attention(leaves[0] + leaves[1], leaves[0] + leaves[2], leaves[3], tables,
                                                   in.blocks, c.heads, in.mask, in.scale);
     const auto cpu_grads = torch::autograd::grad({(cpu * weight.to(torch::kFloat)).sum()}, leaves);
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -227,10 +228,10 @@ TEST(FlashRelAttention, MatchesAnExplicitLoop) {
     const Inputs in = inputs(c, torch::TensorOptions(torch::kCUDA).dtype(c.given));
     Tensor out;
     {
-      AutocastScope autocast(c.dtype == bf16 ? Precision::kBf16 : Precision::kFp16, torch::kCUDA);
-      KernelSetScope own(KernelSet::kOwn);
-      ASSERT_TRUE(flash_rel_attention_applies(in.q, in.blocks.size(), false));
-      out = flash_rel_attention(in.q, in.u, in.v, in.kv, in.tables, in.blocks, c.heads, in.mask, in.scale);
+      compute::AutocastScope autocast(c.dtype == bf16 ? compute::Precision::kBf16 : compute::Precision::kFp16, torch::kCUDA);
+      compute::KernelSetScope own(compute::KernelSet::kOwn);
+      ASSERT_TRUE(kernels::flash_rel_attention_applies(in.q, in.blocks.size(), false));
+      out = kernels::flash_rel_attention(in.q, in.u, in.v, in.kv, in.tables, in.blocks, c.heads, in.mask, in.scale);
     }
     ASSERT_EQ(out.scalar_type(), c.dtype);
     // The loop reads the operands as the kernel does: rounded to the product dtype.
@@ -261,10 +262,10 @@ TEST(FlashRelAttention, BackwardMatchesAutogradOfTheReference) {
     std::vector<Tensor> tables(leaves.begin() + 4, leaves.end());
     Tensor out;
     {
-      AutocastScope autocast(c.dtype == bf16 ? Precision::kBf16 : Precision::kFp16, torch::kCUDA);
-      KernelSetScope own(KernelSet::kOwn);
-      ASSERT_TRUE(flash_rel_attention_applies(in.q, in.blocks.size(), false));
-      out = flash_rel_attention(leaves[0], leaves[1], leaves[2], leaves[3], tables, in.blocks, c.heads, in.mask,
+      compute::AutocastScope autocast(c.dtype == bf16 ? compute::Precision::kBf16 : compute::Precision::kFp16, torch::kCUDA);
+      compute::KernelSetScope own(compute::KernelSet::kOwn);
+      ASSERT_TRUE(kernels::flash_rel_attention_applies(in.q, in.blocks.size(), false));
+      out = kernels::flash_rel_attention(leaves[0], leaves[1], leaves[2], leaves[3], tables, in.blocks, c.heads, in.mask,
                                 in.scale);
     }
     const Tensor weight = torch::randn(out.sizes(), torch::TensorOptions(torch::kCUDA).dtype(torch::kDouble));
@@ -295,29 +296,29 @@ TEST(FlashRelAttention, RunsByDefaultOnShortSegmentsOnly) {
   REQUIRE_FLASH();
   torch::NoGradGuard no_grad;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const Tensor q = torch::zeros({2, kFlashMaxQueries, 4, 64}, bf16), longer = torch::zeros({2, kFlashMaxQueries + 1, 4, 64}, bf16);
-  EXPECT_TRUE(flash_rel_attention_applies(q, 2, false));
-  EXPECT_FALSE(flash_rel_attention_applies(longer, 2, false));
-  EXPECT_FALSE(flash_rel_attention_applies(q, 2, true)) << "attention dropout";
-  EXPECT_FALSE(flash_rel_attention_applies(q, 9, false)) << "more key blocks than the kernel takes";
+  const Tensor q = torch::zeros({2, kernels::kFlashMaxQueries, 4, 64}, bf16), longer = torch::zeros({2, kernels::kFlashMaxQueries + 1, 4, 64}, bf16);
+  EXPECT_TRUE(kernels::flash_rel_attention_applies(q, 2, false));
+  EXPECT_FALSE(kernels::flash_rel_attention_applies(longer, 2, false));
+  EXPECT_FALSE(kernels::flash_rel_attention_applies(q, 2, true)) << "attention dropout";
+  EXPECT_FALSE(kernels::flash_rel_attention_applies(q, 9, false)) << "more key blocks than the kernel takes";
   {
-    KernelSetScope own(KernelSet::kOwn);
-    EXPECT_TRUE(flash_rel_attention_applies(longer, 2, false));
+    compute::KernelSetScope own(compute::KernelSet::kOwn);
+    EXPECT_TRUE(kernels::flash_rel_attention_applies(longer, 2, false));
   }
   {
-    KernelSetScope library(KernelSet::kLibrary);
-    EXPECT_FALSE(flash_rel_attention_applies(q, 2, false));
+    compute::KernelSetScope library(compute::KernelSet::kLibrary);
+    EXPECT_FALSE(kernels::flash_rel_attention_applies(q, 2, false));
   }
   torch::AutoGradMode grad(true);
-  EXPECT_FALSE(flash_rel_attention_applies(q, 2, false)) << "autograd on";
-  KernelSetScope own(KernelSet::kOwn);
+  EXPECT_FALSE(kernels::flash_rel_attention_applies(q, 2, false)) << "autograd on";
+  compute::KernelSetScope own(compute::KernelSet::kOwn);
   {
     DeterministicScope nondeterministic(false);
-    EXPECT_TRUE(flash_rel_attention_applies(q, 2, false)) << "autograd on, asked for";
-    EXPECT_FALSE(flash_rel_attention_applies(torch::zeros({2, 8, 4, 128}, bf16), 2, false)) << "autograd on, dh 128";
+    EXPECT_TRUE(kernels::flash_rel_attention_applies(q, 2, false)) << "autograd on, asked for";
+    EXPECT_FALSE(kernels::flash_rel_attention_applies(torch::zeros({2, 8, 4, 128}, bf16), 2, false)) << "autograd on, dh 128";
   }
   DeterministicScope deterministic(true);
-  EXPECT_FALSE(flash_rel_attention_applies(q, 2, false)) << "autograd on, deterministic algorithms";
+  EXPECT_FALSE(kernels::flash_rel_attention_applies(q, 2, false)) << "autograd on, deterministic algorithms";
 }
 
 TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
@@ -328,8 +329,8 @@ TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
   const ModelConfig c = tiny_config();
   TransformerXL m = tiny_model_on_gpu(c, 11);
   m->eval();
-  auto run = [&](KernelSet set) {
-    KernelSetScope kernels(set);
+  auto run = [&](compute::KernelSet set) {
+    compute::KernelSetScope kernels(set);
     torch::NoGradGuard no_grad;
     Memory mem = m->new_memory();
     std::vector<Tensor> losses;
@@ -342,12 +343,12 @@ TEST(FlashRelAttention, EvaluationMatchesLibTorchsKernelAndTheExplicitPath) {
       o.skip = {false, step == 1 || step == 2, false};
       o.perms = {{}, {}, step == 3 ? std::vector<int64_t>{3, 1, 0, 2} : std::vector<int64_t>{}};
       o.head_mask = torch::tensor({1.0f, 1.0f, 0.0f, 1.0f}, torch::kCUDA).repeat({3, 1});
-      AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+      compute::AutocastScope autocast(compute::Precision::kBf16, torch::kCUDA);
       losses.push_back(m->forward(in, tg, mem, o).to(torch::kDouble).cpu());
     }
     return torch::stack(losses);
   };
-  const Tensor flash = run(KernelSet::kOwn), library = run(KernelSet::kLibrary), generic = run(KernelSet::kGeneric);
+  const Tensor flash = run(compute::KernelSet::kOwn), library = run(compute::KernelSet::kLibrary), generic = run(compute::KernelSet::kGeneric);
   EXPECT_FALSE(torch::isnan(flash).any().item<bool>());
   for (const Tensor& other : {library, generic}) {
     EXPECT_LT((flash - other).abs().mean().item<double>(), 2e-2 * other.abs().mean().item<double>());
@@ -362,8 +363,8 @@ TEST(FlashRelAttention, TrainingMatchesLibTorchsKernel) {
   const ModelConfig c = tiny_config();
   TransformerXL m = tiny_model_on_gpu(c, 12);
   m->train();
-  auto run = [&](KernelSet set) {
-    KernelSetScope kernels(set);
+  auto run = [&](compute::KernelSet set) {
+    compute::KernelSetScope kernels(set);
     DeterministicScope nondeterministic(false);
     Memory mem = m->new_memory();
     {
@@ -374,7 +375,7 @@ TEST(FlashRelAttention, TrainingMatchesLibTorchsKernel) {
         ForwardOptions o;
         o.mem_len = 90;
         o.skip = {false, step == 1, false};
-        AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+        compute::AutocastScope autocast(compute::Precision::kBf16, torch::kCUDA);
         m->forward(in, in, mem, o);
       }
     }
@@ -387,7 +388,7 @@ TEST(FlashRelAttention, TrainingMatchesLibTorchsKernel) {
     o.perms = {{}, {2, 3, 1, 0}, {}};
     Tensor loss;
     {
-      AutocastScope autocast(Precision::kBf16, torch::kCUDA);
+      compute::AutocastScope autocast(compute::Precision::kBf16, torch::kCUDA);
       loss = m->forward(in, tg, mem, o).mean();
     }
     loss.backward();
@@ -396,7 +397,7 @@ TEST(FlashRelAttention, TrainingMatchesLibTorchsKernel) {
       if (p.grad().defined()) grads.push_back(p.grad().to(torch::kDouble).cpu().flatten());
     return grads;
   };
-  const auto own = run(KernelSet::kOwn), library = run(KernelSet::kLibrary);
+  const auto own = run(compute::KernelSet::kOwn), library = run(compute::KernelSet::kLibrary);
   ASSERT_EQ(own.size(), library.size());
   EXPECT_NEAR(own[0].item<double>(), library[0].item<double>(), 1e-2 * std::abs(library[0].item<double>()));
   for (size_t i = 1; i < own.size(); ++i) {

@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "xl/model/kernels/attention_inputs.h"
-#include "xl/model/kernels/blas.h"
-#include "xl/model/precision.h"
+#include "xl/compute/blas.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/attention_inputs.h"
 
 namespace {
 
@@ -33,7 +33,7 @@ void check(int64_t batch, int64_t t, int64_t m, int64_t d, int64_t q_width, int6
   auto w = (torch::randn({q_width + kv_width, d}) * 0.2).requires_grad_();
   auto u = torch::randn({q_width}).requires_grad_(), v = torch::randn({q_width}).requires_grad_();
   auto xg = x.clone().requires_grad_();
-  auto got = xl::model::attention_inputs(xg, memory == Memory::kProjected ? mem : torch::Tensor(), w, q_width,
+  auto got = xl::kernels::attention_inputs(xg, memory == Memory::kProjected ? mem : torch::Tensor(), w, q_width,
                                          biased ? u : torch::Tensor(), biased ? v : torch::Tensor());
   const int64_t keys = (memory == Memory::kNone ? 0 : m) + t;
   ASSERT_EQ(got.q.sizes(), torch::IntArrayRef({batch, t, q_width}));
@@ -102,13 +102,13 @@ void check_bf16(int64_t batch, int64_t t, int64_t m, int64_t d, int64_t q_width,
   auto w = (torch::randn({q_width + kv_width, d}) * 0.2).requires_grad_();
   auto u = torch::randn({q_width}).requires_grad_(), v = torch::randn({q_width}).requires_grad_();
   auto xg = x.clone().requires_grad_();
-  xl::model::AttentionInputs got, eval;
+  xl::kernels::AttentionInputs got, eval;
   {
-    xl::model::AutocastScope autocast(xl::model::Precision::kBf16, torch::kCPU);
-    got = xl::model::attention_inputs(xg, mem, w, q_width, u, v);
+    xl::compute::AutocastScope autocast(xl::compute::Precision::kBf16, torch::kCPU);
+    got = xl::kernels::attention_inputs(xg, mem, w, q_width, u, v);
     torch::NoGradGuard no_grad;
     auto kv = torch::zeros({batch, m + t, kv_width});
-    eval = xl::model::attention_inputs_into(x, w.detach(), q_width, kv, u.detach(), v.detach());
+    eval = xl::kernels::attention_inputs_into(x, w.detach(), q_width, kv, u.detach(), v.detach());
   }
   // Up to 8 rows of x the products run in fp32 (product_operands.h).
   const bool round = batch * t >= 9;
@@ -144,7 +144,7 @@ void check_bf16(int64_t batch, int64_t t, int64_t m, int64_t d, int64_t q_width,
 }
 
 TEST(AttentionInputs, Bf16ProductsRoundTheOperandsAndSumInFloat32) {
-  if (!xl::model::bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or no oneDNN): autocast's ops";
+  if (!xl::compute::bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or no oneDNN): autocast's ops";
   at::set_num_threads(2);
   check_bf16(3, 5, 4, 16, 8, 16);
   check_bf16(16, 128, 128, 128, 128, 256);  // tiny's shape
@@ -156,7 +156,7 @@ TEST(AttentionInputs, BiasedQueriesOnTheGenericPathMatchTheBroadcastAdds) {
   torch::manual_seed(5);
   auto x = torch::randn({2, 3, 8}, torch::kDouble), w = torch::randn({8 + 16, 8}, torch::kDouble);
   auto u = torch::randn({2, 4}, torch::kDouble), v = torch::randn({2, 4}, torch::kDouble);
-  auto got = xl::model::attention_inputs(x, torch::Tensor(), w, 8, u, v);
+  auto got = xl::kernels::attention_inputs(x, torch::Tensor(), w, 8, u, v);
   auto q = torch::matmul(x, w.narrow(0, 0, 8).t());
   EXPECT_TRUE(torch::allclose(got.q, q + u.reshape({8}), 1e-12, 1e-12));
   EXPECT_TRUE(torch::allclose(got.q_v, q + v.reshape({8}), 1e-12, 1e-12));
@@ -175,13 +175,13 @@ void check_into(int64_t batch, int64_t t, int64_t m, int64_t start, int64_t capa
   const auto before = buffer.clone();
   auto kv = buffer.narrow(1, start, m + t);
   auto u = torch::randn({q_width}, dtype), v = torch::randn({q_width}, dtype);
-  auto got = xl::model::attention_inputs_into(x, w, q_width, kv, u, v);
+  auto got = xl::kernels::attention_inputs_into(x, w, q_width, kv, u, v);
   EXPECT_TRUE(got.kv.is_same(kv));
   auto xd = x.to(torch::kDouble), wd = w.to(torch::kDouble);
   const auto qd = torch::matmul(xd, wd.narrow(0, 0, q_width).t());
   EXPECT_LT(worst(got.q, qd + u.to(torch::kDouble)), 1e-6);
   EXPECT_LT(worst(got.q_v, qd + v.to(torch::kDouble)), 1e-6);
-  EXPECT_LT(worst(xl::model::attention_inputs_into(x, w, q_width, kv).q, qd), 1e-6);  // no biases: q itself
+  EXPECT_LT(worst(xl::kernels::attention_inputs_into(x, w, q_width, kv).q, qd), 1e-6);  // no biases: q itself
   EXPECT_LT(worst(kv.narrow(1, m, t), torch::matmul(xd, wd.narrow(0, q_width, kv_width).t())), 1e-6);
   // Every other row of the buffer is as it was: the kept ones, and the room on either side.
   auto untouched = torch::ones({batch, capacity}, torch::kBool);

@@ -7,15 +7,16 @@
 #include <cmath>
 #include <functional>
 
+#include "xl/compute/kernel_choice.h"
+#include "xl/kernels/cpu/chunked_attention.h"
 #include "xl/model/head_pruning.h"
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/model_io.h"
 #include "xl/model/rel_attention.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/util/error.h"
 #include "attention_support.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 using xl::test::positions_of;
@@ -294,7 +295,7 @@ TEST(AttentionVariants, AdaptiveSpanKeepsOnlyTheMemoryItsHeadsReach) {
 // aged and multi-run memories, with and without SCH; the same bits when backward computes the
 // probabilities again.
 TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
-  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  if (!kernels::chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
   const int64_t position = 1000;
   const std::vector<std::vector<MemoryRun>> memories = {
       {}, {{position - 40, 40}}, {{position - 100, 30}}, {{position - 300, 20}, {position - 120, 50}, {position - 25, 25}}};
@@ -321,7 +322,7 @@ TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
         Tensor got = f.run(w, mem, runs, position, perm);
         auto got_grads = torch::autograd::grad({(got * weights.to(torch::kFloat32)).sum()}, wrt);
         {  // the probabilities computed again in backward: the same bits
-          AttentionProbsScope recompute(AttentionProbs::kRecompute);
+          compute::AttentionProbsScope recompute(compute::AttentionProbs::kRecompute);
           Tensor again = f.run(w, mem, runs, position, perm);
           auto again_grads = torch::autograd::grad({(again * weights.to(torch::kFloat32)).sum()}, wrt);
           EXPECT_TRUE(torch::equal(again, got));
@@ -336,7 +337,7 @@ TEST(AttentionVariants, TheBlockedKernelMatchesTheFullMatrices) {
         f.u = f.u.detach().to(torch::kFloat64).requires_grad_(true);
         f.v = f.v.to(torch::kFloat64);
         wrt64.push_back(f.u);
-        GenericKernels generic;
+        compute::GenericKernels generic;
         Tensor want = f.run(w64, m > 0 ? mem.to(torch::kFloat64) : Tensor(), runs, position, perm);
         auto want_grads = torch::autograd::grad({(want * weights).sum()}, wrt64);
         EXPECT_LT(max_diff(got.to(torch::kFloat64), want), 2e-5);

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "xl/model/kernels/biased_queries.h"
+#include "xl/kernels/cpu/biased_queries.h"
 
 namespace {
 
@@ -19,7 +19,7 @@ struct Result {
 Result run(const torch::Tensor& q0, const torch::Tensor& u0, const torch::Tensor& v0, const torch::Tensor& a,
            const torch::Tensor& b, bool use_v) {
   auto q = q0.clone().requires_grad_(), u = u0.clone().requires_grad_(), v = v0.clone().requires_grad_();
-  auto [q_u, q_v] = xl::model::biased_queries(q, u, v);
+  auto [q_u, q_v] = xl::kernels::biased_queries(q, u, v);
   auto loss = (q_u * a).sum();
   if (use_v) loss = loss + (q_v * b).sum();
   loss.backward();

@@ -17,17 +17,17 @@
 #include <thread>
 #include <tuple>
 
-#include "xl/model/kernels/amx_products.h"
-#include "xl/model/kernels/blas.h"
-#include "xl/model/kernels/parallel.h"
+#include "xl/compute/amx_products.h"
+#include "xl/compute/blas.h"
+#include "xl/compute/parallel.h"
 
-using xl::model::better_openblas_core;
-using xl::model::CpuVectorUnits;
+using xl::compute::better_openblas_core;
+using xl::compute::CpuVectorUnits;
 
 namespace {
 
-CpuVectorUnits units(int level) {
-  CpuVectorUnits u;
+xl::compute::CpuVectorUnits units(int level) {
+  xl::compute::CpuVectorUnits u;
   u.avx = level >= 1;
   u.avx2_fma = level >= 2;
   u.avx512 = level >= 3;
@@ -36,45 +36,45 @@ CpuVectorUnits units(int level) {
 
 TEST(BlasCore, AsksForTheWidestKernelsTheCpuRuns) {
   // Zen 5 under OpenBLAS 0.3.21: Haswell's kernels on an AVX-512 CPU.
-  EXPECT_EQ(better_openblas_core("Haswell", units(3)), "SkylakeX");
-  EXPECT_EQ(better_openblas_core("Zen", units(3)), "SkylakeX");
-  EXPECT_EQ(better_openblas_core("Prescott", units(3)), "SkylakeX");  // the generic fallback
-  EXPECT_EQ(better_openblas_core("Sandybridge", units(2)), "Haswell");
-  EXPECT_EQ(better_openblas_core("NEHALEM", units(1)), "Sandybridge");  // any spelling
+  EXPECT_EQ(xl::compute::better_openblas_core("Haswell", units(3)), "SkylakeX");
+  EXPECT_EQ(xl::compute::better_openblas_core("Zen", units(3)), "SkylakeX");
+  EXPECT_EQ(xl::compute::better_openblas_core("Prescott", units(3)), "SkylakeX");  // the generic fallback
+  EXPECT_EQ(xl::compute::better_openblas_core("Sandybridge", units(2)), "Haswell");
+  EXPECT_EQ(xl::compute::better_openblas_core("NEHALEM", units(1)), "Sandybridge");  // any spelling
 }
 
 TEST(BlasCore, NeverAsksForKernelsTheCpuCannotRun) {
   for (const char* core : {"Prescott", "Nehalem", "Sandybridge", "Haswell", "Zen"}) {
-    const std::string got = better_openblas_core(core, units(2));
+    const std::string got = xl::compute::better_openblas_core(core, units(2));
     EXPECT_TRUE(got.empty() || got == "Haswell") << core << " -> " << got;
-    EXPECT_EQ(better_openblas_core(core, units(0)), "") << core;
+    EXPECT_EQ(xl::compute::better_openblas_core(core, units(0)), "") << core;
   }
-  EXPECT_EQ(better_openblas_core("Prescott", units(1)), "Sandybridge");
+  EXPECT_EQ(xl::compute::better_openblas_core("Prescott", units(1)), "Sandybridge");
 }
 
 TEST(BlasCore, KeepsAChoiceAsGoodOrOneItDoesNotKnow) {
-  EXPECT_EQ(better_openblas_core("SkylakeX", units(3)), "");
-  EXPECT_EQ(better_openblas_core("Cooperlake", units(3)), "");
-  EXPECT_EQ(better_openblas_core("SapphireRapids", units(3)), "");
-  EXPECT_EQ(better_openblas_core("Haswell", units(2)), "");
-  EXPECT_EQ(better_openblas_core("Zen", units(2)), "");
-  EXPECT_EQ(better_openblas_core("SkylakeX", units(2)), "");  // a user's override is not undone
-  EXPECT_EQ(better_openblas_core("Zen5", units(3)), "");      // a newer OpenBLAS's own core
-  EXPECT_EQ(better_openblas_core("neoversen1", units(3)), "");
-  EXPECT_EQ(better_openblas_core("", units(3)), "");  // another BLAS
+  EXPECT_EQ(xl::compute::better_openblas_core("SkylakeX", units(3)), "");
+  EXPECT_EQ(xl::compute::better_openblas_core("Cooperlake", units(3)), "");
+  EXPECT_EQ(xl::compute::better_openblas_core("SapphireRapids", units(3)), "");
+  EXPECT_EQ(xl::compute::better_openblas_core("Haswell", units(2)), "");
+  EXPECT_EQ(xl::compute::better_openblas_core("Zen", units(2)), "");
+  EXPECT_EQ(xl::compute::better_openblas_core("SkylakeX", units(2)), "");  // a user's override is not undone
+  EXPECT_EQ(xl::compute::better_openblas_core("Zen5", units(3)), "");      // a newer OpenBLAS's own core
+  EXPECT_EQ(xl::compute::better_openblas_core("neoversen1", units(3)), "");
+  EXPECT_EQ(xl::compute::better_openblas_core("", units(3)), "");  // another BLAS
 }
 
 TEST(BlasCore, TheCpuUnitsAreConsistent) {
-  const CpuVectorUnits u = xl::model::this_cpu_vector_units();
+  const xl::compute::CpuVectorUnits u = xl::compute::this_cpu_vector_units();
   EXPECT_TRUE(!u.avx512 || u.avx2_fma);
   EXPECT_TRUE(!u.avx2_fma || u.avx);
-  EXPECT_NE(xl::model::cpu_model_name(), "");
+  EXPECT_NE(xl::compute::cpu_model_name(), "");
 }
 
 // What xl's own vector kernels use: never more than the CPU has, and no more than XL_VECTOR_UNITS
 // allows (ctest runs the kernels' tests again with it at avx2 and none).
 TEST(VectorUnits, KernelsUseWhatTheCpuHasUpToTheCap) {
-  const CpuVectorUnits cpu = xl::model::this_cpu_vector_units(), used = xl::model::kernel_vector_units();
+  const xl::compute::CpuVectorUnits cpu = xl::compute::this_cpu_vector_units(), used = xl::compute::kernel_vector_units();
   const char* cap_env = std::getenv("XL_VECTOR_UNITS");
   const std::string cap = cap_env ? cap_env : "";
   const int allowed = cap == "none" ? 0 : cap == "avx2" ? 2 : cap == "avx512" ? 3 : 4;
@@ -103,7 +103,7 @@ TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
   const auto* want_bits = reinterpret_cast<const uint16_t*>(want.data_ptr<at::BFloat16>());
   for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{31}, int64_t{33}, int64_t{1000}}) {
     std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xabcd);
-    xl::model::round_to_bf16(x.data_ptr<float>(), got.data(), n);
+    xl::compute::round_to_bf16(x.data_ptr<float>(), got.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], want_bits[i]) << "element " << i << " of " << n;
     EXPECT_EQ(got[static_cast<size_t>(n)], 0xabcd) << "wrote past " << n;
   }
@@ -111,7 +111,7 @@ TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
   for (int64_t width : {int64_t{1}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{64}}) {
     const int64_t rows = 7, ld_from = 101, ld_to = width + 3;
     std::vector<uint16_t> got(static_cast<size_t>(rows * ld_to), 0xabcd);
-    xl::model::round_rows_to_bf16(x.data_ptr<float>(), ld_from, got.data(), ld_to, rows, width);
+    xl::compute::round_rows_to_bf16(x.data_ptr<float>(), ld_from, got.data(), ld_to, rows, width);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < ld_to; ++i)
         ASSERT_EQ(got[static_cast<size_t>(r * ld_to + i)], i < width ? want_bits[r * ld_from + i] : 0xabcd)
@@ -119,7 +119,7 @@ TEST(VectorUnits, RoundingToBf16GivesLibTorchsBits) {
   }
   const float nan = std::nanf("");
   uint16_t nan_bits = 0;
-  xl::model::round_to_bf16(&nan, &nan_bits, 1);
+  xl::compute::round_to_bf16(&nan, &nan_bits, 1);
   EXPECT_EQ(nan_bits & 0x7f80, 0x7f80);
   EXPECT_NE(nan_bits & 0x7f, 0) << "NaN stays NaN";
 }
@@ -154,13 +154,13 @@ void expect_products_match_loops(const char* where, Product product = Product::k
           auto c0 = c.clone();
           auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
           if (product == Product::kAmx)
-            xl::model::amx_bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
+            xl::compute::amx_bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
                                                c.data_ptr<float>(), c.size(1));
           else if (bf16)
-            xl::model::bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
+            xl::compute::bf16_gemm_row_major(ta, tb, m, n, k, bits(a16), a.size(1), bits(b16), b.size(1), beta,
                                            c.data_ptr<float>(), c.size(1));
           else
-            xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(),
+            xl::compute::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(),
                                        b.size(1), beta, c.data_ptr<float>(), c.size(1));
           auto A = a.accessor<float, 2>(), B = b.accessor<float, 2>(), C = c.accessor<float, 2>(),
                C0 = c0.accessor<float, 2>();
@@ -182,26 +182,26 @@ void expect_products_match_loops(const char* where, Product product = Product::k
 }
 
 TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
-  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  if (!xl::compute::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
   at::set_num_threads(2);
-  const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
+  const bool onednn = xl::compute::blas().onednn_sgemm != nullptr;
   // On all threads: oneDNN for small products (either A), the BLAS for large ones unless a side is
   // thin.
-  EXPECT_EQ(xl::model::runs_on_onednn(false, true, 2048, 512, 128), onednn);
-  EXPECT_EQ(xl::model::runs_on_onednn(true, false, 384, 128, 2048), onednn);
-  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 1024, 2048, 512));
-  EXPECT_FALSE(xl::model::runs_on_onednn(true, false, 2048, 512, 1024));
-  EXPECT_EQ(xl::model::runs_on_onednn(false, false, 74, 410, 160000), onednn);  // a cluster's input gradient
-  EXPECT_EQ(xl::model::runs_on_onednn(true, false, 160000, 410, 74), onednn);   // its weight gradient
-  EXPECT_EQ(xl::model::runs_on_onednn(false, false, 306, 39, 160000), onednn);  // a narrow cluster's
-  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 64, 4096, 1024));         // few rows times B^T
-  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 16, 2048, 512));          // ... and small ones
-  EXPECT_FALSE(xl::model::runs_on_onednn(false, true, 128, 1536, 512));
-  EXPECT_EQ(xl::model::runs_on_onednn(false, true, 128, 384, 128), onednn);  // not with a small weight
-  EXPECT_EQ(xl::model::runs_on_onednn(false, true, 8, 2048, 512), onednn);   // nor with up to 8 rows
-  EXPECT_EQ(xl::model::runs_on_onednn(false, false, 16, 2048, 512), onednn);  // nor times B
-  EXPECT_EQ(xl::model::runs_on_onednn(true, false, 2496, 624, 150), onednn);  // a gradient over few rows
-  EXPECT_FALSE(xl::model::runs_on_onednn(true, false, 2496, 624, 512));       // ... but not over many
+  EXPECT_EQ(xl::compute::runs_on_onednn(false, true, 2048, 512, 128), onednn);
+  EXPECT_EQ(xl::compute::runs_on_onednn(true, false, 384, 128, 2048), onednn);
+  EXPECT_FALSE(xl::compute::runs_on_onednn(false, true, 1024, 2048, 512));
+  EXPECT_FALSE(xl::compute::runs_on_onednn(true, false, 2048, 512, 1024));
+  EXPECT_EQ(xl::compute::runs_on_onednn(false, false, 74, 410, 160000), onednn);  // a cluster's input gradient
+  EXPECT_EQ(xl::compute::runs_on_onednn(true, false, 160000, 410, 74), onednn);   // its weight gradient
+  EXPECT_EQ(xl::compute::runs_on_onednn(false, false, 306, 39, 160000), onednn);  // a narrow cluster's
+  EXPECT_FALSE(xl::compute::runs_on_onednn(false, true, 64, 4096, 1024));         // few rows times B^T
+  EXPECT_FALSE(xl::compute::runs_on_onednn(false, true, 16, 2048, 512));          // ... and small ones
+  EXPECT_FALSE(xl::compute::runs_on_onednn(false, true, 128, 1536, 512));
+  EXPECT_EQ(xl::compute::runs_on_onednn(false, true, 128, 384, 128), onednn);  // not with a small weight
+  EXPECT_EQ(xl::compute::runs_on_onednn(false, true, 8, 2048, 512), onednn);   // nor with up to 8 rows
+  EXPECT_EQ(xl::compute::runs_on_onednn(false, false, 16, 2048, 512), onednn);  // nor times B
+  EXPECT_EQ(xl::compute::runs_on_onednn(true, false, 2496, 624, 150), onednn);  // a gradient over few rows
+  EXPECT_FALSE(xl::compute::runs_on_onednn(true, false, 2496, 624, 512));       // ... but not over many
   expect_products_match_loops("all threads");
   // Large thin products against LibTorch's double-precision product.
   struct Thin { bool ta, tb; int64_t m, n, k; };
@@ -211,7 +211,7 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
     const torch::Tensor a = t.ta ? torch::randn({t.k, t.m}) : torch::randn({t.m, t.k});
     const torch::Tensor b = t.tb ? torch::randn({t.n, t.k}) : torch::randn({t.k, t.n});
     torch::Tensor c = torch::empty({t.m, t.n});
-    xl::model::sgemm_row_major(t.ta, t.tb, t.m, t.n, t.k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), 0,
+    xl::compute::sgemm_row_major(t.ta, t.tb, t.m, t.n, t.k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), 0,
                                c.data_ptr<float>(), t.n);
     const torch::Tensor ad = t.ta ? a.t().to(torch::kDouble) : a.to(torch::kDouble);
     const torch::Tensor bd = t.tb ? b.t().to(torch::kDouble) : b.to(torch::kDouble);
@@ -221,7 +221,7 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
   // Many rows on the BLAS: each thread its own unequal share of them (1,031 rows), from operands
   // and into an output with leading dimensions wider than the matrices.
   const int64_t m = 1031, n = 200, k = 700;
-  ASSERT_FALSE(xl::model::runs_on_onednn(false, false, m, n, k));
+  ASSERT_FALSE(xl::compute::runs_on_onednn(false, false, m, n, k));
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.0f, 0.5f}) {
@@ -229,7 +229,7 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
         const torch::Tensor b = tb ? torch::randn({n, k + 5}) : torch::randn({k, n + 5});
         torch::Tensor c = torch::randn({m, n + 2});
         const torch::Tensor c0 = c.clone();
-        xl::model::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), beta,
+        xl::compute::sgemm_row_major(ta, tb, m, n, k, a.data_ptr<float>(), a.size(1), b.data_ptr<float>(), b.size(1), beta,
                                    c.data_ptr<float>(), c.size(1));
         const torch::Tensor ad = (ta ? a.narrow(1, 0, m).t() : a.narrow(1, 0, k)).to(torch::kDouble);
         const torch::Tensor bd = (tb ? b.narrow(1, 0, k).t() : b.narrow(1, 0, n)).to(torch::kDouble);
@@ -242,25 +242,25 @@ TEST(BlasGemm, RowMajorProductMatchesAnExplicitLoop) {
 
 TEST(BlasGemm, OneThreadProductsMatchAnExplicitLoop) {
   // Inside a parallel region each product runs on its thread: oneDNN's where the process has it.
-  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
-  const bool onednn = xl::model::blas().onednn_sgemm != nullptr;
-  xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
+  if (!xl::compute::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  const bool onednn = xl::compute::blas().onednn_sgemm != nullptr;
+  xl::compute::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
     if (b != 0) return;  // one task checks (gtest's expectations from one thread)
-    EXPECT_EQ(xl::model::runs_on_onednn(false, true, 64, 1024, 64), onednn);
-    EXPECT_FALSE(xl::model::runs_on_onednn(true, false, 1024, 64, 64));  // transposed A: the BLAS
+    EXPECT_EQ(xl::compute::runs_on_onednn(false, true, 64, 1024, 64), onednn);
+    EXPECT_FALSE(xl::compute::runs_on_onednn(true, false, 1024, 64, 64));  // transposed A: the BLAS
     expect_products_match_loops(onednn ? "oneDNN" : "one-thread BLAS");
   });
-  if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::model::gemm_choice_description();
+  if (!onednn) GTEST_SKIP() << "no oneDNN in this process: " << xl::compute::gemm_choice_description();
 }
 
 TEST(BlasGemm, Bf16ProductsMatchAnExplicitLoopOverTheRoundedOperands) {
   // --precision bf16's products on a CPU: fp32 sums of the rounded operands' products, on all
   // threads and on one (inside a parallel region).
-  if (!xl::model::bf16_gemm_native())
-    GTEST_SKIP() << "no bf16 products here: " << xl::model::gemm_choice_description();
+  if (!xl::compute::bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << xl::compute::gemm_choice_description();
   at::set_num_threads(2);
   expect_products_match_loops("bf16, all threads", Product::kBf16);
-  xl::model::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
+  xl::compute::parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
     if (b == 0) expect_products_match_loops("bf16, one thread", Product::kBf16);
   });
 }
@@ -270,8 +270,8 @@ TEST(BlasGemm, AmxTileProductsMatchAnExplicitLoopOverTheRoundedOperands) {
   // whose A is not transposed there, so the test above checks them through it too): every
   // transpose, edges of tiles in every dimension, odd leading dimensions, C added to or
   // overwritten, nothing written past its columns.
-  if (!xl::model::amx_bf16_usable())
-    GTEST_SKIP() << "no AMX tiles here (vector units " << xl::model::kernel_vector_units_name() << ")";
+  if (!xl::compute::amx_bf16_usable())
+    GTEST_SKIP() << "no AMX tiles here (vector units " << xl::compute::kernel_vector_units_name() << ")";
   expect_products_match_loops("AMX", Product::kAmx);
 }
 
@@ -279,8 +279,8 @@ TEST(BlasGemm, AmxLayerProductsGiveTheSameBitsOnAnyNumberOfThreads) {
   // A layer's product splits C's columns over the threads (bf16_gemm_row_major); each element
   // sums over k in one order whatever the split, so runs on 1, 2, 3 or 4 threads agree to the bit
   // (k = 520: A's tiles packed, an edge in k).
-  if (!xl::model::amx_bf16_usable())
-    GTEST_SKIP() << "no AMX tiles here (vector units " << xl::model::kernel_vector_units_name() << ")";
+  if (!xl::compute::amx_bf16_usable())
+    GTEST_SKIP() << "no AMX tiles here (vector units " << xl::compute::kernel_vector_units_name() << ")";
   torch::manual_seed(5);
   const torch::Tensor a = torch::randn({1000, 520}).to(torch::kBFloat16), b = torch::randn({1500, 520}).to(torch::kBFloat16);
   auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
@@ -289,7 +289,7 @@ TEST(BlasGemm, AmxLayerProductsGiveTheSameBitsOnAnyNumberOfThreads) {
   for (int threads : {2, 1, 3, 4}) {
     at::set_num_threads(threads);
     torch::Tensor c = torch::empty({1000, 1500});
-    xl::model::bf16_gemm_row_major(false, true, 1000, 1500, 520, bits(a), 520, bits(b), 520, 0, c.data_ptr<float>(), 1500);
+    xl::compute::bf16_gemm_row_major(false, true, 1000, 1500, 520, bits(a), 520, bits(b), 520, 0, c.data_ptr<float>(), 1500);
     got.push_back(c);
   }
   at::set_num_threads(before);
@@ -305,27 +305,27 @@ TEST(BlasThreads, SingleThreadedProductsKeepTheLoopsThreads) {
   // each. OpenBLAS's OpenMP build sets OpenMP's thread count when told its own (and oneDNN's
   // products, LibTorch's loops, then run on one thread): OpenMP's count must stay, the loop must
   // get both threads, and a BLAS with threads of its own must run on one.
-  if (!xl::model::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
-  const xl::model::Blas& l = xl::model::blas();
+  if (!xl::compute::blas().sgemm) GTEST_SKIP() << "no sgemm_ in this process";
+  const xl::compute::Blas& l = xl::compute::blas();
   using IntFn = int (*)();
   const auto openmp_threads = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
   if (!openmp_threads) GTEST_SKIP() << "no OpenMP runtime in this process";
-  xl::model::set_threads(2);
+  xl::compute::set_threads(2);
   {
-    xl::model::SingleThreadedBlas single;
-    EXPECT_EQ(openmp_threads(), 2) << xl::model::blas_description();
+    xl::compute::SingleThreadedBlas single;
+    EXPECT_EQ(openmp_threads(), 2) << xl::compute::blas_description();
     EXPECT_EQ(at::get_num_threads(), 2);
     std::atomic<int> ran{0};
     std::set<std::thread::id> ids;
     std::mutex m;
-    xl::model::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    xl::compute::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both must be running at once
       std::lock_guard<std::mutex> lock(m);
       ids.insert(std::this_thread::get_id());
       ++ran;
     });
     EXPECT_EQ(ran.load(), 2);
-    EXPECT_EQ(ids.size(), 2u) << xl::model::blas_description();
+    EXPECT_EQ(ids.size(), 2u) << xl::compute::blas_description();
     if (l.own_threads()) {
       EXPECT_EQ(l.get_threads(), 1);
     }

@@ -16,14 +16,15 @@
 #include <cmath>
 #include <string>
 
-#include "xl/model/kernels/batched_matmul.h"
-#include "xl/model/kernels/blas.h"
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/kernels/rel_softmax.h"
-#include "xl/model/precision.h"
+#include "xl/compute/blas.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/batched_matmul.h"
+#include "xl/kernels/cpu/chunked_attention.h"
+#include "xl/kernels/cpu/rel_softmax.h"
 #include "xl/model/rel_attention.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 
@@ -45,7 +46,7 @@ int64_t memory_length(const Case& c) {
   return m;
 }
 
-std::vector<KeyBlock> key_blocks(const Case& c) {
+std::vector<kernels::KeyBlock> key_blocks(const Case& c) {
   LayerMemory mem;
   mem.runs = c.runs;
   return RelMultiHeadAttnImpl::key_blocks(mem, kPosition, c.t);
@@ -76,7 +77,7 @@ Tensor full_matrix(const Case& c, const std::vector<int64_t>& heads, const Tenso
     Tensor r = tables[b].index_select(1, source).permute({1, 2, 0});  // [H, dh, P]
     bds.push_back(torch::bmm(per_head(q_v).reshape({c.heads, c.batch * c.t, c.dh}), r).view({n, c.t, -1}));
   }
-  Tensor probs = relative_attention_probs(ac, bds, blocks, mask, scale);
+  Tensor probs = kernels::relative_attention_probs(ac, bds, blocks, mask, scale);
   return torch::bmm(probs, value).view({c.heads, c.batch, c.t, c.dh}).permute({1, 2, 0, 3});
 }
 
@@ -94,7 +95,7 @@ void expect_near(const Tensor& got, const Tensor& want, const char* what, double
 // bf16: the kernel runs its products in bf16 (CPU autocast), the reference takes the operands
 // rounded to bf16.
 void check_against_the_full_matrix_path(bool bf16) {
-  const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
+  const compute::Precision precision = bf16 ? compute::Precision::kBf16 : compute::Precision::kFp32;
   auto fresh = [](int64_t m) { return m > 0 ? std::vector<MemoryRun>{{kPosition - m, m}} : std::vector<MemoryRun>{}; };
   const std::vector<Case> cases = {
       {2, 2, 1, 8, fresh(0)},
@@ -155,8 +156,8 @@ void check_against_the_full_matrix_path(bool bf16) {
     for (const auto& heads : {own, shifted}) {  // without and with SCH
       SCOPED_TRACE(testing::Message() << "SCH=" << (heads != own));
       auto attend = [&](const Tensor& keys_values) {
-        AutocastScope autocast(precision, torch::kCPU);
-        return chunked_relative_attention(q_u, q_v, keys_values, tables, blocks,
+        compute::AutocastScope autocast(precision, torch::kCPU);
+        return kernels::chunked_relative_attention(q_u, q_v, keys_values, tables, blocks,
                                           heads == own ? std::vector<int64_t>{} : heads, mask, scale);
       };
       Tensor got = attend(kv);
@@ -183,7 +184,7 @@ void check_against_the_full_matrix_path(bool bf16) {
       }
 
       {
-        AttentionProbsScope recompute(AttentionProbs::kRecompute);
+        compute::AttentionProbsScope recompute(compute::AttentionProbs::kRecompute);
         Tensor again = attend(kv);
         auto again_grads = torch::autograd::grad({again}, inputs, {grad_out});
         EXPECT_TRUE(torch::equal(again, got)) << "recomputing the probabilities changes the output";
@@ -212,24 +213,24 @@ void check_against_the_full_matrix_path(bool bf16) {
 }  // namespace
 
 TEST(ChunkedAttention, MatchesTheFullMatrixPathWithGradients) {
-  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  if (!kernels::chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
   check_against_the_full_matrix_path(false);
 }
 
 TEST(ChunkedAttention, Bf16ProductsMatchTheFullMatrixPathOnRoundedOperands) {
-  if (!chunked_attention_usable(torch::empty({1})) || !bf16_gemm_native())
-    GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
+  if (!kernels::chunked_attention_usable(torch::empty({1})) || !compute::bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << compute::gemm_choice_description();
   check_against_the_full_matrix_path(true);
 }
 
 TEST(ChunkedAttention, RefusesAMaskThatShowsAQueryItsFuture) {
-  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  if (!kernels::chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
   Tensor q = torch::randn({1, 4, 2, 8}), kv = torch::randn({1, 6, 2, 2, 8}), r = torch::randn({6, 2, 8});
   Tensor mask = torch::zeros({4, 6}, torch::kBool);  // query 0 would see keys 3..5, which follow it
-  EXPECT_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {}, mask, 0.5), c10::Error);
+  EXPECT_THROW(kernels::chunked_relative_attention(q, q, kv, {r}, {kernels::KeyBlock{0, 6, 5, 6}}, {}, mask, 0.5), c10::Error);
   mask = torch::ones({4, 6}).triu(3).to(torch::kBool);  // causal: accepted, but heads must be a permutation
-  EXPECT_NO_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {1, 0}, mask, 0.5));
-  EXPECT_THROW(chunked_relative_attention(q, q, kv, {r}, {KeyBlock{0, 6, 5, 6}}, {1, 1}, mask, 0.5), c10::Error);
+  EXPECT_NO_THROW(kernels::chunked_relative_attention(q, q, kv, {r}, {kernels::KeyBlock{0, 6, 5, 6}}, {1, 0}, mask, 0.5));
+  EXPECT_THROW(kernels::chunked_relative_attention(q, q, kv, {r}, {kernels::KeyBlock{0, 6, 5, 6}}, {1, 1}, mask, 0.5), c10::Error);
 }
 
 TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
@@ -252,7 +253,7 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
     torch::manual_seed(3);
     std::vector<Tensor> bds;
     for (const auto& blk : blocks) bds.push_back(torch::randn({n, c.t, blk.table}, torch::kFloat64));
-    const Tensor bias = relative_positional_bias(bds, blocks, mask, torch::kFloat64);
+    const Tensor bias = kernels::relative_positional_bias(bds, blocks, mask, torch::kFloat64);
     ASSERT_EQ(bias.sizes(), (std::vector<int64_t>{n, c.t, k}));
     auto b_acc = bias.accessor<double, 3>();
     auto m_acc = mask.accessor<bool, 2>();
@@ -271,14 +272,14 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
     // In another dtype (a GPU's bf16 products): the same bias, rounded.
     std::vector<Tensor> bds_bf16, bds_float;
     for (const auto& bd : bds) bds_bf16.push_back(bd.to(torch::kBFloat16)), bds_float.push_back(bd.to(torch::kFloat));
-    EXPECT_TRUE(torch::equal(relative_positional_bias(bds_bf16, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
-    EXPECT_TRUE(torch::equal(relative_positional_bias(bds_float, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
+    EXPECT_TRUE(torch::equal(kernels::relative_positional_bias(bds_bf16, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
+    EXPECT_TRUE(torch::equal(kernels::relative_positional_bias(bds_float, blocks, mask, torch::kBFloat16), bias.to(torch::kBFloat16)));
     // Differentiable tables: the same bias, and each unmasked entry's gradient lands on the
     // table entry it read; a masked entry does not read the table, so its gradient (given here,
     // as a fused kernel's may be) lands on none.
     std::vector<Tensor> tracked;
     for (const auto& bd : bds) tracked.push_back(bd.clone().requires_grad_());
-    const Tensor tracked_bias = relative_positional_bias(tracked, blocks, mask, torch::kFloat64);
+    const Tensor tracked_bias = kernels::relative_positional_bias(tracked, blocks, mask, torch::kFloat64);
     EXPECT_TRUE(torch::equal(tracked_bias, bias));
     const Tensor w = torch::randn({n, c.t, k}, torch::kFloat64);
     tracked_bias.backward(w);
@@ -295,12 +296,12 @@ TEST(ChunkedAttention, PositionalBiasIsEachBlocksShiftedScoresMasked) {
     }
     const Tensor ac = torch::randn({n, c.t, k}, torch::kFloat64), ac_before = ac.clone();
     const Tensor want = torch::softmax(ac + bias, -1);
-    expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "CPU kernel");
-    GenericKernels generic;
-    expect_near(relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "generic path");
+    expect_near(kernels::relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "CPU kernel");
+    compute::GenericKernels generic;
+    expect_near(kernels::relative_attention_probs(ac, bds, blocks, mask, 1.0), want, "generic path");
     // Scores handed over (nothing else holds them) take the positional scores in place; the
     // caller's own are never written.
-    expect_near(relative_attention_probs(ac.clone(), bds, blocks, mask, 1.0), want, "generic path, in place");
+    expect_near(kernels::relative_attention_probs(ac.clone(), bds, blocks, mask, 1.0), want, "generic path, in place");
     EXPECT_TRUE(torch::equal(ac, ac_before));
   }
 }
@@ -326,7 +327,7 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
   for (const auto& b : blocks) inputs.push_back(make({b.table, c.heads, c.dh}, 2));
   const size_t first_extra = inputs.size();
   const std::vector<Tensor> tables(inputs.begin() + 3, inputs.end());
-  AttentionExtras extras;
+  kernels::AttentionExtras extras;
   std::vector<double> coefs;
   std::vector<bool> rounds(first_extra, true);
   for (int64_t m = 0; m < components; ++m) {
@@ -347,8 +348,8 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
   const Tensor grad_out = torch::randn({c.batch, c.t, c.heads, c.dh});
   Tensor got;
   {
-    AutocastScope autocast(bf16 ? Precision::kBf16 : Precision::kFp32, torch::kCPU);
-    got = chunked_relative_attention(inputs[0], inputs[1], inputs[2], tables, blocks, {}, mask, scale, extras);
+    compute::AutocastScope autocast(bf16 ? compute::Precision::kBf16 : compute::Precision::kFp32, torch::kCPU);
+    got = kernels::chunked_relative_attention(inputs[0], inputs[1], inputs[2], tables, blocks, {}, mask, scale, extras);
   }
   // A mixture alone leaves q_u unread (its gradient undefined) unless its components' queries are q_u.
   const std::vector<Tensor> wrt(inputs.begin() + (components > 0 && persistent == 0 && !shared ? 1 : 0), inputs.end());
@@ -388,7 +389,7 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
       const Tensor r = x[3 + b].permute({1, 2, 0});  // [H, dh, P]
       bds.push_back(torch::bmm(per_head(x[1]).reshape({c.heads, c.batch * c.t, c.dh}), r).view({n, c.t, -1}));
     }
-    Tensor logits = scale * (content + relative_positional_bias(bds, blocks, mask, torch::kFloat64));
+    Tensor logits = scale * (content + kernels::relative_positional_bias(bds, blocks, mask, torch::kFloat64));
     Tensor value = per_head(x[2].select(2, 1));
     if (persistent > 0) {  // per head h, the same keys and values for each batch: n = h B + b
       const Tensor pk = x[first_extra].repeat_interleave(c.batch, 0);
@@ -412,8 +413,8 @@ void check_variant(int64_t components, int64_t persistent, bool shared, bool bf1
 }
 
 TEST(ChunkedAttention, Bf16VariantProductsMatchTheFullMatricesOnRoundedOperands) {
-  if (!chunked_attention_usable(torch::empty({1})) || !bf16_gemm_native())
-    GTEST_SKIP() << "no bf16 products here: " << gemm_choice_description();
+  if (!kernels::chunked_attention_usable(torch::empty({1})) || !compute::bf16_gemm_native())
+    GTEST_SKIP() << "no bf16 products here: " << compute::gemm_choice_description();
   {
     SCOPED_TRACE("a mixture of 2");
     check_variant(2, 0, false, true);
@@ -429,7 +430,7 @@ TEST(ChunkedAttention, Bf16VariantProductsMatchTheFullMatricesOnRoundedOperands)
 }
 
 TEST(ChunkedAttention, MixtureComponentsSharingQueriesAndKeysMatchTheFullMatrices) {
-  if (!chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
+  if (!kernels::chunked_attention_usable(torch::empty({1}))) GTEST_SKIP() << "no BLAS sgemm found";
   for (const int64_t components : {2, 3}) {
     SCOPED_TRACE(std::to_string(components) + " components");
     check_variant(components, 0, true, false);

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "xl/model/kernels/dropout_add_layer_norm.h"
-#include "xl/model/kernels/dropout_mask.h"
-#include "xl/model/kernels/fused_dropout.h"
+#include "xl/kernels/cpu/dropout_add_layer_norm.h"
+#include "xl/kernels/cpu/dropout_mask.h"
+#include "xl/kernels/cpu/fused_dropout.h"
 
 namespace {
 
@@ -62,7 +62,7 @@ TEST(DropoutMask, AnySpanOfACallMatchesTheHashElementByElement) {
   const torch::Tensor want = next_mask(7, n, p);
   for (auto dtype : {torch::kFloat, torch::kDouble}) {
     torch::manual_seed(7);
-    const auto key = xl::model::dropout_mask::draw(p);
+    const auto key = xl::kernels::dropout_mask::draw(p);
     torch::Tensor x = torch::randn({n}, torch::kDouble).to(dtype), r = torch::randn({n}, torch::kDouble).to(dtype);
     torch::Tensor scaled = torch::empty_like(x), relu = torch::empty_like(x), added = torch::empty_like(x);
     torch::Tensor biased = torch::empty_like(x);
@@ -70,21 +70,21 @@ TEST(DropoutMask, AnySpanOfACallMatchesTheHashElementByElement) {
     const std::vector<int64_t> cuts{0, 1, 100, 4095, 4096, 4097, 5000, 8191, 8200, 12000, 12287, n};
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
       const int64_t e0 = cuts[c], len = cuts[c + 1] - cuts[c];
-      using xl::model::dropout_mask::Op;
+      using xl::kernels::dropout_mask::Op;
       if (dtype == torch::kFloat) {
         const float *xp = x.data_ptr<float>() + e0, *rp = r.data_ptr<float>() + e0;
         const float s = static_cast<float>(1.0 / (1.0 - p));
-        xl::model::dropout_mask::apply(xp, nullptr, scaled.data_ptr<float>() + e0, len, e0, key, s, Op::scale);
-        xl::model::dropout_mask::apply(xp, nullptr, relu.data_ptr<float>() + e0, len, e0, key, s, Op::relu_scale);
-        xl::model::dropout_mask::apply(xp, rp, added.data_ptr<float>() + e0, len, e0, key, s, Op::add);
-        xl::model::dropout_mask::apply(xp, rp, biased.data_ptr<float>() + e0, len, e0, key, s, Op::bias_relu_scale);
+        xl::kernels::dropout_mask::apply(xp, nullptr, scaled.data_ptr<float>() + e0, len, e0, key, s, Op::scale);
+        xl::kernels::dropout_mask::apply(xp, nullptr, relu.data_ptr<float>() + e0, len, e0, key, s, Op::relu_scale);
+        xl::kernels::dropout_mask::apply(xp, rp, added.data_ptr<float>() + e0, len, e0, key, s, Op::add);
+        xl::kernels::dropout_mask::apply(xp, rp, biased.data_ptr<float>() + e0, len, e0, key, s, Op::bias_relu_scale);
       } else {
         const double *xp = x.data_ptr<double>() + e0, *rp = r.data_ptr<double>() + e0;
         const double s = 1.0 / (1.0 - p);
-        xl::model::dropout_mask::apply(xp, nullptr, scaled.data_ptr<double>() + e0, len, e0, key, s, Op::scale);
-        xl::model::dropout_mask::apply(xp, nullptr, relu.data_ptr<double>() + e0, len, e0, key, s, Op::relu_scale);
-        xl::model::dropout_mask::apply(xp, rp, added.data_ptr<double>() + e0, len, e0, key, s, Op::add);
-        xl::model::dropout_mask::apply(xp, rp, biased.data_ptr<double>() + e0, len, e0, key, s, Op::bias_relu_scale);
+        xl::kernels::dropout_mask::apply(xp, nullptr, scaled.data_ptr<double>() + e0, len, e0, key, s, Op::scale);
+        xl::kernels::dropout_mask::apply(xp, nullptr, relu.data_ptr<double>() + e0, len, e0, key, s, Op::relu_scale);
+        xl::kernels::dropout_mask::apply(xp, rp, added.data_ptr<double>() + e0, len, e0, key, s, Op::add);
+        xl::kernels::dropout_mask::apply(xp, rp, biased.data_ptr<double>() + e0, len, e0, key, s, Op::bias_relu_scale);
       }
     }
     const torch::Tensor xd = x.to(torch::kDouble), rd = r.to(torch::kDouble);
@@ -118,7 +118,7 @@ TEST(LinearReluDropout, MatchesTheMaskedReluAndItsGradients) {
       torch::Tensor xf = x.to(dtype).requires_grad_(), wf = w.to(dtype).requires_grad_();
       torch::Tensor bf = b.to(dtype).requires_grad_();
       torch::manual_seed(seed);
-      const torch::Tensor got = xl::model::linear_relu_dropout(xf, wf, with_bias ? bf : torch::Tensor(), p, true);
+      const torch::Tensor got = xl::kernels::linear_relu_dropout(xf, wf, with_bias ? bf : torch::Tensor(), p, true);
       got.backward(g.to(dtype));
       const double tol = dtype == torch::kFloat ? 1e-5 : 1e-13;
       ASSERT_EQ(got.scalar_type(), dtype);
@@ -151,7 +151,7 @@ Result run(const torch::Tensor& x0, const torch::Tensor& r0, const torch::Tensor
     y = torch::layer_norm(r + x * mask->view(x.sizes()).to(x.scalar_type()), {d}, w, b, 1e-5);
   } else {
     torch::manual_seed(seed);
-    y = xl::model::dropout_add_layer_norm(x, r, p, train, w, b, 1e-5);
+    y = xl::kernels::dropout_add_layer_norm(x, r, p, train, w, b, 1e-5);
   }
   y.backward(g);
   return {y.detach(), x.grad(), r.grad(), w.grad(), b.grad()};
@@ -187,7 +187,7 @@ void check(std::vector<int64_t> shape, torch::ScalarType dtype, double p, bool t
   // Without gradients nothing is kept for backward; the values are the same.
   torch::NoGradGuard no_grad;
   torch::manual_seed(seed);
-  const torch::Tensor y = xl::model::dropout_add_layer_norm(x, r, p, train, w, b, 1e-5);
+  const torch::Tensor y = xl::kernels::dropout_add_layer_norm(x, r, p, train, w, b, 1e-5);
   EXPECT_TRUE(torch::equal(y, got.y));
 }
 

@@ -260,10 +260,10 @@ TEST(Eval, KeptKeyValueProjectionsAreThoseOfTheMemory) {
 
 TEST(Eval, KvCacheBytesAreWhatTheKeptProjectionsTake) {
   // The budget's estimate against the buffers an evaluation really holds, in each product dtype.
-  for (auto [dtype, precision] : {std::pair{torch::kFloat64, xl::model::Precision::kFp32},
-                                  {torch::kFloat32, xl::model::Precision::kFp32},
-                                  {torch::kFloat32, xl::model::Precision::kBf16}}) {
-    SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + xl::model::to_string(precision));
+  for (auto [dtype, precision] : {std::pair{torch::kFloat64, compute::Precision::kFp32},
+                                  {torch::kFloat32, compute::Precision::kFp32},
+                                  {torch::kFloat32, compute::Precision::kBf16}}) {
+    SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + compute::to_string(precision));
     const ModelConfig c = eval_config();
     auto m = eval_model(c, dtype);
     m->eval();
@@ -274,7 +274,7 @@ TEST(Eval, KvCacheBytesAreWhatTheKeptProjectionsTake) {
     auto kept = m->new_memory();
     {
       torch::NoGradGuard ng;
-      xl::model::AutocastScope autocast(precision, torch::kCPU);
+      compute::AutocastScope autocast(precision, torch::kCPU);
       for (int seg = 0; seg < 3; ++seg) m->hidden(in, kept, o);
     }
     int64_t held = 0;
@@ -297,10 +297,10 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
     if (variant == "span") c.adaptive_span = true, c.span_max = 8, c.span_ramp = 2;
     // float64: LibTorch's products; float32: the CPU kernels, reading the kept rows in place; bf16
     // products (CPU autocast): the rows kept in bf16, as projecting them again gives them.
-    for (auto [dtype, precision] : {std::pair{torch::kFloat64, xl::model::Precision::kFp32},
-                                    {torch::kFloat32, xl::model::Precision::kFp32},
-                                    {torch::kFloat32, xl::model::Precision::kBf16}}) {
-      SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + xl::model::to_string(precision));
+    for (auto [dtype, precision] : {std::pair{torch::kFloat64, compute::Precision::kFp32},
+                                    {torch::kFloat32, compute::Precision::kFp32},
+                                    {torch::kFloat32, compute::Precision::kBf16}}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + compute::to_string(precision));
       auto m = eval_model(c, dtype);
       if (variant == "span") {
         torch::NoGradGuard ng;
@@ -324,7 +324,7 @@ TEST(Eval, KeptProjectionsChangeNoLoss) {
       per_token(m, ids, s, &short_run);
       EXPECT_FALSE(short_run.kv_cached);
       ASSERT_EQ(kept.size(), projected.size());
-      const double tolerance = dtype == torch::kFloat64 ? 1e-12 : precision == xl::model::Precision::kBf16 ? 2e-2 : 2e-5;
+      const double tolerance = dtype == torch::kFloat64 ? 1e-12 : precision == compute::Precision::kBf16 ? 2e-2 : 2e-5;
       for (const auto& [index, nll] : projected) EXPECT_NEAR(kept[index], nll, tolerance) << "index " << index;
     }
   }

@@ -12,6 +12,7 @@
 #include "xl/util/error.h"
 #include "model_sizes.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 namespace fs = std::filesystem;

@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "xl/model/kernels/blas.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/kernels/linear.h"
-#include "xl/model/precision.h"
+#include "xl/compute/blas.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/linear.h"
 
 namespace {
 
@@ -38,8 +38,8 @@ void check(const Case& c, bool bf16 = false) {
   auto xg = x.clone().requires_grad_(c.input_grad);
   torch::Tensor y;
   {
-    xl::model::AutocastScope autocast(bf16 ? xl::model::Precision::kBf16 : xl::model::Precision::kFp32, torch::kCPU);
-    y = xl::model::linear(xg, w, b);
+    xl::compute::AutocastScope autocast(bf16 ? xl::compute::Precision::kBf16 : xl::compute::Precision::kFp32, torch::kCPU);
+    y = xl::kernels::linear(xg, w, b);
   }
   auto gy = torch::randn_like(y);
   y.backward(gy);
@@ -83,7 +83,7 @@ TEST(Linear, MatchesLibTorchInDoubleWithGradients) {
 }
 
 TEST(Linear, Bf16ProductsRoundTheOperandsAndSumInFloat32) {
-  if (!xl::model::bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or no oneDNN): autocast's ops";
+  if (!xl::compute::bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or no oneDNN): autocast's ops";
   at::set_num_threads(2);
   for (const Case& c : {Case{{37, 29}, 23, true, true, false}, Case{{3, 41, 64}, 48, false, true, true},
                         Case{{5, 7, 16}, 9, true, false, true}, Case{{1024, 512}, 2048, true, true, false},
@@ -95,11 +95,11 @@ TEST(Linear, TheGenericPathAndTheKernelAgree) {
   torch::manual_seed(5);
   auto x = torch::randn({4, 33, 40});
   auto w = torch::randn({17, 40}), b = torch::randn({17});
-  auto fast = xl::model::linear(x, w, b);
+  auto fast = xl::kernels::linear(x, w, b);
   torch::Tensor generic;
   {
-    xl::model::GenericKernels force;
-    generic = xl::model::linear(x, w, b);
+    xl::compute::GenericKernels force;
+    generic = xl::kernels::linear(x, w, b);
   }
   // Forced generic, it is LibTorch's own linear exactly; the kernel agrees with it within rounding.
   EXPECT_TRUE(torch::equal(generic, torch::linear(x, w, b)));

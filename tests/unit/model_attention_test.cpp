@@ -6,10 +6,11 @@
 #include <cmath>
 #include <functional>
 
-#include "xl/model/kernels/kernel_choice.h"
+#include "xl/compute/kernel_choice.h"
 #include "xl/model/rel_attention.h"
 #include "attention_support.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 using xl::test::expect_directional_derivatives;
@@ -250,7 +251,7 @@ TEST(RelAttention, GradientsOfTheFusedSoftmaxMatchAutogradOfTheNaiveShift) {
     auto ac = torch::randn({n, t, k}, torch::dtype(torch::kFloat64).requires_grad(true));
     auto bd = torch::randn({n, t, k}, torch::dtype(torch::kFloat64).requires_grad(true));
     auto mask = (torch::arange(k).unsqueeze(0) > (m + torch::arange(t)).unsqueeze(1));
-    auto p = relative_attention_probs(ac, {bd}, {{0, k, k - 1, k}}, mask, 0.5);
+    auto p = kernels::relative_attention_probs(ac, {bd}, {{0, k, k - 1, k}}, mask, 0.5);
     auto g = torch::randn_like(p);
     auto grads = torch::autograd::grad({(p * g).sum()}, {ac, bd});
     // Naive: gather BD[i][j + T - 1 - i] for visible entries.
@@ -269,7 +270,7 @@ TEST(RelAttention, GradientsOfTheFusedSoftmaxMatchAutogradOfTheNaiveShift) {
   auto bd_mem = torch::randn({n, t, table}, torch::dtype(torch::kFloat64).requires_grad(true));
   auto bd_cur = torch::randn({n, t, t}, torch::dtype(torch::kFloat64).requires_grad(true));
   auto mask = torch::cat({torch::zeros({t, len}, torch::kBool), torch::arange(t).unsqueeze(0) > torch::arange(t).unsqueeze(1)}, 1);
-  auto p = relative_attention_probs(ac, {bd_mem, bd_cur}, {{0, len, 9, table}, {len, t, t - 1, t}}, mask, 1.0);
+  auto p = kernels::relative_attention_probs(ac, {bd_mem, bd_cur}, {{0, len, 9, table}, {len, t, t - 1, t}}, mask, 1.0);
   auto g = torch::randn_like(p);
   auto grads = torch::autograd::grad({(p * g).sum()}, {ac, bd_mem, bd_cur});
   auto idx_m = torch::arange(len).unsqueeze(0) + (t - 1) - torch::arange(t).unsqueeze(1);
@@ -285,7 +286,7 @@ TEST(RelAttention, GradientsOfTheFusedSoftmaxMatchAutogradOfTheNaiveShift) {
 // shift a view of the padded table, the softmax in float32; probabilities and gradients against
 // float64 through plain indexing on the same (bf16-rounded) values.
 TEST(RelAttention, GenericPathInBf16TracksFloat64WithGradients) {
-  GenericKernels generic;
+  compute::GenericKernels generic;
   torch::manual_seed(4);
   const int64_t n = 3, t = 5, len = 4, table = t + len - 1;
   auto leaf = [](std::vector<int64_t> sizes) {
@@ -293,7 +294,7 @@ TEST(RelAttention, GenericPathInBf16TracksFloat64WithGradients) {
   };
   auto ac = leaf({n, t, len + t}), bd_mem = leaf({n, t, table}), bd_cur = leaf({n, t, t});
   auto mask = torch::cat({torch::zeros({t, len}, torch::kBool), torch::arange(t).unsqueeze(0) > torch::arange(t).unsqueeze(1)}, 1);
-  auto p = relative_attention_probs(ac, {bd_mem, bd_cur}, {{0, len, table - 1, table}, {len, t, t - 1, t}}, mask, 0.5);
+  auto p = kernels::relative_attention_probs(ac, {bd_mem, bd_cur}, {{0, len, table - 1, table}, {len, t, t - 1, t}}, mask, 0.5);
   EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
   auto g = torch::randn(p.sizes(), torch::kFloat64);
   auto grads = torch::autograd::grad({(p.to(torch::kFloat64) * g).sum()}, {ac, bd_mem, bd_cur});
@@ -316,7 +317,7 @@ TEST(RelAttention, GenericPathInBf16TracksFloat64WithGradients) {
 // What a GPU runs where no fused kernel applies: the same attention with tensor ops only (the
 // relative shift as a view, the softmax in float32 or float64), forced on the CPU.
 TEST(RelAttention, GenericPathMatchesNaiveLoopWithGradients) {
-  GenericKernels generic;
+  compute::GenericKernels generic;
   // Fresh, aged and several-run memories; SCH; same_length; clamp; a head mask; float64.
   struct Case {
     int64_t t;

@@ -6,15 +6,16 @@
 #include <map>
 #include <optional>
 
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/precision.h"
 #include "xl/model/cross_head.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/util/error.h"
 #include "reference_txl.h"
 #include "model_sizes.h"
 
+using namespace xl;
 using namespace xl::model;
 using torch::Tensor;
 
@@ -185,7 +186,7 @@ TEST(Model, SameLengthWithoutMemoryTrainsAsWithoutSameLength) {
   // mem_len 0 leaves same_length nothing to keep the same: training's forward and gradients are
   // those of the model without it (it used to mask every key and train on NaN).
   for (const bool generic : {false, true}) {
-    std::optional<GenericKernels> forced;
+    std::optional<compute::GenericKernels> forced;
     if (generic) forced.emplace();
     ModelConfig c = tiny_config();
     auto plain = make_model(c);
@@ -609,25 +610,25 @@ TEST(Model, GenericPathAndBf16TrackTheFusedFloat32Path) {
     auto m = make_model(c, torch::kFloat32);
     ForwardOptions opts;
     opts.mem_len = 6;
-    auto run = [&](bool generic, Precision p) {
-      KernelSetScope kernels(generic ? KernelSet::kGeneric : KernelSet::kAll);
+    auto run = [&](bool generic, compute::Precision p) {
+      compute::KernelSetScope kernels(generic ? compute::KernelSet::kGeneric : compute::KernelSet::kAll);
       Memory mem = m->new_memory();
       std::vector<Tensor> out;
       for (int step = 0; step < 3; ++step) {
-        AutocastScope autocast(p, torch::kCPU);
+        compute::AutocastScope autocast(p, torch::kCPU);
         out.push_back(m->forward(tokens(2, 5, c.n_token, step), tokens(2, 5, c.n_token, step + 10), mem, opts));
       }
       for (const auto& layer : mem.layers) EXPECT_EQ(layer.hidden.scalar_type(), torch::kFloat) << "memories stay fp32";
       return torch::stack(out);
     };
-    const Tensor fused = run(false, Precision::kFp32), generic = run(true, Precision::kFp32);
+    const Tensor fused = run(false, compute::Precision::kFp32), generic = run(true, compute::Precision::kFp32);
     EXPECT_EQ(generic.scalar_type(), torch::kFloat);
     EXPECT_LT((fused - generic).abs().max().item<double>(), 1e-5);
     // bf16 on the CPU's kernels and on the GPU's tensor-op path (where autocast reaches every
     // product): 8 bits of mantissa, so per-token losses within a few percent, their mean closer.
     for (bool generic_bf16 : {false, true}) {
       SCOPED_TRACE(generic_bf16 ? "bf16, tensor ops" : "bf16, CPU kernels");
-      const Tensor bf16 = run(generic_bf16, Precision::kBf16);
+      const Tensor bf16 = run(generic_bf16, compute::Precision::kBf16);
       EXPECT_EQ(bf16.scalar_type(), torch::kFloat) << "the loss is fp32";
       EXPECT_LT(((bf16 - fused).abs() / fused.abs()).max().item<double>(), 0.05);
       EXPECT_LT(std::abs(bf16.mean().item<double>() - fused.mean().item<double>()) / fused.mean().item<double>(), 0.01);
@@ -635,10 +636,10 @@ TEST(Model, GenericPathAndBf16TrackTheFusedFloat32Path) {
     }
   }
   // The precision a run resolves to: fp32 on a CPU; fp16 needs a GPU.
-  EXPECT_EQ(resolve_precision("auto", torch::kCPU), Precision::kFp32);
-  EXPECT_EQ(resolve_precision("bf16", torch::kCPU), Precision::kBf16);
-  EXPECT_THROW(resolve_precision("fp16", torch::kCPU), xl::Error);
-  EXPECT_THROW(resolve_precision("fp8", torch::kCPU), xl::Error);
+  EXPECT_EQ(compute::resolve_precision("auto", torch::kCPU), compute::Precision::kFp32);
+  EXPECT_EQ(compute::resolve_precision("bf16", torch::kCPU), compute::Precision::kBf16);
+  EXPECT_THROW(compute::resolve_precision("fp16", torch::kCPU), xl::Error);
+  EXPECT_THROW(compute::resolve_precision("fp8", torch::kCPU), xl::Error);
 }
 
 TEST(Model, ConfigJsonRoundTripAndValidation) {

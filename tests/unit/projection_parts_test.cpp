@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "xl/model/kernels/projection_parts.h"
+#include "xl/kernels/cpu/projection_parts.h"
 
 namespace {
 
@@ -15,7 +15,7 @@ TEST(ProjectionParts, ViewsWhoseGradientsLandInTheirPlaces) {
     for (int64_t used = 0; used <= all; ++used) {
       torch::manual_seed(11);
       auto proj = torch::randn({2, 5, parts, 3, 4}).requires_grad_();
-      xl::model::ProjectionParts got = xl::model::projection_parts(proj);
+      xl::kernels::ProjectionParts got = xl::kernels::projection_parts(proj);
       ASSERT_EQ(static_cast<int64_t>(got.extra_keys.size()), parts - 2);
       std::vector<torch::Tensor> out{got.kv, got.key0};
       out.insert(out.end(), got.extra_keys.begin(), got.extra_keys.end());
@@ -43,7 +43,7 @@ TEST(ProjectionParts, ViewsWhoseGradientsLandInTheirPlaces) {
 
 TEST(ProjectionParts, WithoutAutogradThePartsArePlainViews) {
   auto proj = torch::randn({1, 3, 3, 2, 4});
-  xl::model::ProjectionParts got = xl::model::projection_parts(proj);
+  xl::kernels::ProjectionParts got = xl::kernels::projection_parts(proj);
   EXPECT_FALSE(got.kv.requires_grad());
   EXPECT_TRUE(torch::equal(got.extra_keys.at(0), proj.select(2, 2)));
   EXPECT_EQ(got.key0.data_ptr(), proj.data_ptr());

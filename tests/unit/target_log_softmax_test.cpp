@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "xl/model/kernels/target_log_softmax.h"
+#include "xl/kernels/cpu/target_log_softmax.h"
 
 namespace {
 
@@ -46,7 +46,7 @@ void check(int64_t rows, int64_t v, torch::ScalarType dtype, double offset, bool
     for (int64_t n = 0; n < rows; ++n) z[n][(t[n].item<int64_t>() + 1) % v] = -INFINITY;
   }
   auto zg = z.clone().requires_grad_();
-  auto out = xl::model::target_log_softmax(zg, t);
+  auto out = xl::kernels::target_log_softmax(zg, t);
   auto g = torch::randn({rows}, torch::kDouble).to(dtype);
   out.backward(g);
   const Want want = explicit_loop(z, t, g);
@@ -72,7 +72,7 @@ TEST(TargetLogSoftmax, OnAWordSizedRowIsAsCloseToDoubleAsLibTorchsFloatLogSoftma
   torch::manual_seed(3);
   auto z = (torch::randn({6, 40000}) * 4).requires_grad_();
   auto t = torch::randint(40000, {6}, torch::kLong);
-  auto got = xl::model::target_log_softmax(z, t);
+  auto got = xl::kernels::target_log_softmax(z, t);
   got.sum().backward();
   auto zf = z.detach().clone().requires_grad_();  // LibTorch's own float path
   auto theirs = torch::log_softmax(zf, -1).gather(1, t.unsqueeze(1)).squeeze(1);
@@ -87,8 +87,8 @@ TEST(TargetLogSoftmax, OnAWordSizedRowIsAsCloseToDoubleAsLibTorchsFloatLogSoftma
 
 TEST(TargetLogSoftmax, RefusesATargetOutsideTheRow) {
   auto z = torch::randn({2, 5});
-  EXPECT_THROW(xl::model::target_log_softmax(z, torch::tensor({1, 5}, torch::kLong)), c10::Error);
-  EXPECT_THROW(xl::model::target_log_softmax(z, torch::tensor({-1, 0}, torch::kLong)), c10::Error);
+  EXPECT_THROW(xl::kernels::target_log_softmax(z, torch::tensor({1, 5}, torch::kLong)), c10::Error);
+  EXPECT_THROW(xl::kernels::target_log_softmax(z, torch::tensor({-1, 0}, torch::kLong)), c10::Error);
 }
 
 }  // namespace

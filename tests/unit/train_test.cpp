@@ -4,7 +4,7 @@
 #include <cmath>
 #include <optional>
 
-#include "xl/model/kernels/kernel_choice.h"
+#include "xl/compute/kernel_choice.h"
 #include "xl/train/adam.h"
 #include "xl/train/batcher.h"
 #include "xl/train/generators.h"
@@ -252,7 +252,7 @@ namespace {
 // A parameter of three chunks, small ones, a double one, and one without a gradient, against
 // LibTorch's clip_grad_norm_ and Adam over four steps; the norm against float64's.
 void expect_adam_matches_libtorch(bool generic) {
-  std::optional<xl::model::GenericKernels> forced;
+  std::optional<xl::compute::GenericKernels> forced;
   if (generic) forced.emplace();
   torch::manual_seed(4);
   const std::vector<torch::Tensor> init = {torch::randn({300, 250}), torch::randn({7}),

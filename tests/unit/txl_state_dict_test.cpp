@@ -12,15 +12,16 @@
 #include <functional>
 
 #include "xl/checkpoint/checkpoint.h"
-#include "xl/model/head_pruning.h"
-#include "xl/model/model_io.h"
 #include "xl/interop/hf_model_dir.h"
 #include "xl/interop/torch_pickle.h"
 #include "xl/interop/txl_state_dict.h"
+#include "xl/model/head_pruning.h"
+#include "xl/model/model_io.h"
 #include "xl/util/error.h"
 #include "test_support.h"
 #include "model_sizes.h"
 
+using namespace xl;
 using namespace xl::model;
 using namespace xl::interop;
 using torch::Tensor;

@@ -147,7 +147,7 @@ std::string EvalCache::study_key(const model::TransformerXL& model, const std::v
       {"tgt_len", s.tgt_len},         {"mem_len", s.mem_len},
       {"batch_size", s.batch_size},   {"clamp_len", s.clamp_len ? nlohmann::json(*s.clamp_len) : nlohmann::json()},
       {"warmup", s.warmup},           {"same_length", s.same_length ? nlohmann::json(*s.same_length) : nlohmann::json()},
-      {"max_tokens", s.max_tokens},   {"precision", model::to_string(s.precision)},
+      {"max_tokens", s.max_tokens},   {"precision", compute::to_string(s.precision)},
       {"shard", s.shard},             {"shards", s.shards}};
   h.update(json_line(settings));
   return h.hex();
@@ -159,7 +159,7 @@ std::string EvalCache::importance_key(const model::TransformerXL& model, const s
   hash_model_and_tokens(h, model, ids);
   const nlohmann::json settings = {{"importance", true},         {"tgt_len", s.tgt_len},
                                    {"mem_len", s.mem_len},       {"batch_size", s.batch_size},
-                                   {"max_tokens", s.max_tokens}, {"precision", model::to_string(s.precision)}};
+                                   {"max_tokens", s.max_tokens}, {"precision", compute::to_string(s.precision)}};
   h.update(json_line(settings));
   return h.hex();
 }

@@ -7,7 +7,7 @@
 #include <optional>
 #include <thread>
 
-#include "xl/model/kernels/parallel.h"
+#include "xl/compute/parallel.h"
 #include "xl/util/error.h"
 
 namespace xl::analysis {
@@ -53,7 +53,7 @@ HeadAblation ablate_each_head(const ModelFactory& make_model, const std::vector<
   std::atomic<int> stopped_by{0};
   std::mutex progress_mutex;
   const int workers = std::max(1, std::min<int>(jobs, static_cast<int>(todo.size())));
-  if (workers > 1) xl::model::set_threads(1);
+  if (workers > 1) compute::set_threads(1);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(workers));
   auto worker = [&](int w, model::TransformerXL model) {
     try {

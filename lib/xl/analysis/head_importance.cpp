@@ -30,7 +30,7 @@ torch::Tensor raw_scores(model::TransformerXL& model, const std::vector<int32_t>
     fo.head_mask = mask;
     torch::Tensor loss;
     {
-      model::AutocastScope autocast(s.precision, opts.device());
+      compute::AutocastScope autocast(s.precision, opts.device());
       loss = model->forward(seg.input.to(opts.device()), seg.target.to(opts.device()), memory, fo).mean();
     }
     auto grad = torch::autograd::grad({loss}, {mask})[0];

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "xl/analysis/eval_cache.h"
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
 #include "xl/model/transformer_xl.h"
 
 namespace xl::analysis {
@@ -20,7 +20,7 @@ struct ImportanceSettings {
   int64_t max_tokens = 0;        // 0: the whole split
   bool normalize_layers = false; // divide each layer's scores by their L2 norm
   torch::Tensor head_mask;       // [n_layer, n_head] 0/1 mask in force (pruned heads), or undefined
-  model::Precision precision = model::Precision::kFp32;  // of the matrix products
+  compute::Precision precision = compute::Precision::kFp32;  // of the matrix products
   // A stop signal caught by the process (signals::catch_stop) ends the pass after its batch, with
   // Importance::stopped_by set and no scores.
   bool stop_on_signal = false;

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <utility>
 
 #include "xl/util/failure.h"
 #include "xl/util/io.h"
@@ -13,21 +12,6 @@
 #include "xl/util/signals.h"
 
 namespace xl::cli {
-namespace {
-
-std::function<void(int)>& failure_hook() {
-  static std::function<void(int)> then;
-  return then;
-}
-
-int failed(int status) {
-  if (failure_hook()) failure_hook()(status);
-  return status;
-}
-
-}  // namespace
-
-void after_failure(std::function<void(int)> then) { failure_hook() = std::move(then); }
 
 int run_tool(const std::string& name, int argc, char** argv, const std::function<int(int, char**)>& body) {
   log::set_tool_name(name);

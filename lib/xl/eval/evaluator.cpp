@@ -84,7 +84,7 @@ void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
 }  // namespace
 
 int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len,
-                       model::Precision precision) {
+                       compute::Precision precision) {
   const auto& c = model->config;
   int64_t width = 0;  // keys (MGK: all of a mixture's) and values of every head of every layer
   const int64_t parts = c.attention == "mgk" ? 1 + c.mgk_keys : 2;
@@ -92,7 +92,7 @@ int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64
   // fp32 runs keep the parameters' dtype, and so do bf16 runs whose products the CPU's kernels take
   // (fp32 results); autocast's tensor ops keep bf16 or fp16.
   const torch::Tensor param = model->parameters().front();
-  const bool params_dtype = precision == model::Precision::kFp32 || model::cpu_kernels_run_bf16(precision, param.device());
+  const bool params_dtype = precision == compute::Precision::kFp32 || compute::cpu_kernels_run_bf16(precision, param.device());
   const int64_t element = params_dtype ? static_cast<int64_t>(param.element_size()) : 2;
   return streams * model::row_window_capacity(mem_len, tgt_len) * width * element;
 }
@@ -175,7 +175,7 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
     torch::Tensor target = data.narrow(1, pos + 1, t).contiguous();
     torch::Tensor nll;
     {
-      model::AutocastScope autocast(s.precision, device);
+      compute::AutocastScope autocast(s.precision, device);
       nll = model->forward(input, target, memory, opts);
     }
     torch::Tensor host = nll.to(torch::kCPU, torch::kDouble).contiguous();

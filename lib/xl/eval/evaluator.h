@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
 #include "xl/model/transformer_xl.h"
 
 namespace xl::eval {
@@ -43,7 +43,7 @@ struct EvalSettings {
   bool warmup = false;       // NVIDIA's convention: score only tokens whose memory is full
   int64_t max_tokens = 0;    // 0: the whole split; else stop once about this many tokens are scored
   torch::Tensor head_mask;   // [n_layer, n_head] or undefined
-  model::Precision precision = model::Precision::kFp32;  // of the matrix products
+  compute::Precision precision = compute::Precision::kFp32;  // of the matrix products
   // Each layer's memory keeps its key/value projections in place of its inputs (a segment then
   // projects only its own tokens; 1.5-2.1x faster at mem_len 512-3800 on base, bench/eval.sh) when
   // they need at most this many bytes (kv_cache_bytes).
@@ -92,7 +92,7 @@ int64_t effective_clamp_len(const model::TransformerXL& model, const EvalSetting
 // the products (`precision`'s, or the model's for fp32), with the room that segments of tgt_len
 // tokens grow into (model::row_window_capacity).
 int64_t kv_cache_bytes(const model::TransformerXL& model, int64_t streams, int64_t mem_len, int64_t tgt_len,
-                       model::Precision precision);
+                       compute::Precision precision);
 
 // The number of parallel streams `evaluate` uses for a split of n tokens.
 int64_t stream_count(int64_t n, int64_t batch_size);

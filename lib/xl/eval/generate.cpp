@@ -193,7 +193,7 @@ std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int
   opts.mem_len = std::min<int64_t>(s.mem_len, static_cast<int64_t>(prompt.size()) + s.length);
   opts.cache_kv = true;  // one stream: each new token projects itself only, not the whole memory again
   model::Memory memory = model->new_memory();
-  model::AutocastScope autocast(s.precision, device);
+  compute::AutocastScope autocast(s.precision, device);
 
   // The prompt in segments; the last position's hidden state predicts the first new token.
   auto all = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kLong).view({1, -1}).to(device);

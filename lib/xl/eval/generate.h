@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/text/tokenizer.h"
 #include "xl/util/rng.h"
@@ -33,7 +33,7 @@ struct SampleSettings {
 int32_t sample_token(const torch::Tensor& log_probs, const SampleSettings& s, Rng& rng);
 
 struct GenerateSettings {
-  model::Precision precision = model::Precision::kFp32;  // of the matrix products
+  compute::Precision precision = compute::Precision::kFp32;  // of the matrix products
   int64_t length = 200;   // tokens to generate
   int64_t tgt_len = 128;  // segment length for feeding the prompt
   int64_t mem_len = 512;  // memory (context) kept while generating

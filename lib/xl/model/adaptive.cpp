@@ -1,9 +1,9 @@
 #include "xl/model/adaptive.h"
 
-#include "xl/model/kernels/blocked_nll.h"
-#include "xl/model/kernels/linear.h"
-#include "xl/model/kernels/target_log_softmax.h"
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/blocked_nll.h"
+#include "xl/kernels/cpu/linear.h"
+#include "xl/kernels/cpu/target_log_softmax.h"
 
 #include <algorithm>
 #include <cmath>
@@ -115,7 +115,7 @@ torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
     torch::Tensor e = sparse_gradient && w.is_cpu() && torch::GradMode::is_enabled()
                           ? torch::embedding(w, input, -1, false, /*sparse=*/true)
                           : embeddings[0](input);
-    if (projections[0].defined()) e = xl::model::linear(e, projections[0]);
+    if (projections[0].defined()) e = kernels::linear(e, projections[0]);
     return e * scale;
   }
   auto flat = input.reshape({-1});
@@ -125,7 +125,7 @@ torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& input) {
     auto in_cluster = (flat >= cutoff_ends[i]) & (flat < cutoff_ends[i + 1]);
     auto idx = in_cluster.nonzero().squeeze(1);
     if (idx.numel() == 0) continue;
-    auto e = xl::model::linear(embeddings[i](flat.index_select(0, idx) - cutoff_ends[i]), projections[i]);
+    auto e = kernels::linear(embeddings[i](flat.index_select(0, idx) - cutoff_ends[i]), projections[i]);
     // Under autocast the projection comes back in bf16/fp16; the residual stream it starts is fp32.
     out = out.index_copy(0, idx, e.to(out.scalar_type()));
   }
@@ -206,7 +206,7 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> AdaptiveLogSoftmaxImpl::out
 torch::Tensor AdaptiveLogSoftmaxImpl::logits(const torch::Tensor& hidden, const torch::Tensor& weight,
                                              const torch::Tensor& bias, const torch::Tensor& proj) const {
   torch::Tensor h = proj.defined() ? torch::matmul(hidden, proj) : hidden;  // [N, d_proj] -> [N, d_i]
-  return upcast(xl::model::linear(h, weight, bias));  // the log-softmax and the loss in fp32 at least
+  return compute::upcast(kernels::linear(h, weight, bias));  // the log-softmax and the loss in fp32 at least
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const torch::Tensor& weight,
@@ -220,8 +220,8 @@ torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const tor
   const int64_t budget = grad ? train_logit_bytes : eval_logit_bytes;
   const int64_t cols = std::max<int64_t>(1, budget / (4 * rows));
   if (vocab <= cols || (grad && !hidden.device().is_cpu()))
-    return -target_log_softmax(logits(hidden, weight, bias, proj), target);
-  return blocked_nll(proj.defined() ? torch::matmul(hidden, proj) : hidden, weight, bias, target, cols);
+    return -kernels::target_log_softmax(logits(hidden, weight, bias, proj), target);
+  return kernels::blocked_nll(proj.defined() ? torch::matmul(hidden, proj) : hidden, weight, bias, target, cols);
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::forward(const torch::Tensor& hidden, const torch::Tensor& target) {

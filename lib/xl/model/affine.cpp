@@ -1,6 +1,6 @@
 #include "xl/model/affine.h"
 
-#include "xl/model/kernels/linear.h"
+#include "xl/kernels/cpu/linear.h"
 
 namespace xl::model {
 
@@ -14,6 +14,6 @@ void AffineImpl::reset() {
   if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
 }
 
-torch::Tensor AffineImpl::forward(const torch::Tensor& x) { return linear(x, weight, bias); }
+torch::Tensor AffineImpl::forward(const torch::Tensor& x) { return kernels::linear(x, weight, bias); }
 
 }  // namespace xl::model

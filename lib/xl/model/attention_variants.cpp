@@ -2,13 +2,13 @@
 
 #include <cmath>
 
-#include "xl/model/kernels/biased_queries.h"
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/fused_dropout.h"
+#include "xl/kernels/cpu/biased_queries.h"
+#include "xl/kernels/cpu/chunked_attention.h"
+#include "xl/kernels/cpu/fused_dropout.h"
 
 namespace xl::model {
 
-torch::Tensor key_distances(const std::vector<KeyBlock>& blocks, int64_t t, int64_t k) {
+torch::Tensor key_distances(const std::vector<kernels::KeyBlock>& blocks, int64_t t, int64_t k) {
   torch::Tensor d = torch::zeros({t, k}, torch::kLong);
   auto i = torch::arange(t, torch::kLong).unsqueeze(1);
   for (const auto& blk : blocks) {
@@ -47,12 +47,12 @@ torch::Tensor by_head(const torch::Tensor& x, const torch::Tensor& perm) {
 
 // The positional scores shifted into key columns: [B, H, T, K] from q^ [B, H, T, dh].
 torch::Tensor positional_scores(const torch::Tensor& q_v, const std::vector<torch::Tensor>& tables,
-                                const std::vector<KeyBlock>& blocks, const torch::Tensor& perm, int64_t k) {
+                                const std::vector<kernels::KeyBlock>& blocks, const torch::Tensor& perm, int64_t k) {
   const int64_t b = q_v.size(0), h = q_v.size(1), t = q_v.size(2);
   std::vector<torch::Tensor> cols;
   auto i = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(q_v.device())).unsqueeze(1);
   for (size_t n = 0; n < blocks.size(); ++n) {
-    const KeyBlock& blk = blocks[n];
+    const kernels::KeyBlock& blk = blocks[n];
     torch::Tensor r = by_head(tables[n].permute({1, 0, 2}), perm);  // [H, P, dh]
     torch::Tensor bd = torch::matmul(q_v, r.transpose(1, 2).unsqueeze(0));  // [B, H, T, P]
     auto j = torch::arange(blk.len, i.options()).unsqueeze(0);
@@ -89,10 +89,10 @@ torch::Tensor mixture_scores(const ModelConfig& cfg, const VariantParams& params
 
 // The variants as the blocked kernel's terms (chunked_attention.h), in the token-major layouts:
 // a mixture's Gaussians as coef = 1 / sigma^2 and log pi_m by the key's head.
-AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q_u,
-                             const torch::Tensor& kv, const std::vector<KeyBlock>& blocks,
+kernels::AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q_u,
+                             const torch::Tensor& kv, const std::vector<kernels::KeyBlock>& blocks,
                              const std::vector<int64_t>& perm) {
-  AttentionExtras e;
+  kernels::AttentionExtras e;
   const int64_t h = q_u.size(2), dh = q_u.size(3);
   if (cfg.is_mgk()) {
     torch::Tensor perm_idx;
@@ -118,7 +118,7 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
     e.persistent_value = params.pers_val * std::sqrt(static_cast<double>(cfg.persistent_mem));
   }
   if (cfg.adaptive_span)
-    for (const KeyBlock& blk : blocks) {
+    for (const kernels::KeyBlock& blk : blocks) {
       torch::Tensor d = blk.d_max - torch::arange(blk.table, torch::kLong).unsqueeze(0);  // [1, P]
       e.table_bias.push_back(span_bias(params.span_z, d, cfg.span_max, cfg.span_ramp).squeeze(1));
     }
@@ -129,16 +129,16 @@ AttentionExtras kernel_terms(const ModelConfig& cfg, const VariantParams& params
 
 torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q,
                                 const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
-                                const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& perm,
+                                const std::vector<kernels::KeyBlock>& blocks, const std::vector<int64_t>& perm,
                                 const torch::Tensor& u, const torch::Tensor& v, const torch::Tensor& mask,
                                 double dropatt, bool training, bool blocked) {
   const int64_t t = q.size(1), h = q.size(2), dh = q.size(3), k = kv.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   if (blocked && mask.defined()) {
-    const auto [q_u, q_v] = biased_queries(q, u, v);
-    AttentionExtras extras = kernel_terms(cfg, params, q_u, kv, blocks, perm);
-    if (chunked_attention_usable(q, extras))
-      return chunked_relative_attention(q_u, q_v, kv, tables, blocks, perm, mask, scale, extras);
+    const auto [q_u, q_v] = kernels::biased_queries(q, u, v);
+    kernels::AttentionExtras extras = kernel_terms(cfg, params, q_u, kv, blocks, perm);
+    if (kernels::chunked_attention_usable(q, extras))
+      return kernels::chunked_relative_attention(q_u, q_v, kv, tables, blocks, perm, mask, scale, extras);
   }
   // Scores in float32 at least, whatever the products' precision.
   const auto st = torch::promote_types(q.scalar_type(), torch::kFloat);
@@ -163,7 +163,7 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
       torch::Tensor r = by_head(tables_st[i].permute({1, 0, 2}), perm_idx);  // [H, P, dh]
       bds.push_back(torch::matmul(q_v, r.transpose(1, 2).unsqueeze(0)).view({b * h, t, blocks[i].table}));
     }
-    probs = relative_attention_probs((content / scale).view({b * h, t, k}), std::move(bds), blocks, mask, scale)
+    probs = kernels::relative_attention_probs((content / scale).view({b * h, t, k}), std::move(bds), blocks, mask, scale)
                 .view({b, h, t, k});
   } else {
     torch::Tensor logits = content + positional_scores(q_v, tables_st, blocks, perm_idx, k) * scale;
@@ -178,7 +178,7 @@ torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& par
     }
     probs = torch::softmax(logits, 3);
   }
-  if (training && dropatt > 0) probs = fused_dropout(probs, dropatt, true);
+  if (training && dropatt > 0) probs = kernels::fused_dropout(probs, dropatt, true);
   torch::Tensor out = torch::matmul(probs.narrow(3, 0, k), value);
   if (n > 0) {
     torch::Tensor p_val = by_head(params.pers_val.to(st), perm_idx) * std::sqrt(static_cast<double>(n));

@@ -24,8 +24,8 @@
 
 #include <vector>
 
+#include "xl/kernels/cpu/rel_softmax.h"
 #include "xl/model/config.h"
-#include "xl/model/kernels/rel_softmax.h"
 
 namespace xl::model {
 
@@ -41,7 +41,7 @@ struct VariantParams {
 };
 
 // Distances [T, K] (long) of every query to every key under `blocks` (rel_softmax.h).
-torch::Tensor key_distances(const std::vector<KeyBlock>& blocks, int64_t t, int64_t k);
+torch::Tensor key_distances(const std::vector<kernels::KeyBlock>& blocks, int64_t t, int64_t k);
 
 // m_h(d) of adaptive span: [H, T, K] from z [H] and distances [T, K].
 torch::Tensor span_mask(const torch::Tensor& z, const torch::Tensor& distances, int64_t span_max, int64_t span_ramp);
@@ -55,7 +55,7 @@ torch::Tensor span_bias(const torch::Tensor& z, const torch::Tensor& distances, 
 // Returns [B, T, H, dh].
 torch::Tensor variant_attention(const ModelConfig& cfg, const VariantParams& params, const torch::Tensor& q,
                                 const torch::Tensor& kv, const std::vector<torch::Tensor>& tables,
-                                const std::vector<KeyBlock>& blocks, const std::vector<int64_t>& perm,
+                                const std::vector<kernels::KeyBlock>& blocks, const std::vector<int64_t>& perm,
                                 const torch::Tensor& u, const torch::Tensor& v, const torch::Tensor& mask,
                                 double dropatt, bool training, bool blocked);
 

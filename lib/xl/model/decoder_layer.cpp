@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
-#include "xl/model/kernels/dropout_add_layer_norm.h"
-#include "xl/model/kernels/fused_dropout.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/kernels/linear.h"
-#include "xl/model/kernels/parallel.h"
-#include "xl/model/kernels/row_kernels.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/parallel.h"
+#include "xl/kernels/cpu/dropout_add_layer_norm.h"
+#include "xl/kernels/cpu/fused_dropout.h"
+#include "xl/kernels/cpu/linear.h"
+#include "xl/kernels/cpu/row_kernels.h"
 
 namespace xl::model {
 namespace {
@@ -16,7 +16,7 @@ namespace {
 // this call's own (no autograd, no dropout), takes its bias in the ReLU's pass instead of a copy
 // of the bias that the product then adds to.
 void add_bias_relu_(torch::Tensor& h, const torch::Tensor& bias) {
-  const bool here = cpu_kernel_allowed(h) && h.scalar_type() == torch::kFloat && h.is_contiguous() &&
+  const bool here = compute::cpu_kernel_allowed(h) && h.scalar_type() == torch::kFloat && h.is_contiguous() &&
                     bias.defined() && bias.scalar_type() == torch::kFloat && bias.is_contiguous() &&
                     bias.device().is_cpu() && bias.dim() == 1 && bias.size(0) == h.size(-1);
   if (!here) {
@@ -27,8 +27,8 @@ void add_bias_relu_(torch::Tensor& h, const torch::Tensor& bias) {
   const int64_t d = h.size(-1), n_rows = h.numel() / d;
   float* x = h.data_ptr<float>();
   const float* b = bias.data_ptr<float>();
-  parallel_for(0, n_rows, std::max<int64_t>(1, 16384 / d), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) rows::bias_relu(x + r * d, b, d);
+  compute::parallel_for(0, n_rows, std::max<int64_t>(1, 16384 / d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) kernels::rows::bias_relu(x + r * d, b, d);
   });
 }
 
@@ -51,17 +51,17 @@ torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
   const torch::Tensor x_in = pre_lnorm ? layer_norm(x) : x;
   torch::Tensor h;
   if (train || torch::GradMode::is_enabled()) {
-    h = linear_relu_dropout(x_in, in->weight, in->bias, dropout, train);
+    h = kernels::linear_relu_dropout(x_in, in->weight, in->bias, dropout, train);
   } else {
     // The product is this call's alone: bias and ReLU in place, in one pass, and no second buffer
     // (the tiny model's feed-forward: 3.2 -> 3.0 ms for the ReLU in place; its first product
     // 1.63 -> 1.49 ms for the bias in the ReLU's pass).
-    h = xl::model::linear(x_in, in->weight);
+    h = kernels::linear(x_in, in->weight);
     add_bias_relu_(h, in->bias);
   }
-  torch::Tensor y = xl::model::linear(h, out->weight, out->bias);
-  if (pre_lnorm) return fused_dropout_add(y, x, dropout, train);
-  return dropout_add_layer_norm(y, x, dropout, train, layer_norm->weight, layer_norm->bias, layer_norm->options.eps());
+  torch::Tensor y = kernels::linear(h, out->weight, out->bias);
+  if (pre_lnorm) return kernels::fused_dropout_add(y, x, dropout, train);
+  return kernels::dropout_add_layer_norm(y, x, dropout, train, layer_norm->weight, layer_norm->bias, layer_norm->options.eps());
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, int64_t n_head, bool own_biases) {

@@ -3,17 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
-#include "xl/model/kernels/attention_inputs.h"
-#include "xl/model/kernels/batched_matmul.h"
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/dropout_add_layer_norm.h"
-#include "xl/model/kernels/flash_rel_attention.h"
-#include "xl/model/kernels/fused_attention.h"
-#include "xl/model/kernels/fused_dropout.h"
-#include "xl/model/kernels/linear.h"
-#include "xl/model/kernels/projection_parts.h"
-#include "xl/model/kernels/rel_softmax.h"
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/attention_inputs.h"
+#include "xl/kernels/cpu/batched_matmul.h"
+#include "xl/kernels/cpu/chunked_attention.h"
+#include "xl/kernels/cpu/dropout_add_layer_norm.h"
+#include "xl/kernels/cpu/fused_dropout.h"
+#include "xl/kernels/cpu/linear.h"
+#include "xl/kernels/cpu/projection_parts.h"
+#include "xl/kernels/cpu/rel_softmax.h"
+#include "xl/kernels/cuda/flash_rel_attention.h"
+#include "xl/kernels/cuda/fused_attention.h"
 
 namespace xl::model {
 namespace {
@@ -42,7 +42,7 @@ class PermutedHeadsFirst : public torch::autograd::Function<PermutedHeadsFirst> 
 // positional term is one batched GEMM over heads; whole score matrices, or on a GPU the
 // positional scores alone as the bias of a fused kernel. Returns [H x B, T, dh].
 torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor& kv_proj,
-                                    const std::vector<torch::Tensor>& tables, const std::vector<KeyBlock>& blocks,
+                                    const std::vector<torch::Tensor>& tables, const std::vector<kernels::KeyBlock>& blocks,
                                     const std::vector<int64_t>& perm, const torch::Tensor& u, const torch::Tensor& v,
                                     const torch::Tensor& mask, double scale, const AttentionPass& pass) {
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), dh = q.size(3), k = kv_proj.size(1);
@@ -70,19 +70,19 @@ torch::Tensor full_matrix_attention(const torch::Tensor& q, const torch::Tensor&
     torch::Tensor r_k = perm_idx.defined()
                             ? PermutedHeadsFirst::apply(tables[i].view({1, p, 1, h, dh}), perm_idx).view({h, p, dh})
                             : tables[i].permute({1, 0, 2});
-    bds.push_back(batched_matmul(q_v, r_k.transpose(1, 2)).view({h * b, t, p}));
+    bds.push_back(kernels::batched_matmul(q_v, r_k.transpose(1, 2)).view({h * b, t, p}));
   }
-  if (fused_attention_applies(q, pass.training && pass.dropatt > 0)) {
+  if (kernels::fused_attention_applies(q, pass.training && pass.dropatt > 0)) {
     const at::ScalarType dtype = bds[0].scalar_type();
-    torch::Tensor bias = relative_positional_bias(std::move(bds), blocks, mask, dtype);
-    return fused_attention(q_u.view({h, b, t, dh}), key.view({h, b, k, dh}), value.view({h, b, k, dh}),
+    torch::Tensor bias = kernels::relative_positional_bias(std::move(bds), blocks, mask, dtype);
+    return kernels::fused_attention(q_u.view({h, b, t, dh}), key.view({h, b, k, dh}), value.view({h, b, k, dh}),
                            bias.view({h, b, t, k}))
         .reshape({h * b, t, dh});
   }
-  torch::Tensor ac = batched_matmul(q_u, key.transpose(1, 2));
-  torch::Tensor probs = relative_attention_probs(std::move(ac), std::move(bds), blocks, mask, 1.0);
-  if (pass.training && pass.dropatt > 0) probs = fused_dropout(probs, pass.dropatt, true);
-  return batched_matmul(probs, value);
+  torch::Tensor ac = kernels::batched_matmul(q_u, key.transpose(1, 2));
+  torch::Tensor probs = kernels::relative_attention_probs(std::move(ac), std::move(bds), blocks, mask, 1.0);
+  if (pass.training && pass.dropatt > 0) probs = kernels::fused_dropout(probs, pass.dropatt, true);
+  return kernels::batched_matmul(probs, value);
 }
 
 }  // namespace
@@ -92,7 +92,7 @@ torch::Tensor AttentionPass::positional(int64_t d_max, int64_t count, const torc
   auto it = pos_emb.find(key);
   if (it != pos_emb.end()) return it->second;
   torch::Tensor table = sinusoid->descending(d_max, count, clamp_len, opts);
-  if (training && dropout > 0) table = fused_dropout(table, dropout, true);
+  if (training && dropout > 0) table = kernels::fused_dropout(table, dropout, true);
   pos_emb.emplace(key, table);
   return table;
 }
@@ -155,8 +155,8 @@ int64_t RelMultiHeadAttnImpl::memory_needed(int64_t mem_len, double z_max) const
   return std::clamp<int64_t>(reach, 0, mem_len);
 }
 
-std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, int64_t position, int64_t t) {
-  std::vector<KeyBlock> blocks;
+std::vector<kernels::KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, int64_t position, int64_t t) {
+  std::vector<kernels::KeyBlock> blocks;
   int64_t col = 0;
   const auto& runs = mem.runs;
   for (size_t r = 0; r < runs.size(); ++r) {
@@ -177,11 +177,11 @@ std::vector<KeyBlock> RelMultiHeadAttnImpl::key_blocks(const LayerMemory& mem, i
   return blocks;
 }
 
-torch::Tensor RelMultiHeadAttnImpl::positional_keys(const KeyBlock& blk, int64_t t, AttentionPass& pass,
+torch::Tensor RelMultiHeadAttnImpl::positional_keys(const kernels::KeyBlock& blk, int64_t t, AttentionPass& pass,
                                                     const torch::TensorOptions& opts) {
   const torch::Tensor& w_r = r_net->weight;
   auto project = [&](int64_t d_max, int64_t count) {
-    return xl::model::linear(pass.positional(d_max, count, opts), w_r).view({count, n_head, d_head});
+    return kernels::linear(pass.positional(d_max, count, opts), w_r).view({count, n_head, d_head});
   };
   // Without dropout or autograd the keys depend on the distances and w_r alone: those of every
   // distance a full memory reaches, mem_len + T - 1 down to 0, are made once and each table is a
@@ -192,7 +192,7 @@ torch::Tensor RelMultiHeadAttnImpl::positional_keys(const KeyBlock& blk, int64_t
                         blk.d_max <= top && blk.d_max - blk.table + 1 >= 0;
   if (!reusable) return project(blk.d_max, blk.table);
   const std::array<int64_t, 4> what = {top, pass.clamp_len, static_cast<int64_t>(opts.dtype().toScalarType()),
-                                       static_cast<int64_t>(active_autocast_dtype(w_r.device()))};
+                                       static_cast<int64_t>(compute::active_autocast_dtype(w_r.device()))};
   auto it = std::find_if(positional_keys_.begin(), positional_keys_.end(),
                          [&](const PositionalKeys& k) { return k.what == what && k.weight.unchanged({w_r}); });
   if (it == positional_keys_.end()) {
@@ -220,19 +220,19 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     // The blocked kernel runs in float32 on the CPU, so the queries are float32 when x_q is and no
     // autocast is on. (same_length without memory hides every key: left to the general path.)
     const bool blocked = !(pass.training && pass.dropatt > 0) && !(pass.same_length && pass.mem_len == 0) &&
-                         chunked_attention_usable(x_q) && cpu_kernels_take_products();
+                         kernels::chunked_attention_usable(x_q) && compute::cpu_kernels_take_products();
     // Without a variant, the projections' pass adds u and v to the queries for the blocked kernel.
     const bool biased = blocked && !variants.has_variant();
     const torch::Tensor u_in = biased ? u : torch::Tensor(), v_in = biased ? v : torch::Tensor();
     torch::Tensor kv_proj;  // [B, M + T, parts, H, dh]
-    AttentionInputs inputs;
+    kernels::AttentionInputs inputs;
     if (kv_out) {
       // Evaluation keeps the memory's keys and values: only the segment's are projected, into the
       // room behind them. A memory that kept none (one loaded from elsewhere) is projected once.
       TORCH_CHECK(!torch::GradMode::is_enabled(), "kept projections are for evaluation, without autograd");
       RowWindow kept = mem.kv;
       if (kept.empty() && m > 0)
-        kept = RowWindow::of(xl::model::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden,
+        kept = RowWindow::of(kernels::linear(pre_lnorm ? layer_norm(mem.hidden) : mem.hidden,
                                                weight.narrow(0, h * dh, parts * h * dh))
                                  .view({b, m, parts, h, dh}));
       TORCH_CHECK(kept.length() == m && (kept.empty() || kept.rows().size(2) == parts),
@@ -240,13 +240,13 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
       // Kept in the products' precision, as projecting the memory again would give them (under
       // autocast, bf16: an fp32 buffer met bf16 positional scores in one kernel).
       *kv_out = kept.grown(t, row_window_capacity(std::max(pass.mem_len, m), t),
-                           torch::empty({b, 0, parts, h, dh}, w.options().dtype(product_dtype(w))));
+                           torch::empty({b, 0, parts, h, dh}, w.options().dtype(compute::product_dtype(w))));
       kv_proj = kv_out->rows();
-      inputs = attention_inputs_into(x_q, weight, h * dh, kv_proj.view({b, m + t, parts * h * dh}), u_in, v_in);
+      inputs = kernels::attention_inputs_into(x_q, weight, h * dh, kv_proj.view({b, m + t, parts * h * dh}), u_in, v_in);
     } else {
       torch::Tensor mem_x;
       if (m > 0) mem_x = pre_lnorm ? layer_norm(mem.hidden) : mem.hidden;
-      inputs = attention_inputs(x_q, mem_x, weight, h * dh, u_in, v_in);
+      inputs = kernels::attention_inputs(x_q, mem_x, weight, h * dh, u_in, v_in);
       kv_proj = inputs.kv.view({b, m + t, parts, h, dh});
     }
     torch::Tensor q = inputs.q.view({b, t, h, dh});
@@ -258,17 +258,17 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
 
     torch::Tensor vec;  // [B, T, H, dh]
     if (variants.has_variant()) {
-      ProjectionParts in = projection_parts(kv_proj);
+      kernels::ProjectionParts in = kernels::projection_parts(kv_proj);
       VariantParams params{in.key0, in.extra_keys, mgk_mu, mgk_pi, pers_key, pers_val, span_z};
       vec = variant_attention(variants, params, q, in.kv, tables, blocks, perm, u, v, mask,
                               pass.dropatt, pass.training, blocked);
     } else if (blocked) {
       // Every operand in the projections' own layout; SCH is a head index inside the kernel. q is
       // q + u here.
-      vec = chunked_relative_attention(q, inputs.q_v.view({b, t, h, dh}), kv_proj, tables, blocks, perm, mask, scale);
+      vec = kernels::chunked_relative_attention(q, inputs.q_v.view({b, t, h, dh}), kv_proj, tables, blocks, perm, mask, scale);
     } else if (!(pass.same_length && pass.mem_len == 0) &&
-               flash_rel_attention_applies(q, blocks.size(), pass.training && pass.dropatt > 0)) {
-      vec = flash_rel_attention(q, u, v, kv_proj, tables, blocks, perm, mask, scale);
+               kernels::flash_rel_attention_applies(q, blocks.size(), pass.training && pass.dropatt > 0)) {
+      vec = kernels::flash_rel_attention(q, u, v, kv_proj, tables, blocks, perm, mask, scale);
     } else {
       vec = full_matrix_attention(q, kv_proj, tables, blocks, perm, u, v, mask, scale, pass)
                 .view({h, b, t, dh})
@@ -277,9 +277,9 @@ torch::Tensor RelMultiHeadAttnImpl::forward(const torch::Tensor& w, const LayerM
     if (head_mask.defined()) vec = vec * head_mask.view({1, 1, h, 1});
     vec = vec.reshape({b, t, h * dh});
     // Dropout fused with the residual (and the layer norm after it): [LN](w + dropout(o_net(vec))).
-    torch::Tensor out = xl::model::linear(vec, o_net->weight);
-    if (pre_lnorm) return fused_dropout_add(out, w, dropout, pass.training);
-    return dropout_add_layer_norm(out, w, dropout, pass.training, layer_norm->weight, layer_norm->bias,
+    torch::Tensor out = kernels::linear(vec, o_net->weight);
+    if (pre_lnorm) return kernels::fused_dropout_add(out, w, dropout, pass.training);
+    return kernels::dropout_add_layer_norm(out, w, dropout, pass.training, layer_norm->weight, layer_norm->bias,
                                   layer_norm->options.eps());
   }
   return pre_lnorm ? w + attn_out : layer_norm(w + attn_out);

@@ -9,13 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "xl/kernels/cpu/rel_softmax.h"
 #include "xl/model/affine.h"
 #include "xl/model/attention_variants.h"
 #include "xl/model/config.h"
 #include "xl/model/memory.h"
 #include "xl/model/positional.h"
 #include "xl/model/tensor_snapshot.h"
-#include "xl/model/kernels/rel_softmax.h"
 
 namespace xl::model {
 
@@ -51,7 +51,7 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
                         const torch::Tensor& head_mask, RowWindow* kv_out = nullptr);
 
   // Blocks of keys sharing one distance table, for a memory of `mem` at `position` and T queries.
-  static std::vector<KeyBlock> key_blocks(const LayerMemory& mem, int64_t position, int64_t t);
+  static std::vector<kernels::KeyBlock> key_blocks(const LayerMemory& mem, int64_t position, int64_t t);
 
   // The adaptive-span loss term of this layer: span_loss * S * mean(z) (0-d; zero without one).
   torch::Tensor span_loss() const;
@@ -74,7 +74,7 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
 
  private:
   // Positional keys [P, H, dh] of one distance table for T queries: r_net of the (dropped) sinusoids.
-  torch::Tensor positional_keys(const KeyBlock& blk, int64_t t, AttentionPass& pass, const torch::TensorOptions& opts);
+  torch::Tensor positional_keys(const kernels::KeyBlock& blk, int64_t t, AttentionPass& pass, const torch::TensorOptions& opts);
   // Those of every distance, kept without dropout or autograd while r_net's weight is unchanged
   // (TensorSnapshot): generation would
   // project up to mem_len + 1 distances for every token, evaluation T + M every segment (~10% of

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "xl/model/kernels/fused_dropout.h"
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
+#include "xl/kernels/cpu/fused_dropout.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
 
@@ -121,8 +121,8 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   pass.mask_cache = &mask_cache_;
 
   // The residual stream, and with it the memories, in fp32 (or float64) whatever the products' precision.
-  torch::Tensor h = upcast(word_emb(input));
-  if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
+  torch::Tensor h = compute::upcast(word_emb(input));
+  if (train && config.dropout > 0) h = kernels::fused_dropout(h, config.dropout, true);
   const std::vector<int64_t> kept = memory_lengths(opts.mem_len);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const size_t li = static_cast<size_t>(l);
@@ -141,7 +141,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     h = out;
   }
   memory.position += t;
-  if (train && config.dropout > 0) h = fused_dropout(h, config.dropout, true);
+  if (train && config.dropout > 0) h = kernels::fused_dropout(h, config.dropout, true);
   return h;
 }
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "xl/model/device.h"
-#include "xl/model/precision.h"
+#include "xl/compute/device.h"
+#include "xl/compute/precision.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
 #include "xl/util/resources.h"
@@ -44,9 +44,9 @@ Compute compute_settings(const cli::Options& cli) {
   }
   if (cli.has("seed")) c.seed = cli.get<uint64_t>("seed");
   if (cli.has("device")) c.device = cli.get<std::string>("device");
-  if (!model::is_device_name(c.device)) cli.fail("device", "must be auto, cpu, cuda or cuda:N, not '" + c.device + "'");
+  if (!compute::is_device_name(c.device)) cli.fail("device", "must be auto, cpu, cuda or cuda:N, not '" + c.device + "'");
   if (cli.has("precision")) c.precision = cli.get<std::string>("precision");
-  if (!model::is_precision_name(c.precision)) cli.fail("precision", "must be auto, fp32, bf16 or fp16, not '" + c.precision + "'");
+  if (!compute::is_precision_name(c.precision)) cli.fail("precision", "must be auto, fp32, bf16 or fp16, not '" + c.precision + "'");
   if (cli.has("attention-probs")) {
     const std::string probs = cli.get<std::string>("attention-probs");
     if (probs != "auto" && probs != "keep" && probs != "recompute")

@@ -7,9 +7,9 @@
 #include <map>
 #include <vector>
 
-#include "xl/model/kernels/blas.h"
-#include "xl/model/kernels/kernel_choice.h"
-#include "xl/model/kernels/parallel.h"
+#include "xl/compute/blas.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/parallel.h"
 #include "xl/util/error.h"
 
 namespace xl::train {
@@ -51,7 +51,7 @@ __attribute__((target("avx2,fma"))) void adam_range_avx2(const AdamScalars& a, f
   adam_range_scalar(a, p + i, g + i, m + i, v + i, n - i);
 }
 
-const bool kHaveAvx2 = model::kernel_vector_units().avx2_fma;
+const bool kHaveAvx2 = compute::kernel_vector_units().avx2_fma;
 
 // The squares of n floats summed in double in eight running sums (element i into sum i % 8, the
 // tail into sum 0), added pairwise at the end: the same bits on every CPU and thread count. A
@@ -83,8 +83,8 @@ __attribute__((target("avx2,fma"))) double sum_squares_avx2(const float* g, int6
 }
 
 bool fusable(const torch::Tensor& p, const torch::Tensor& g) {
-  return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(p) &&
-         model::cpu_kernel_allowed(g) && p.is_contiguous() && g.is_contiguous();
+  return p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat && compute::cpu_kernel_allowed(p) &&
+         compute::cpu_kernel_allowed(g) && p.is_contiguous() && g.is_contiguous();
 }
 
 // The fused passes run over all parameters at once, cut into chunks of at most kChunk floats: one
@@ -182,7 +182,7 @@ int Adam::step(double lr, double grad_scale) {
     at::_foreach_addcdiv_(rest_p, rest_m, denom, rest_step);
   }
   const std::vector<Chunk> chunks = chunks_of(slots_, [&](size_t i) { return fused[i] != 0; });
-  xl::model::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+  compute::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const Chunk& k = chunks[static_cast<size_t>(c)];
       const Slot& s = slots_[k.slot];
@@ -210,11 +210,11 @@ double Adam::grad_norm() const {
   // sums added in their order, so the thread count never changes the bits.
   auto on_cpu = [&](size_t i) {
     const torch::Tensor& g = slots_[i].param.grad();
-    return g.defined() && g.scalar_type() == torch::kFloat && model::cpu_kernel_allowed(g) && g.is_contiguous();
+    return g.defined() && g.scalar_type() == torch::kFloat && compute::cpu_kernel_allowed(g) && g.is_contiguous();
   };
   const std::vector<Chunk> chunks = chunks_of(slots_, on_cpu);
   std::vector<double> sums(chunks.size());
-  xl::model::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
+  compute::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const Chunk& k = chunks[static_cast<size_t>(c)];
       const float* g = slots_[k.slot].param.grad().data_ptr<float>() + k.begin;

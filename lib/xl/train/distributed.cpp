@@ -21,11 +21,11 @@
 #include <sstream>
 #include <thread>
 
-#include "xl/cli/tool_main.h"
 #include "xl/train/group_communicator.h"
 #include "xl/train/heartbeat.h"
 #include "xl/train/launcher.h"
 #include "xl/util/error.h"
+#include "xl/util/failure.h"
 #include "xl/util/json_io.h"
 #include "xl/util/log.h"
 #include "xl/util/resources.h"
@@ -467,7 +467,7 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
 }
 
 void start_as_rank() {
-  cli::after_failure(tell_ranks_this_one_failed);
+  after_failure(tell_ranks_this_one_failed);
   try {
     const DistConfig config = dist_config_from_env("auto", 10);
     if (!config.single()) log::set_tool_name(log::tool_name() + " rank " + std::to_string(config.rank));

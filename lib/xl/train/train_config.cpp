@@ -1,6 +1,6 @@
 #include "xl/train/train_config.h"
 
-#include "xl/model/precision.h"
+#include "xl/compute/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/util/error.h"
 
@@ -75,7 +75,7 @@ void TrainConfig::validate(const SettingOrigins& origins) const {
     bad("skipped-layers-in-adam", "must be freeze or step");
   if (schedule_steps < 0) bad("schedule-steps", "must not be negative");
   if (on_save_error != "stop" && on_save_error != "continue") bad("on-save-error", "must be stop or continue");
-  if (!model::is_precision_name(precision)) bad("precision", "must be auto, fp32, bf16 or fp16");
+  if (!compute::is_precision_name(precision)) bad("precision", "must be auto, fp32, bf16 or fp16");
   if (log_interval < 1) bad("log-interval", "must be at least 1");
   if (eval_interval < 0) bad("eval-interval", "must not be negative");
   if (eval_batch_size < 1) bad("eval-batch-size", "must be at least 1");

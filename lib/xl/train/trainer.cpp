@@ -10,15 +10,14 @@
 #include <filesystem>
 
 #include "xl/checkpoint/checkpoint.h"
+#include "xl/compute/device.h"
+#include "xl/compute/kernel_choice.h"
+#include "xl/compute/precision.h"
 #include "xl/eval/evaluator.h"
 #include "xl/eval/metric.h"
 #include "xl/h5/tokens_file.h"
 #include "xl/model/cross_head.h"
-#include "xl/model/device.h"
-#include "xl/model/kernels/chunked_attention.h"
-#include "xl/model/kernels/kernel_choice.h"
 #include "xl/model/model_io.h"
-#include "xl/model/precision.h"
 #include "xl/model/skip_retain.h"
 #include "xl/model/transformer_xl.h"
 #include "xl/train/adam.h"
@@ -167,7 +166,7 @@ class Trainer {
   std::vector<double> p_skip_;
   bool phase1_ = true;
   torch::Device device_ = torch::kCPU;
-  model::Precision precision_ = model::Precision::kFp32;
+  compute::Precision precision_ = compute::Precision::kFp32;
   std::unique_ptr<LossScaler> scaler_;  // fp16 only
 
   Clock::time_point started_ = Clock::now();
@@ -208,9 +207,9 @@ void Trainer::build(PhaseStart start, const checkpoint::Checkpoint* from, const 
   const bool resume = req_.resume;
   // The precision is resolved for the device once and kept by the run unless given again.
   if (cfg_.precision == "auto" || req_.given.count("precision"))
-    cfg_.precision = model::to_string(model::resolve_precision(req_.train.precision, device_));
-  precision_ = model::parse_precision(cfg_.precision);
-  if (precision_ == model::Precision::kFp16)
+    cfg_.precision = compute::to_string(compute::resolve_precision(req_.train.precision, device_));
+  precision_ = compute::parse_precision(cfg_.precision);
+  if (precision_ == compute::Precision::kFp16)
     scaler_ = std::make_unique<LossScaler>(state_.loss_scale > 0 ? state_.loss_scale : 65536.0, state_.loss_scale_good_steps);
   if (!from) {
     torch::manual_seed(cfg_.seed);
@@ -374,7 +373,7 @@ std::string Trainer::choose_attention_probs() {
                        (model_->config.persistent_mem + cfg_.mem_len + cfg_.tgt_len) * static_cast<int64_t>(sizeof(float));
   const bool keep = req_.attention_probs == "keep" ||
                     (req_.attention_probs == "auto" && kept <= req_.attention_probs_budget);
-  model::set_attention_probs(keep ? model::AttentionProbs::kKeep : model::AttentionProbs::kRecompute);
+  compute::set_attention_probs(keep ? compute::AttentionProbs::kKeep : compute::AttentionProbs::kRecompute);
   XL_DEBUG("attention probabilities: " << (keep ? "kept" : "computed again in backward") << " (--attention-probs "
                                        << req_.attention_probs << "; keeping them takes " << kept / 1000000
                                        << " MB a step, the budget is " << req_.attention_probs_budget / 1000000
@@ -413,7 +412,7 @@ void Trainer::forward_backward(Step* step) {
     auto in = input.slice(0, c * rows, (c + 1) * rows), tg = target.slice(0, c * rows, (c + 1) * rows);
     torch::Tensor loss;
     {
-      model::AutocastScope autocast(precision_, device_);
+      compute::AutocastScope autocast(precision_, device_);
       loss = model_->forward(in, tg, memories_[static_cast<size_t>(c)], opts).mean();
     }
     // Adaptive span's term joins the objective, not the reported loss.
@@ -632,12 +631,12 @@ int Trainer::run() {
   // file (save_to_stream), metrics stop the run with its step saved, progress lines go unread.
   std::signal(SIGPIPE, SIG_IGN);
   // One GPU per local rank; every rank meets the others before anything can fail alone.
-  device_ = model::parse_device(req_.device, dist_.local_rank);
+  device_ = compute::parse_device(req_.device, dist_.local_rank);
   // On a GPU a resumed run must compute what the uninterrupted one did. Runs on other GPU models
   // differ in the last bits.
-  if (!model::use_deterministic_kernels(device_))
+  if (!compute::use_deterministic_kernels(device_))
     log::warn("XL_DETERMINISTIC=0: deterministic GPU kernels off; a resumed run matches this one only to rounding");
-  else if (device_.is_cuda() && model::kernel_set() == model::KernelSet::kOwn)
+  else if (device_.is_cuda() && compute::kernel_set() == compute::KernelSet::kOwn)
     log::warn("XL_KERNELS=own: xl's attention backward needs XL_DETERMINISTIC=0 (its sums are atomic); "
               "training keeps LibTorch's attention kernel");
   comm_ = Communicator::connect(dist_, device_);

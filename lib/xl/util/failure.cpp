@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <new>
 #include <regex>
+#include <utility>
 
 #include "xl/util/error.h"
 
@@ -47,6 +48,20 @@ Failure describe_failure(const std::exception_ptr& e) {
   } catch (...) {
     return {kExitSoftware, "internal error: an exception of unknown type"};
   }
+}
+
+namespace {
+std::function<void(int)>& failure_hook() {
+  static std::function<void(int)> then;
+  return then;
+}
+}  // namespace
+
+void after_failure(std::function<void(int)> then) { failure_hook() = std::move(then); }
+
+int failed(int status) {
+  if (failure_hook()) failure_hook()(status);
+  return status;
 }
 
 }  // namespace xl
