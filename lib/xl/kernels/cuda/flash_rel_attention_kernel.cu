@@ -47,6 +47,37 @@ struct Smem {
   static constexpr size_t bytes = warps + WARPS * per_warp;
 };
 
+// Stages the block's S::rows queries from i0 (of head h, at q) plus each bias: q + u at
+// s_q_content, q + v at s_q_position (pitch S::ld; zero past the queries' end t_len and past dh).
+template <typename T, int DH, typename S>
+__device__ __forceinline__ void stage_biased_queries(const FlashRelAttentionArgs& a, const T* q, int i0, int h,
+                                                     int t_len, int dh, T* s_q_content, T* s_q_position) {
+  for (int idx = threadIdx.x; idx < S::rows * DH; idx += S::threads) {
+    const int r = idx / DH, c = idx % DH, i = i0 + r;
+    float x = 0.f, u = 0.f, v = 0.f;
+    if (i < t_len && c < dh) {
+      x = to_float(q[i * a.q_stride[1] + c]);
+      u = a.content_bias[h * dh + c];
+      v = a.position_bias[h * dh + c];
+    }
+    s_q_content[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + u : 0.f);
+    s_q_position[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + v : 0.f);
+  }
+}
+
+// Writes query i's output (its row of s_out over its softmax's sum; this lane's half of the
+// columns) and, where asked, its log-sum-exp for the backward.
+template <typename T, int DH, typename S>
+__device__ __forceinline__ void write_row(const FlashRelAttentionArgs& a, int b, int h, int i, int t_len, int dh,
+                                          const float* s_out, int row, int half, float run_max, float run_sum) {
+  const float inv = run_sum > 0.f ? 1.f / run_sum : 0.f;
+  T* o = static_cast<T*>(a.out) + ((int64_t(b) * t_len + i) * a.heads + h) * dh;
+  const float* orow = s_out + row * S::ld_out;
+  for (int c = half * (DH / 2); c < (half + 1) * (DH / 2) && c < dh; ++c) o[c] = from_float<T>(orow[c] * inv);
+  if (a.log_sum && half == 0)
+    a.log_sum[(int64_t(b) * t_len + i) * a.heads + h] = run_sum > 0.f ? run_max + log2f(run_sum) : INFINITY;
+}
+
 template <typename T, int DH, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const FlashRelAttentionArgs a, bool vector_ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -74,17 +105,7 @@ __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const F
   // values (adjacent: 2 x kCols >= kRows rows) go, then kept in registers as matrix fragments.
   T* s_q_content = s_table;
   T* s_q_position = s_key;
-  for (int idx = threadIdx.x; idx < kRows * DH; idx += kThreads) {
-    const int r = idx / DH, c = idx % DH, i = i0 + r;
-    float x = 0.f, u = 0.f, v = 0.f;
-    if (i < t_len && c < dh) {
-      x = to_float(q[i * a.q_stride[1] + c]);
-      u = a.content_bias[h * dh + c];
-      v = a.position_bias[h * dh + c];
-    }
-    s_q_content[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + u : 0.f);
-    s_q_position[r * S::ld + c] = from_float<T>(i < t_len && c < dh ? x + v : 0.f);
-  }
+  stage_biased_queries<T, DH, S>(a, q, i0, h, t_len, dh, s_q_content, s_q_position);
   __syncthreads();
   wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_content[kSteps], q_position[kSteps];
 #pragma unroll
@@ -166,14 +187,7 @@ __global__ void __launch_bounds__(32 * WARPS) flash_rel_attention_kernel(const F
   }
 
   const int i = i0 + warp * 16 + row;
-  if (i < t_len) {
-    const float inv = run_sum > 0.f ? 1.f / run_sum : 0.f;
-    T* o = static_cast<T*>(a.out) + ((int64_t(b) * t_len + i) * a.heads + h) * dh;
-    const float* orow = s_out + row * S::ld_out;
-    for (int c = half * (DH / 2); c < (half + 1) * (DH / 2) && c < dh; ++c) o[c] = from_float<T>(orow[c] * inv);
-    if (a.log_sum && half == 0)
-      a.log_sum[(int64_t(b) * t_len + i) * a.heads + h] = run_sum > 0.f ? run_max + log2f(run_sum) : INFINITY;
-  }
+  if (i < t_len) write_row<T, DH, S>(a, b, h, i, t_len, dh, s_out, row, half, run_max, run_sum);
 #else
   __trap();  // tensor-core bf16/fp16 fragments need compute capability 8.0 (the caller checks)
 #endif
