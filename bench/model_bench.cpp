@@ -226,14 +226,168 @@ nlohmann::json bench_generate(const BenchConfig& bc, TransformerXL& model, const
           {"draw_ms_peaked", draw_ms(peaked)}, {"peaked_perplexity", perplexity}};
 }
 
+// The model of a benchmark shape, with the attention variant XL_BENCH_ATTENTION=mgk|smgk,
+// XL_BENCH_PERSISTENT=N (its feed-forward sublayer off) and XL_BENCH_SPAN=on asks for.
+ModelConfig bench_model_config(const BenchConfig& bc) {
+  ModelConfig cfg;
+  cfg.n_token = bc.vocab;
+  cfg.cutoffs = bc.cutoffs;
+  cfg.div_val = bc.div_val;
+  cfg.n_layer = bc.n_layer;
+  cfg.d_model = bc.d_model;
+  cfg.n_head = bc.n_head;
+  cfg.d_head = bc.d_head;
+  cfg.d_inner = bc.d_inner;
+  cfg.dropout = 0.1;
+  cfg.attention = env_or("XL_BENCH_ATTENTION", "rel");
+  cfg.persistent_mem = std::atoll(env_or("XL_BENCH_PERSISTENT", "0").c_str());
+  cfg.ff = cfg.persistent_mem == 0;
+  cfg.adaptive_span = env_or("XL_BENCH_SPAN", "off") == "on";
+  cfg.span_max = bc.tgt_len + bc.mem_len;
+  cfg.validate(xl::SettingOrigins("XL_BENCH_* settings"));
+  return cfg;
+}
+
+// What a run times: training or evaluation steps at one shape.
+struct StepRun {
+  bool train = true;
+  int64_t batch = 0, tgt = 0, mem_len = 0;
+  int steps = 0;
+  std::string skip_name;
+  double beta = 0;
+  bool kv_cache = false;
+};
+
+struct Timing {
+  double elapsed = 0, cpu = 0;  // wall and CPU seconds of the timed steps
+  int timed = 0;
+};
+
+// Warm-up steps until the memory is full (a steady state: every timed step the same shapes), then
+// the timed ones.
+Timing time_steps(const StepRun& r, const BenchConfig& bc, TransformerXL& model, const torch::Device& device,
+                  compute::Precision precision) {
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
+  // Adam's moments exist only when training (eval's peak RSS must not count them).
+  std::unique_ptr<xl::train::Adam> opt;
+  if (r.train) opt = std::make_unique<xl::train::Adam>(params, xl::train::AdamOptions{});
+  auto p_skip = skip_probabilities(parse_skip_schedule(r.skip_name), bc.n_layer, 0.0);
+  xl::Rng rng(1);
+  Memory mem = model->new_memory();
+  const int64_t tgt = r.tgt;
+  const int warm = static_cast<int>(std::max<int64_t>(2, (r.mem_len + tgt - 1) / tgt + 1));
+  auto data = bench_tokens(bc, r.batch, tgt * (r.steps + warm + 1) + 1).to(device);
+  if (device.is_cuda()) compute::cuda_reset_peak_allocated_bytes(device.index());
+  if (r.train) model->train();
+  else model->eval();
+  Timing timing;
+  for (int s = 0; s < r.steps + warm; ++s) {
+    auto in = data.slice(1, s * tgt, (s + 1) * tgt), tg = data.slice(1, s * tgt + 1, (s + 1) * tgt + 1);
+    ForwardOptions fo;
+    fo.mem_len = r.mem_len;
+    fo.cache_kv = r.kv_cache;
+    // XL_BENCH_PROFILE=FILE: a Chrome trace of the last step from LibTorch's autograd profiler.
+    std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
+    const char* prof_file = std::getenv("XL_BENCH_PROFILE");
+    if (prof_file && s == r.steps + warm - 1) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(prof_file);
+    synchronize(device);
+    auto t = Clock::now();
+    double c0 = cpu_seconds();
+    compute::AutocastScope autocast(precision, device);
+    if (r.train) {
+      if (r.skip_name != "none") fo.skip = draw_skips(rng, p_skip);
+      fo.perms = draw_cross_head(rng, r.beta, model->heads_per_layer());
+      auto loss = model->forward(in, tg, mem, fo).mean();
+      loss.backward();
+      loss.item<double>();
+      opt->step(2.5e-4, xl::train::clip_factor(opt->grad_norm(), 0.25));
+      opt->clear_grads();
+    } else {
+      torch::NoGradGuard ng;
+      model->forward(in, tg, mem, fo).sum().item<double>();
+    }
+    synchronize(device);
+    if (s >= warm) {
+      timing.elapsed += seconds_since(t);
+      timing.cpu += cpu_seconds() - c0;
+      ++timing.timed;
+    }
+  }
+  return timing;
+}
+
+// The machine's product peaks in the precision the products ran in (bf16 and fp16 run on other
+// units than fp32): LibTorch's, oneDNN's (fp32, CPU) and xl's AMX tiles (bf16, CPU). Measured after
+// the steps: their 4096^2 matrices must not count in the model's peak RSS. XL_BENCH_PEAK=off skips.
+struct Peaks {
+  bool measured = false;
+  double blas = 0, onednn = 0, tiles = 0, best = 0, fp32 = 0;
+};
+
+Peaks gemm_peaks(const torch::Device& device, compute::Precision precision) {
+  Peaks p;
+  const torch::ScalarType dtype =
+      precision == compute::Precision::kBf16 ? torch::kBFloat16 : precision == compute::Precision::kFp16 ? torch::kHalf : torch::kFloat;
+  p.measured = env_or("XL_BENCH_PEAK", "on") != "off";
+  p.blas = p.measured ? gemm_peak_gflops(device, dtype) : 0.0;
+  p.onednn = p.measured && device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
+  p.tiles = p.measured && device.is_cpu() && dtype == torch::kBFloat16 ? amx_tiles_peak_gflops() : 0.0;
+  p.best = std::max({p.blas, p.onednn, p.tiles});
+  p.fp32 = dtype == torch::kFloat || !p.measured ? p.best : gemm_peak_gflops(device, torch::kFloat);
+  return p;
+}
+
+// Where the figures came from: the CPU, its BLAS and kernels, the GPU.
+void add_machine(nlohmann::json& j, const torch::Device& device, const Peaks& peaks, double device_mb) {
+  j["cpu"] = compute::cpu_model_name();
+  j["blas_core"] = compute::blas_core();
+  j["blas"] = compute::blas_description();
+  j["gemm_choice"] = compute::gemm_choice_description();
+  if (peaks.onednn > 0) {  // the peak's two candidates
+    j["gemm_peak_blas_gflops"] = peaks.blas;
+    j["gemm_peak_onednn_gflops"] = peaks.onednn;
+  }
+  if (peaks.tiles > 0) {  // bf16's: LibTorch's product at 2048^3 and 4096^3, xl's tiles in cache
+    j["gemm_peak_mm_gflops"] = peaks.blas;
+    j["gemm_peak_amx_tiles_gflops"] = peaks.tiles;
+  }
+  j["vector_kernels"] = compute::kernel_vector_units_name();
+  if (device.is_cuda()) {
+    j["gpu"] = compute::cuda_device_name(device.index());
+    j["peak_device_mb"] = device_mb;
+    const compute::KernelSet set = compute::kernel_set();
+    j["kernels"] = set == compute::KernelSet::kGeneric   ? "generic (XL_KERNELS=generic: the explicit attention)"
+                   : set == compute::KernelSet::kLibrary ? "library (XL_KERNELS=library: LibTorch's fused attention)"
+                   : set == compute::KernelSet::kOwn     ? "own (XL_KERNELS=own: xl's flash attention wherever it applies)"
+                                                         : "default";
+  }
+}
+
+// One JSON line for a generation run.
+int report_generation(const BenchConfig& bc, const std::string& name, TransformerXL& model, const torch::Device& device,
+                      compute::Precision precision, int steps) {
+  nlohmann::json j = bench_generate(bc, model, device, precision, steps);
+  j["config"] = name;
+  j["mode"] = "generate";
+  j["threads"] = 2;
+  j["device"] = device.str();
+  j["peak_rss_mb"] = peak_rss_mb();
+  j["cpu"] = compute::cpu_model_name();
+  j["blas_core"] = compute::blas_core();
+  std::cout << xl::json_line(j) << std::endl;
+  return 0;
+}
+
 int main(int argc, char** argv) {
   xl::compute::prepare_torch_process();
   return xl::cli::run_tool("xl_bench_model", argc, argv, [](int argc, char** argv) {
     std::string name = argc > 1 ? argv[1] : "tiny";
     std::string mode = argc > 2 ? argv[2] : "train";
-    int steps = argc > 3 ? std::atoi(argv[3]) : 5;
-    std::string skip_name = argc > 4 ? argv[4] : "none";
-    double beta = argc > 5 ? std::atof(argv[5]) : 0.0;
+    StepRun r;
+    r.steps = argc > 3 ? std::atoi(argv[3]) : 5;
+    r.skip_name = argc > 4 ? argv[4] : "none";
+    r.beta = argc > 5 ? std::atof(argv[5]) : 0.0;
     compute::set_threads(2);
     BenchConfig bc = lookup(name);
     if (const char* b = std::getenv("XL_BENCH_BATCH"); b && *b) bc.batch = std::atoi(b);
@@ -241,146 +395,42 @@ int main(int argc, char** argv) {
     const char* eval_mem = std::getenv("XL_BENCH_MEM_LEN");
     const torch::Device device = compute::parse_device(env_or("XL_BENCH_DEVICE", "cpu"));
     const compute::Precision precision = compute::resolve_precision(env_or("XL_BENCH_PRECISION", "auto"), device);
-    ModelConfig cfg;
-    cfg.n_token = bc.vocab;
-    cfg.cutoffs = bc.cutoffs;
-    cfg.div_val = bc.div_val;
-    cfg.n_layer = bc.n_layer;
-    cfg.d_model = bc.d_model;
-    cfg.n_head = bc.n_head;
-    cfg.d_head = bc.d_head;
-    cfg.d_inner = bc.d_inner;
-    cfg.dropout = 0.1;
-    // The attention variants (README "Attention variants"): XL_BENCH_ATTENTION=mgk|smgk,
-    // XL_BENCH_PERSISTENT=N (its feed-forward sublayer off), XL_BENCH_SPAN=on.
-    cfg.attention = env_or("XL_BENCH_ATTENTION", "rel");
-    cfg.persistent_mem = std::atoll(env_or("XL_BENCH_PERSISTENT", "0").c_str());
-    cfg.ff = cfg.persistent_mem == 0;
-    cfg.adaptive_span = env_or("XL_BENCH_SPAN", "off") == "on";
-    cfg.span_max = bc.tgt_len + bc.mem_len;
-    cfg.validate(xl::SettingOrigins("XL_BENCH_* settings"));
+    const ModelConfig cfg = bench_model_config(bc);
     TransformerXL model(cfg);
     model->to(device);
-    if (mode == "generate") {
-      nlohmann::json j = bench_generate(bc, model, device, precision, steps);
-      j["config"] = name;
-      j["mode"] = mode;
-      j["threads"] = 2;
-      j["device"] = device.str();
-      j["peak_rss_mb"] = peak_rss_mb();
-      j["cpu"] = compute::cpu_model_name();
-      j["blas_core"] = compute::blas_core();
-      std::cout << xl::json_line(j) << std::endl;
-      return 0;
-    }
-    const bool train = mode == "train";
-    if (train) compute::use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
-    const std::string attention_probs = train ? env_or("XL_BENCH_ATTENTION_PROBS", "keep") : "keep";
+    if (mode == "generate") return report_generation(bc, name, model, device, precision, r.steps);
+    r.train = mode == "train";
+    if (r.train) compute::use_deterministic_kernels(device);  // as xl-train-phase1/2 run on a GPU
+    const std::string attention_probs = r.train ? env_or("XL_BENCH_ATTENTION_PROBS", "keep") : "keep";
     if (attention_probs != "keep" && attention_probs != "recompute")
       throw std::runtime_error("XL_BENCH_ATTENTION_PROBS must be keep or recompute");
     compute::set_attention_probs(attention_probs == "recompute" ? compute::AttentionProbs::kRecompute
-                                                                  : compute::AttentionProbs::kKeep);
-    const int64_t tgt = bc.tgt_len, b = bc.batch;
-    const int64_t mem_len = train ? bc.mem_len : eval_mem && *eval_mem ? std::atoll(eval_mem) : 2 * bc.tgt_len;
+                                                                : compute::AttentionProbs::kKeep);
+    r.tgt = bc.tgt_len, r.batch = bc.batch;
+    r.mem_len = r.train ? bc.mem_len : eval_mem && *eval_mem ? std::atoll(eval_mem) : 2 * bc.tgt_len;
     // Evaluation as the evaluator runs it: the memory's projections kept when they fit its budget.
-    const bool kv_cache = !train && env_or("XL_BENCH_KV_CACHE", "on") == "on" &&
-                          xl::eval::kv_cache_bytes(model, b, mem_len, tgt, precision) <= xl::eval::EvalSettings{}.kv_cache_bytes;
-    std::vector<std::pair<std::string, torch::Tensor>> params;
-    for (const auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
-    // Adam's moments exist only when training (eval's peak RSS must not count them).
-    std::unique_ptr<xl::train::Adam> opt;
-    if (train) opt = std::make_unique<xl::train::Adam>(params, xl::train::AdamOptions{});
-    auto p_skip = skip_probabilities(parse_skip_schedule(skip_name), bc.n_layer, 0.0);
-    xl::Rng rng(1);
-    Memory mem = model->new_memory();
-    // Warm-up steps until the memory is full (a steady state: every timed step the same shapes).
-    const int warm = static_cast<int>(std::max<int64_t>(2, (mem_len + tgt - 1) / tgt + 1));
-    auto data = bench_tokens(bc, b, tgt * (steps + warm + 1) + 1).to(device);
-    if (device.is_cuda()) compute::cuda_reset_peak_allocated_bytes(device.index());
-    if (train) model->train();
-    else model->eval();
-    double elapsed = 0, cpu = 0;
-    int timed = 0;
-    for (int s = 0; s < steps + warm; ++s) {
-      auto in = data.slice(1, s * tgt, (s + 1) * tgt), tg = data.slice(1, s * tgt + 1, (s + 1) * tgt + 1);
-      ForwardOptions fo;
-      fo.mem_len = mem_len;
-      fo.cache_kv = kv_cache;
-      // XL_BENCH_PROFILE=FILE: a Chrome trace of the last step from LibTorch's autograd profiler.
-      std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
-      const char* prof_file = std::getenv("XL_BENCH_PROFILE");
-      if (prof_file && s == steps + warm - 1) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(prof_file);
-      synchronize(device);
-      auto t = Clock::now();
-      double c0 = cpu_seconds();
-      compute::AutocastScope autocast(precision, device);
-      if (train) {
-        if (skip_name != "none") fo.skip = draw_skips(rng, p_skip);
-        fo.perms = draw_cross_head(rng, beta, model->heads_per_layer());
-        auto loss = model->forward(in, tg, mem, fo).mean();
-        loss.backward();
-        loss.item<double>();
-        opt->step(2.5e-4, xl::train::clip_factor(opt->grad_norm(), 0.25));
-        opt->clear_grads();
-      } else {
-        torch::NoGradGuard ng;
-        model->forward(in, tg, mem, fo).sum().item<double>();
-      }
-      synchronize(device);
-      if (s >= warm) {
-        elapsed += seconds_since(t);
-        cpu += cpu_seconds() - c0;
-        ++timed;
-      }
-    }
-    // The GEMM peak after the steps: its 4096^2 matrices must not count in the model's peak RSS.
+    r.kv_cache = !r.train && env_or("XL_BENCH_KV_CACHE", "on") == "on" &&
+                 xl::eval::kv_cache_bytes(model, r.batch, r.mem_len, r.tgt, precision) <= xl::eval::EvalSettings{}.kv_cache_bytes;
+    const Timing timing = time_steps(r, bc, model, device, precision);
     const double rss = peak_rss_mb();
     const double device_mb = device.is_cuda() ? compute::cuda_peak_allocated_bytes(device.index()) / 1048576.0 : 0.0;
-    // The peak in the precision the products ran in (bf16 and fp16 run on other units than fp32).
-    const torch::ScalarType dtype =
-        precision == compute::Precision::kBf16 ? torch::kBFloat16 : precision == compute::Precision::kFp16 ? torch::kHalf : torch::kFloat;
-    const bool measure_peak = env_or("XL_BENCH_PEAK", "on") != "off";
-    const double blas_peak = measure_peak ? gemm_peak_gflops(device, dtype) : 0.0;
-    const double onednn_peak = measure_peak && device.is_cpu() && dtype == torch::kFloat ? onednn_peak_gflops() : 0.0;
-    const double tiles_peak = measure_peak && device.is_cpu() && dtype == torch::kBFloat16 ? amx_tiles_peak_gflops() : 0.0;
-    const double peak = std::max({blas_peak, onednn_peak, tiles_peak});
-    const double peak_fp32 = dtype == torch::kFloat || !measure_peak ? peak : gemm_peak_gflops(device, torch::kFloat);
-    double tok_s = timed * b * tgt / elapsed;
-    double nonemb = static_cast<double>(model->parameter_count(true));
-    double per_tok = 6 * nonemb + 6.0 * bc.n_layer * (tgt + mem_len) * bc.d_model;
-    if (!train) per_tok /= 3;
-    double mfu = tok_s * per_tok / (peak * 1e9);
-    auto measured = [&](double v) { return measure_peak ? nlohmann::json(v) : nlohmann::json(); };  // null when skipped
-    nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", elapsed / timed},
-                        {"cpu_s_per_step", cpu / timed}, {"gemm_peak_gflops", measured(peak)}, {"mfu", measured(mfu)},
-                        {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timed}, {"skip", skip_name},
-                        {"beta", beta}, {"batch", b}, {"tgt_len", tgt}, {"mem_len", mem_len}, {"device", device.str()}, {"precision", compute::to_string(precision)},
-                        {"gemm_peak_fp32_gflops", measured(peak_fp32)}, {"attention", cfg.attention},
+    const Peaks peaks = gemm_peaks(device, precision);
+    const double tok_s = timing.timed * r.batch * r.tgt / timing.elapsed;
+    const double nonemb = static_cast<double>(model->parameter_count(true));
+    double per_tok = 6 * nonemb + 6.0 * bc.n_layer * (r.tgt + r.mem_len) * bc.d_model;
+    if (!r.train) per_tok /= 3;
+    const double mfu = tok_s * per_tok / (peaks.best * 1e9);
+    auto measured = [&](double v) { return peaks.measured ? nlohmann::json(v) : nlohmann::json(); };  // null when skipped
+    nlohmann::json j = {{"config", name}, {"mode", mode}, {"tokens_per_s", tok_s}, {"step_s", timing.elapsed / timing.timed},
+                        {"cpu_s_per_step", timing.cpu / timing.timed}, {"gemm_peak_gflops", measured(peaks.best)},
+                        {"mfu", measured(mfu)}, {"peak_rss_mb", rss}, {"threads", 2}, {"steps", timing.timed},
+                        {"skip", r.skip_name}, {"beta", r.beta}, {"batch", r.batch}, {"tgt_len", r.tgt},
+                        {"mem_len", r.mem_len}, {"device", device.str()}, {"precision", compute::to_string(precision)},
+                        {"gemm_peak_fp32_gflops", measured(peaks.fp32)}, {"attention", cfg.attention},
                         {"persistent_mem", cfg.persistent_mem}, {"adaptive_span", cfg.adaptive_span},
-                        {"kv_cache", kv_cache}, {"attention_probs", attention_probs},
+                        {"kv_cache", r.kv_cache}, {"attention_probs", attention_probs},
                         {"targets", bc.cutoffs.empty() ? "uniform" : "zipf"}};
-    j["cpu"] = compute::cpu_model_name();
-    j["blas_core"] = compute::blas_core();
-    j["blas"] = compute::blas_description();
-    j["gemm_choice"] = compute::gemm_choice_description();
-    if (onednn_peak > 0) {  // the peak's two candidates
-      j["gemm_peak_blas_gflops"] = blas_peak;
-      j["gemm_peak_onednn_gflops"] = onednn_peak;
-    }
-    if (tiles_peak > 0) {  // bf16's: LibTorch's product at 2048^3 and 4096^3, xl's tiles in cache
-      j["gemm_peak_mm_gflops"] = blas_peak;
-      j["gemm_peak_amx_tiles_gflops"] = tiles_peak;
-    }
-    j["vector_kernels"] = compute::kernel_vector_units_name();
-    if (device.is_cuda()) {
-      j["gpu"] = compute::cuda_device_name(device.index());
-      j["peak_device_mb"] = device_mb;
-      const compute::KernelSet set = compute::kernel_set();
-      j["kernels"] = set == compute::KernelSet::kGeneric   ? "generic (XL_KERNELS=generic: the explicit attention)"
-                     : set == compute::KernelSet::kLibrary ? "library (XL_KERNELS=library: LibTorch's fused attention)"
-                     : set == compute::KernelSet::kOwn     ? "own (XL_KERNELS=own: xl's flash attention wherever it applies)"
-                                                  : "default";
-    }
+    add_machine(j, device, peaks, device_mb);
     std::cout << xl::json_line(j) << std::endl;
     return 0;
   });

@@ -15,7 +15,7 @@ packages=(
   curl unzip              # Makefile.pipeline downloads full corpora for real users
   xz-utils zstd           # the tests' compressed corpora
   strace                  # the tests check that outputs are synced to disk before their rename
-  jq                      # the README's metrics recipes, which the tests run
+  jq                      # doc/metrics.md's recipes, which the tests run
   bible-kjv               # the public-domain King James Bible: the offline demo corpus
   python3-h5py            # checks that our HDF5 files read from Python
   python3-torch           # checks that exported state_dicts load in PyTorch

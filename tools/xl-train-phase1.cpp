@@ -1,8 +1,6 @@
 // xl-train-phase1: Skip-Retain training (layers skipped with p_skip keep their old memory) with SCH attention.
 #include "xl/cli/tool_main.h"
-#include "xl/compute/parallel.h"
 #include "xl/compute/torch_process.h"
-#include "xl/options/compute_options.h"
 #include "xl/options/train_options.h"
 #include "xl/train/distributed.h"
 #include "xl/train/trainer.h"
@@ -27,7 +25,6 @@ int main(int argc, char** argv) {
                           "  xl-train-phase1 --resume tokens.h5 -o p1.h5 --max-steps 20000"});
     xl::options::add_training_options(cli, xl::options::Phase::kOne);
     if (!cli.parse(argc, argv)) return 0;
-    xl::compute::set_threads(xl::options::compute_settings(cli).threads);
     return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kOne, argc, argv), argv);
   });
 }

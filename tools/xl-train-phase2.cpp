@@ -1,9 +1,7 @@
 // xl-train-phase2: the vanilla phase: training continued from a phase-1 checkpoint (or a pruned or
 // imported model) without skipping.
 #include "xl/cli/tool_main.h"
-#include "xl/compute/parallel.h"
 #include "xl/compute/torch_process.h"
-#include "xl/options/compute_options.h"
 #include "xl/options/train_options.h"
 #include "xl/train/distributed.h"
 #include "xl/train/trainer.h"
@@ -31,7 +29,6 @@ int main(int argc, char** argv) {
                           "  xl-train-phase2 --init imported.h5 --lr 1e-4 --max-steps 2000 tokens.h5 -o tuned.h5"});
     xl::options::add_training_options(cli, xl::options::Phase::kTwo);
     if (!cli.parse(argc, argv)) return 0;
-    xl::compute::set_threads(xl::options::compute_settings(cli).threads);
     return xl::train::run_training(xl::options::training_request(cli, xl::options::Phase::kTwo, argc, argv), argv);
   });
 }

@@ -2,7 +2,7 @@
 # xl-ablate end to end on a two-run grid (phase 1 only, and phase 1 + 2, with the same 8-step
 # budget) of a very small model: the emitted Makefile runs under make -j2, a second make does
 # nothing, a run whose phase lost its stamp resumes from its checkpoint, the tables (md, tsv,
-# jsonl, plot), and bad grids.
+# jsonl, plot), runs named by two axes, and bad grids.
 source "$(dirname "$0")/common.bash"
 
 command -v make >/dev/null || {
@@ -187,6 +187,17 @@ cp -r "$A" runs2/
 rm runs2/phases=p1/test.jsonl
 expect 0 xl-ablate report runs2
 grep -q "evaluating" out || fail "unfinished run not listed as such: $(cat out)"
+
+step "runs named by two axes (commas in their names) log where they should, with and without TensorBoard"
+{ cat grid.ini; echo "sch-beta = 0, 0.1"; } >two-axes.ini
+expect 0 xl-ablate two-axes.ini --tokens tokens.h5 --out runs4 --threads 1 --emit-makefile
+cp out two-axes.mk
+make -n -f two-axes.mk >dry.txt 2>&1 || fail "make -n failed: $(tail -3 dry.txt)"
+grep -F -- "--metrics $PWD/runs4/phases=p1,sch-beta=0/p1.jsonl -o $PWD/runs4/phases=p1,sch-beta=0/p1.h5" dry.txt >/dev/null ||
+  fail "the metrics path is not the run's p1.jsonl: $(grep -m1 -o -- '--metrics [^ ]*' dry.txt)"
+make -n -f two-axes.mk TENSORBOARD=tb >dry.txt 2>&1 || fail "make -n TENSORBOARD=tb failed"
+grep -F -- "--metrics $PWD/runs4/phases=p1,sch-beta=0.1/p1.jsonl --tensorboard tb/phases=p1,sch-beta=0.1 -o" dry.txt >/dev/null ||
+  fail "--tensorboard does not name the run's directory: $(grep -m1 -o -- '--tensorboard [^ ]*' dry.txt)"
 
 step "bad grids and arguments"
 sed 's/^n-head = 2/n-heads = 2/' grid.ini >bad.ini

@@ -32,6 +32,9 @@ PER_TOOL = {
     "jobs": "what runs in parallel",
     "plot": "what is drawn",
     "min-count": "vocab building", "max-size": "vocab building",
+    "cmem-len": "training's compressed memory, an evaluation sweep or one evaluation's",
+    "format": "xl-ablate's report is always a table by default, rows follow the terminal",
+    "tensorboard": "xl-ablate: a directory per run",
 }
 flags = defaultdict(dict)  # flag -> tool -> (takes a value, description)
 for path in sys.argv[1:]:

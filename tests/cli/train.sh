@@ -262,7 +262,7 @@ expect 65 $T --max-steps $((target + 3)) --schedule-steps 100000 --resume -q tok
 stderr_is_one_line "notlog.h5: not a metrics log (JSON Lines) to append to"
 same_bytes notlog.h5 straight.h5 "a checkpoint given as --metrics"
 
-step "SIGKILL: resumed, the run's metrics read as an uninterrupted run's (the README's jq recipe)"
+step "SIGKILL: resumed, the run's metrics read as an uninterrupted run's (doc/metrics.md's jq recipe)"
 # Validations (each with its checkpoint) every 5 steps: the kill loses the steps logged since the
 # last one, and the resumed run logs them again.
 K="$T --schedule-steps 100000 --eval-interval 5 --log-interval 1"
@@ -284,7 +284,7 @@ grep -q "removed kill9.h5.tmp.999999, left unfinished by a training that was kil
 rm other.h5.tmp.999997
 no_temp_files .
 expect 0 $K --max-steps $target tokens.h5 -o straight9.h5 --metrics straight9.jsonl
-# The README's curve of a resumed run, for the training loss too.
+# doc/metrics.md's curve of a resumed run, for the training loss too.
 curve='reduce .[] as $e ([]; if $e.event == "start" then map(select(.step <= $e.step)) + [$e] else . + [$e] end)
   | .[] | select(.event == "valid" or .event == "train") | [.event, .step, .loss] | @tsv'
 [ "$(jq -rs "$curve" kill9.jsonl)" = "$(jq -rs "$curve" straight9.jsonl)" ] ||

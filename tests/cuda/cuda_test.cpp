@@ -16,7 +16,7 @@
 #include "xl/train/adam.h"
 #include "xl/train/generators.h"
 #include "xl/train/loss_scale.h"
-#include "../unit/model_sizes.h"
+#include "../unit/support/model_sizes.h"
 
 using namespace xl;
 using namespace xl::model;

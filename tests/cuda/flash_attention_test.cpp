@@ -13,7 +13,7 @@
 #include "xl/kernels/cpu/chunked_attention.h"
 #include "xl/kernels/cuda/flash_rel_attention.h"
 #include "xl/model/transformer_xl.h"
-#include "../unit/model_sizes.h"
+#include "../unit/support/model_sizes.h"
 
 using namespace xl;
 using namespace xl::model;

@@ -102,6 +102,7 @@ bool same_training(const nlohmann::json& a, const nlohmann::json& b) {
 std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
   check_make_path(s.bin_dir, "tool directory");
   check_make_path(s.out_dir, "--out");
+  if (!s.tensorboard.empty()) check_make_path(s.tensorboard, "--tensorboard");
   check_make_path(grid.base_config, "base-config");
   if (s.tokens_text.empty()) check_make_path(s.tokens, "--tokens");
   else check_make_path(s.tokens_text, "--tokens-text");
@@ -120,8 +121,11 @@ std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
      << "TOKENS := " << (s.tokens_text.empty() ? s.tokens : "$(OUT)/tokens.h5") << "\n"
      << "THREADS ?= " << std::max(1, s.threads) << "\n"
      << "# What starts each training: empty (one process), or a launcher such as\n"
-     << "# torchrun --nproc_per_node 2 --no-python, srun, or mpirun -n 2.\n"
-     << "LAUNCH ?= " << s.launch << "\n\n";
+     << "# torchrun --nproc_per_node 2 --no_python, srun, or mpirun -n 2.\n"
+     << "LAUNCH ?= " << s.launch << "\n"
+     << "# Each run's TensorBoard curves go to TENSORBOARD/RUN (both phases); empty: none.\n"
+     << "TENSORBOARD ?= " << s.tensorboard << "\n"
+     << "comma := ,\n\n";
   for (const auto& r : grid.runs) mk << "R" << r.index << " := $(OUT)/" << r.name << "\n";
   mk << "\n.PHONY: all report\nall:";
   for (const auto& r : grid.runs) mk << " $(R" << r.index << ")/done.stamp";
@@ -153,11 +157,16 @@ std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
     };
     std::string overrides;
     for (const auto& [k, v] : r.overrides) overrides += " --" + k + "=" + sh_quote(v);
+    // A run's name holds commas (one per axis), which would split make's $(if ...): $(comma).
+    std::string name_in_if;
+    for (char ch : r.name) name_in_if += ch == ',' ? std::string("$(comma)") : std::string(1, ch);
+    const std::string tensorboard = "$(if $(TENSORBOARD), --tensorboard $(TENSORBOARD)/" + name_in_if + ")";
     mk << R << "/p1.stamp: " << R << "/run.json | $(TOKENS)\n"
        << "\t@rm -f " << R << "/failed; if [ -f " << R << "/p1.h5 ]; then m=--resume; echo \"" << who << " phase 1 (resuming)\"; "
        << "else m=-f; echo \"" << who << " phase 1\"; fi; \\\n"
        << "\t$(LAUNCH) $(BIN)/xl-train-phase1 -c $(CONFIG)" << overrides << budget_flags(r.budgets[0])
-       << " --threads $(THREADS) --metrics " << R << "/p1.jsonl -o " << R << "/p1.h5 $$m $(TOKENS)" << logged(R, "p1.log") << "\n"
+       << " --threads $(THREADS) --metrics " << R << "/p1.jsonl" << tensorboard << " -o " << R << "/p1.h5 $$m $(TOKENS)"
+       << logged(R, "p1.log") << "\n"
        << "\t@touch $@\n";
     std::string last = "p1";
     if (r.phases == Phases::kP1P2) {
@@ -165,7 +174,7 @@ std::string makefile_text(const Grid& grid, const MakefileSettings& s) {
          << "\t@rm -f " << R << "/failed; if [ -f " << R << "/p2.h5 ]; then m=--resume; echo \"" << who << " phase 2 (resuming)\"; "
          << "else m=\"-f --init " << R << "/p1.h5\"; echo \"" << who << " phase 2\"; fi; \\\n"
          << "\t$(LAUNCH) $(BIN)/xl-train-phase2" << budget_flags(r.budgets[1]) << " --threads $(THREADS) --metrics " << R
-         << "/p2.jsonl -o " << R << "/p2.h5 $$m $(TOKENS)" << logged(R, "p2.log") << "\n"
+         << "/p2.jsonl" << tensorboard << " -o " << R << "/p2.h5 $$m $(TOKENS)" << logged(R, "p2.log") << "\n"
          << "\t@touch $@\n";
       last = "p2";
     }

@@ -22,8 +22,9 @@ struct MakefileSettings {
   std::string tokens;       // absolute tokens file (ignored when tokens_text is set)
   std::string tokens_text;  // absolute raw corpus, tokenized by the Makefile into DIR/tokens.h5
   int threads = 1;          // default THREADS per tool
-  std::string launch;       // default LAUNCH: what starts each training (e.g. torchrun --nproc_per_node 2 --no-python)
+  std::string launch;       // default LAUNCH: what starts each training (e.g. torchrun --nproc_per_node 2 --no_python)
   std::string grid_path;    // for the header comment
+  std::string tensorboard;  // absolute directory of the runs' TensorBoard curves (DIR/RUN), or empty
 };
 
 // How the Makefile's first line begins: a DIR/Makefile without it is not xl-ablate's to replace.

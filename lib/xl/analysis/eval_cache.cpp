@@ -149,7 +149,9 @@ std::string EvalCache::study_key(const model::TransformerXL& model, const std::v
       {"warmup", s.warmup},           {"same_length", s.same_length ? nlohmann::json(*s.same_length) : nlohmann::json()},
       {"max_tokens", s.max_tokens},   {"precision", compute::to_string(s.precision)},
       {"shard", s.shard},             {"shards", s.shards}};
-  h.update(json_line(settings));
+  nlohmann::json all = settings;
+  if (s.cmem_len > 0) all["cmem_len"] = s.cmem_len;  // a Transformer-XL's keys are as before
+  h.update(json_line(all));
   return h.hex();
 }
 
@@ -160,7 +162,9 @@ std::string EvalCache::importance_key(const model::TransformerXL& model, const s
   const nlohmann::json settings = {{"importance", true},         {"tgt_len", s.tgt_len},
                                    {"mem_len", s.mem_len},       {"batch_size", s.batch_size},
                                    {"max_tokens", s.max_tokens}, {"precision", compute::to_string(s.precision)}};
-  h.update(json_line(settings));
+  nlohmann::json all = settings;
+  if (s.cmem_len > 0) all["cmem_len"] = s.cmem_len;
+  h.update(json_line(all));
   return h.hex();
 }
 

@@ -22,6 +22,7 @@ torch::Tensor raw_scores(model::TransformerXL& model, const std::vector<int32_t>
   model::Memory memory = model->new_memory();
   model::ForwardOptions fo;
   fo.mem_len = s.mem_len;
+  fo.cmem_len = s.cmem_len;
   torch::Tensor total = torch::zeros({cfg.n_layer, cfg.n_head}, opts);
   int64_t batches = 0, tokens = 0;
   do {

@@ -16,6 +16,7 @@ namespace xl::analysis {
 struct ImportanceSettings {
   int64_t tgt_len = 128;
   int64_t mem_len = 128;
+  int64_t cmem_len = 0;          // compressed memory slots (a model with cmem_rate)
   int64_t batch_size = 10;
   int64_t max_tokens = 0;        // 0: the whole split
   bool normalize_layers = false; // divide each layer's scores by their L2 norm

@@ -1,8 +1,8 @@
 // bf16 products on AMX tiles (Intel CPUs since Sapphire Rapids), for the attention's per-head
-// products on one thread each. oneDNN's bf16 GEMM, which xl calls everywhere else, ran these small
-// shapes (64 rows, d_head 64, a few hundred keys) at 280-490 GFLOP/s on one core of an Intel Xeon,
-// where the tiles ran them at 608-721 with B packed once (bench/HISTORY.md, "The attention's bf16
-// products on AMX tiles").
+// products on one thread each. oneDNN's bf16 GEMM, which xl calls everywhere else, pays its call
+// and packing again for each of these small shapes (64 rows, d_head 64, a few hundred keys); the
+// tiles, with B packed once, run them clearly faster (measured: bench/HISTORY.md, "The attention's
+// bf16 products on AMX tiles").
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -16,7 +16,7 @@
 
 #include "xl/compute/amx_products.h"
 #include "xl/compute/parallel.h"
-#include "xl/kernels/cpu/row_kernels.h"
+#include "xl/compute/vector_math.h"
 
 namespace xl::compute {
 namespace {
@@ -189,23 +189,22 @@ bool runs_on_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k)
   if (on_this_thread_only()) return !trans_a;
   constexpr int64_t kOnAllThreadsMax = int64_t{1} << 27;  // multiply-adds
   // A thin side: the word-level output layers' gradients (a cluster's few rows, or its narrow
-  // embedding), 1.4-2.6x faster on oneDNN on an Intel Xeon and 1.3-2.2x on a Zen 4, 2026-11-28
-  // (bench/HISTORY.md), where OpenBLAS packs a whole operand for a few multiply-adds per element.
-  // A B^T with few rows of A ran slower there (64 x 4,096 x 1,024: 0.75x and 0.5x), as below.
+  // embedding), faster on oneDNN on Intel and AMD CPUs alike, where OpenBLAS packs a whole operand
+  // for a few multiply-adds per element (measured: bench/HISTORY.md, "Products with a thin side").
+  // A B^T with few rows of A ran slower on oneDNN there, as below.
   constexpr int64_t kThin = 96;
   const bool thin = k <= kThin || n <= kThin || (m <= kThin && !trans_a && !trans_b);
   // x W^T with 9 to 128 rows of x (evaluation and prompts with few streams, generation with a few):
-  // oneDNN ran 1.06-3.4x as long as OpenBLAS at 16 and 32 rows whatever the weight, 1.02-1.97x at
-  // 64 with weights of 512 x 512 and up (0.87-1.0x with the tiny model's), and 0.93-1.35x at 128
-  // with those (the base model's 1.2-1.35x); with up to 8 rows it ran 1.5-5.6x faster (a Zen 4,
-  // 2 threads, 2026-12-02: bench/HISTORY.md).
+  // oneDNN took longer than OpenBLAS at 16 and 32 rows whatever the weight, and at 64 and 128 rows
+  // with weights of 512 x 512 and up; with up to 8 rows it was the faster one (measured:
+  // bench/HISTORY.md, "Products over few rows").
   constexpr int64_t kFewRowsMin = 9, kFewRowsMax = 128, kFewRowsOnlyWideMin = 64, kWideWeight = 512 * 512;
   if (!trans_a && trans_b && m >= kFewRowsMin && m <= kFewRowsMax && k > kThin && n > kThin &&
       (m < kFewRowsOnlyWideMin || n * k >= kWideWeight))
     return false;
   // dY^T X over up to 192 rows (a weight's gradient in training with few rows a step): oneDNN ran
-  // 128 to 150 rows in 0.53-0.82x of OpenBLAS's time at weights from 512 x 512 to 2,496 x 624, where
-  // the size rule sent the larger ones to OpenBLAS (the same Zen 4).
+  // these faster than OpenBLAS at every weight size measured, including the large ones the size
+  // rule would send to OpenBLAS (measured: bench/HISTORY.md, "Products over few rows").
   constexpr int64_t kFewRowsGradientMax = 192;
   if (trans_a && !trans_b && k <= kFewRowsGradientMax) return true;
   return m * n * k <= kOnAllThreadsMax || thin;
@@ -252,9 +251,9 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   // One row times B^T on all threads, c = B a (batch-1 generation's layers and word logits): a
   // matrix-vector product, bound by reading B, as one dot product per row of B. At the wt103
   // shape's layers (1,872 x 624 to 624 x 2,496) and word clusters (20,003 x 624 to 67,735 x 9),
-  // from memory, 2 threads, these read B at 18-34 GB/s, OpenBLAS's sgemv at 15-24 (1.1-1.7x;
-  // Zen 4, 2026-11-27), which itself had beaten oneDNN's sgemm. A parallel region (a task's own
-  // product) leaves them to the products below.
+  // from memory, these read B faster than OpenBLAS's sgemv, which itself had beaten oneDNN's sgemm
+  // (measured: bench/HISTORY.md, "Batch-1 layers and word logits as row dots"). A parallel region
+  // (a task's own product) leaves them to the products below.
   if (m == 1 && trans_b && !in_parallel_region()) {
     std::vector<float> column;
     const float* x = a;
@@ -265,15 +264,15 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     }
     parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
-        const float v = kernels::rows::dot(b + o * ldb, x, k);
+        const float v = vec::dot(b + o * ldb, x, k);
         c[o] = beta == 0 ? v : v + beta * c[o];
       }
     });
     return;
   }
-  // A B^T on one thread (the attention's scores) fell from 105 to 81 GFLOP/s past about 1,200
-  // columns in oneDNN (64 x 1,536 x 64 and x 39 on a Zen 4 core, 2026-11-26; A B and A^T B did
-  // not): wide ones run as equal column blocks of at most 1,024, each a B^T of its own rows.
+  // A B^T on one thread (the attention's scores) slowed down in oneDNN past about 1,200 columns
+  // (A B and A^T B did not; measured: bench/HISTORY.md, "Two layouts of the per-head products"):
+  // wide ones run as equal column blocks of at most 1,024, each a B^T of its own rows.
   constexpr int64_t kWideColumns = 1024;
   if (!trans_a && trans_b && n > kWideColumns) {
     const int64_t blocks = (n + kWideColumns - 1) / kWideColumns;
@@ -286,8 +285,8 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   if (runs_on_onednn(trans_a, trans_b, m, n, k) &&
       blas().onednn_sgemm(op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == 0)
     return;
-  // OpenBLAS clears C for beta = 0 in a pass of narrow stores that costs a fifth of a small
-  // product's time (the attention's per-head products: 64 x 256 x 32 took 1.27x as long); memset
+  // OpenBLAS clears C for beta = 0 in a pass of narrow stores, a real share of a small product's
+  // time (the attention's per-head products; measured: bench/HISTORY.md, "Clearing C"); memset
   // is faster while C fits in the core's cache. Larger outputs are left to the BLAS.
   constexpr int64_t kSmallOutput = 65536;
   if (beta == 0 && m * n <= kSmallOutput) {
@@ -296,9 +295,9 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   }
   // Many rows: each thread runs its own share of C's rows as a one-thread product (OpenBLAS's
   // OpenMP build goes serial inside a parallel region). At the base model's layer shapes (1,024
-  // to 2,048 rows) OpenBLAS's own two threads, which wait on each other's packed panels, ran 0.98-1.12x
-  // as long (Zen 5, 2026-12-04: bench/HISTORY.md); each thread packs all of op(B), at 512 rows a
-  // thread or more a small share of its multiply-adds.
+  // to 2,048 rows) OpenBLAS's own threads wait on each other's packed panels and were no faster
+  // (measured: bench/HISTORY.md, "One product, each thread its own rows"); each thread packs all of
+  // op(B), at 512 rows a thread or more a small share of its multiply-adds.
   constexpr int64_t kRowsPerThreadMin = 512;
   const int64_t threads = region_threads();
   if (blas().openblas_threading == 2 && threads > 1 && m >= kRowsPerThreadMin * threads && !in_parallel_region()) {
@@ -359,10 +358,10 @@ namespace {
 
 #if defined(__x86_64__)
 // 32 floats an instruction, rounded to nearest even as the loop below rounds them (denormal inputs
-// become zero). The loop took 29 us per 64 K floats (11 built for AVX-512), and with it the bf16
-// attention of the base model's step took 816 ms; with these instructions 398. All the rows in one
-// call: a head's rows (32 or 64 floats, a layer's width apart), rounded from outside the caches,
-// took 0.42-0.55 ns a float so against 0.57-0.87 with a call per row (bench/HISTORY.md).
+// become zero). The loop alone was slow enough to double the bf16 attention's time in the base
+// model's step. All the rows in one call: a head's rows (32 or 64 floats, a layer's width apart),
+// rounded from outside the caches, went faster so than with a call per row (measured:
+// bench/HISTORY.md, "bf16 products in xl's CPU kernels" and "Rounding rows in one function").
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows_avx512(
     const float* from, int64_t ld_from, uint16_t* to, int64_t ld_to, int64_t count, int64_t width) {
   for (int64_t r = 0; r < count; ++r) {

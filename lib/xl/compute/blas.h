@@ -36,7 +36,7 @@ const Blas& blas();
 // OpenBLAS (built for every x86-64 CPU, as Debian's is) picks its kernel set ("core") when it
 // loads, or takes the one OPENBLAS_CORETYPE names. A version older than the CPU may not recognise
 // it, and a profile written for another machine may name older kernels (OPENBLAS_CORETYPE=Haswell
-// on a Zen 5 runs AVX2 kernels 1.6-1.9x slower than its AVX-512 ones). OpenBLAS reads the variable
+// on an AVX-512 CPU runs AVX2 kernels, markedly slower: bench/HISTORY.md). OpenBLAS reads the variable
 // only when it loads, so the choice is made before the tool re-executes itself. XL_BLAS_CORE
 // overrides: keep (run what OpenBLAS would) or a core name.
 
@@ -75,14 +75,14 @@ std::string cpu_model_name();
 // Row-major C[m, n] = op(A) op(B) + beta C with op(X) = X or X^T, through the column-major sgemm
 // (C^T = op(B)^T op(A)^T). blas().sgemm must be present.
 // Products go to oneDNN's sgemm where the process has it (LibTorch's own, where it is a shared
-// library) and it measured faster, with AVX-512 (Zen 5) and AVX2 alike. On one thread (inside a
-// parallel region, or with one thread in all): every product whose A is not transposed (the
-// attention's per-head products at 64 x 1024 x 64: 1.15-1.3x; with A transposed 0.6-0.9x). On all
-// threads: products up to 2^27 multiply-adds (the tiny model's projections and their gradients,
-// 2048 rows: 1.1-1.4x; the base model's, from 2^28 up, trained 2% slower on oneDNN), and larger
-// ones with a thin side, k or n at most 96, or m with neither operand transposed (the word-level
-// output layers' gradients: 1.4-2.6x on an Intel Xeon, 1.3-2.2x on a Zen 4), and A^T B over at
-// most 192 rows (a weight's gradient: 1.2-1.9x at 128-150 rows on a Zen 4); but not A B^T over 9
+// library) and it measured faster, with AVX-512 and AVX2 alike (bench/HISTORY.md, "The product
+// rules"). On one thread (inside a parallel region, or with one thread in all): every product whose
+// A is not transposed (the attention's per-head products; with A transposed OpenBLAS was faster).
+// On all threads: products up to 2^27 multiply-adds (the tiny model's projections and their
+// gradients; the base model's, from 2^28 up, trained slower on oneDNN), and larger ones with a thin
+// side, k or n at most 96, or m with neither operand transposed (the word-level output layers'
+// gradients, on Intel and AMD CPUs alike), and A^T B over at most 192 rows (a weight's gradient
+// with few rows a step); but not A B^T over 9
 // to 128 rows of A (mostly slower on oneDNN there: runs_on_onednn). One row
 // times B^T, outside a parallel region, runs as a dot product per row of B on all threads (see there).
 // XL_GEMM=blas sends every product to the BLAS.
@@ -91,19 +91,17 @@ void sgemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 // --- bf16 products (--precision bf16 on a CPU) ---------------------------------------------------
 // Whether bf16 x bf16 -> fp32 products run natively here: oneDNN's bf16 GEMM is present (not with
 // XL_GEMM=blas) and the CPU has AVX-512 BF16, within XL_VECTOR_UNITS. oneDNN runs them on AMX where
-// the CPU has it: 2048^3 at 973 GFLOP/s against sgemm's 265, and the base model's projections'
-// shapes at 720-940 against 225-275 (an Intel Xeon with AMX, 2 threads, 2026-12-02).
+// the CPU has it, several times sgemm's speed at large shapes and the base model's projections
+// alike (measured: bench/HISTORY.md, "bf16 products in xl's CPU kernels").
 bool bf16_gemm_native();
 // Row-major C[m, n] = op(A) op(B) + beta C with bf16 operands (their bit patterns), products and
 // sums in fp32 and an fp32 C. bf16_gemm_native() must hold. With A not transposed and beta 0 or 1,
 // on AMX tiles of xl's own where amx_bf16_usable() (amx_products.h): inside a parallel region up
-// to 2^24 multiply-adds (the attention's per-head products; per call, 64 x 800 x 64 A B^T ran at
-// 406 GFLOP/s a core on the tiles, 309 on oneDNN), outside one in column chunks over the threads
-// up to a depth k of 4,096 (the layers' products: base-model shapes, operands from memory,
-// 940-1,484 GFLOP/s on 2 threads against oneDNN's 482-927, 607-925 on one against 290-580). Elsewhere
-// on oneDNN (A^T B, where it was as fast: the layers' weight gradients 590-883 GFLOP/s on oneDNN,
-// 577-854 on the tiles; the attention's 800-1,088 x 64 x 64 289-371 on oneDNN, 275-332 on the
-// tiles with A^T packed per call).
+// to 2^24 multiply-adds (the attention's per-head products, where the tiles beat oneDNN per call),
+// outside one in column chunks over the threads up to a depth k of 4,096 (the layers' products,
+// faster on the tiles on one thread and on all). Elsewhere on oneDNN (A^T B, where it was as fast
+// as the tiles, which would pack A^T on every call). Measured: bench/HISTORY.md, "The attention's
+// bf16 products on AMX tiles" and "The layers' bf16 products on AMX tiles too".
 void bf16_gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

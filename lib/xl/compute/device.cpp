@@ -36,7 +36,7 @@ torch::Device parse_device(const std::string& name, int local_rank) {
   XL_CHECK(torch::cuda::is_available(), kExitNoInput,
            "--device " << name << ": "
                        << (built_with_cuda() ? "this machine has no usable GPU"
-                                             : "this build of xl has no CUDA (README: Building for GPUs)"));
+                                             : "this build of xl has no CUDA (doc/gpu.md: building with CUDA)"));
   const torch::Device d(name);  // cuda or cuda:N
   XL_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()), kExitUsage,
            "--device " << name << ": there are only " << torch::cuda::device_count() << " CUDA devices");
@@ -53,8 +53,8 @@ bool use_deterministic_kernels(const torch::Device& device) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
   // Deterministic mode in LibTorch 2.2+ also fills every new tensor with NaN, a guard against
   // reading memory nothing wrote. xl reads none (the CUDA tests match the CPU and repeat runs bit
-  // for bit with the fill off). On the H200 the fill was 1,572 kernels, a sixth of a bf16
-  // training step profiled with synchronous kernels.
+  // for bit with the fill off). The fill is a kernel per new tensor, a large share of a bf16
+  // training step (measured: bench/HISTORY.md, "GPU runs", the profile).
   at::globalContext().setDeterministicFillUninitializedMemory(false);
 #endif
   return true;

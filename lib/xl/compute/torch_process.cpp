@@ -18,11 +18,10 @@ namespace {
 // 2-core machine they steal each other's cores, so both are told to wait passively (OpenBLAS's
 // OpenMP build, which scripts/setup-deps.sh installs, shares OpenMP's). OpenMP's workers still spin
 // briefly (GOMP_SPINCOUNT) before they sleep: a small model runs hundreds of short parallel regions
-// a step, and waking a sleeping worker for each cost a sixth of tiny training's time. On an Intel
-// Xeon (2 cores, 2026-11-25) 20,000 spins took tiny training from 17.6k to 21.4k tok/s and tiny
-// evaluation from 46k to 56k, small and base training 3% faster; 1,000 spins did nothing, and
-// 50,000 and more slowed base training (up to 15% at 200,000) by spinning against OpenBLAS's own
-// threads. Both read their settings only when they load, as OpenBLAS reads its kernel choice, so
+// a step, and waking a sleeping worker for each was a large share of tiny training's time. The
+// spin count is a middle: far fewer spins did not help, and far more slowed the large models by
+// spinning against OpenBLAS's own threads (measured: bench/HISTORY.md, "OpenMP's idle workers
+// spin"). Both read their settings only when they load, as OpenBLAS reads its kernel choice, so
 // the process sets them and re-executes itself once. The same start-up also quiets LibTorch's own
 // log lines (glog in Debian's build, c10's in others: a failure is reported once, by xl, in one
 // line) and gives cuBLAS the fixed workspace its deterministic mode needs.

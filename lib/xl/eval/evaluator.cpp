@@ -10,6 +10,11 @@
 
 namespace xl::eval {
 
+int64_t trained_cmem_len(const checkpoint::Checkpoint& ckpt) {
+  const nlohmann::json& t = ckpt.train_config;
+  return t.is_object() && t.contains("cmem_len") && t["cmem_len"].is_number_integer() ? t["cmem_len"].get<int64_t>() : 0;
+}
+
 double EvalResult::loss() const {
   return tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::numeric_limits<double>::quiet_NaN();
 }
@@ -70,6 +75,8 @@ class ModelStateGuard {
 void check_settings(const model::TransformerXL& model, const EvalSettings& s) {
   XL_CHECK(s.tgt_len >= 1, kExitUsage, "tgt_len must be at least 1, not " << s.tgt_len);
   XL_CHECK(s.mem_len >= 0, kExitUsage, "mem_len must not be negative, not " << s.mem_len);
+  XL_CHECK(s.cmem_len == 0 || model->config.compressive(), kExitUsage,
+           "--cmem-len " << s.cmem_len << ": the model has no compression network (it was not trained with --cmem-rate)");
   XL_CHECK(s.batch_size >= 1, kExitUsage, "batch size must be at least 1, not " << s.batch_size);
   XL_CHECK(s.clamp_len.value_or(0) >= 0, kExitUsage, "clamp_len must be 0 (off) or positive, not " << *s.clamp_len);
   XL_CHECK(s.max_tokens >= 0, kExitUsage, "max_tokens must not be negative, not " << s.max_tokens);
@@ -152,8 +159,11 @@ EvalResult evaluate(model::TransformerXL& model, const std::vector<int32_t>& ids
   const int64_t mem_len = std::min(s.mem_len, steps);
   model::ForwardOptions opts;
   opts.mem_len = mem_len;
+  opts.cmem_len = s.cmem_len;
   if (s.head_mask.defined()) opts.head_mask = s.head_mask.to(device, dtype);
-  opts.cache_kv = mem_len > 0 && kv_cache_bytes(model, last - first, mem_len, s.tgt_len, s.precision) <= s.kv_cache_bytes;
+  // A compressed memory is made from the memory's inputs: those stay.
+  opts.cache_kv = mem_len > 0 && s.cmem_len == 0 &&
+                  kv_cache_bytes(model, last - first, mem_len, s.tgt_len, s.precision) <= s.kv_cache_bytes;
   model::Memory memory = model->new_memory();
 
   EvalResult result;

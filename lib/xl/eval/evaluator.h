@@ -1,4 +1,4 @@
-// Evaluation of a Transformer-XL language model over a whole token split (README, "Conventions"):
+// Evaluation of a Transformer-XL language model over a whole token split (doc/conventions.md):
 // the split is cut into batch_size parallel streams that together cover every token, consumed in
 // segments of tgt_len with the memory carried from segment to segment, and the loss is weighted by
 // token. The conventions, and how the reference implementations differ from them:
@@ -26,10 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "xl/checkpoint/checkpoint.h"
 #include "xl/compute/precision.h"
 #include "xl/model/transformer_xl.h"
 
 namespace xl::eval {
+
+// The compressed memory a checkpoint's run trained with (its train config's cmem_len; 0 for a
+// Transformer-XL, or a checkpoint without one): evaluations take it unless given another.
+int64_t trained_cmem_len(const checkpoint::Checkpoint& ckpt);
 
 // A split to score needs a token and its successor.
 constexpr int64_t kMinEvalTokens = 2;
@@ -37,6 +42,7 @@ constexpr int64_t kMinEvalTokens = 2;
 struct EvalSettings {
   int64_t tgt_len = 128;
   int64_t mem_len = 0;
+  int64_t cmem_len = 0;      // compressed memory slots (a model with cmem_rate; 0: none)
   int64_t batch_size = 10;
   std::optional<int64_t> clamp_len;  // unset: the model's own setting (0 = off)
   std::optional<bool> same_length;   // unset: the model's own setting
@@ -45,8 +51,8 @@ struct EvalSettings {
   torch::Tensor head_mask;   // [n_layer, n_head] or undefined
   compute::Precision precision = compute::Precision::kFp32;  // of the matrix products
   // Each layer's memory keeps its key/value projections in place of its inputs (a segment then
-  // projects only its own tokens; 1.5-2.1x faster at mem_len 512-3800 on base, bench/eval.sh) when
-  // they need at most this many bytes (kv_cache_bytes).
+  // projects only its own tokens, much faster with long memories: bench/HISTORY.md, long-memory
+  // evaluation) when they need at most this many bytes (kv_cache_bytes).
   int64_t kv_cache_bytes = 4000000000;
   // Data parallel: this process evaluates streams [b * shard / shards, b * (shard + 1) / shards)
   // of the b streams; the shards' sums add up to the whole evaluation.

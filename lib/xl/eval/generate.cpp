@@ -163,12 +163,12 @@ std::vector<int32_t> prompt_ids(const text::Tokenizer& tokenizer, const text::Vo
 
 std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int32_t>& prompt,
                               const GenerateSettings& s, Rng& rng, const std::function<void(int32_t)>& on_token) {
-  XL_CHECK(!prompt.empty(), kExitUsage, "generation needs a prompt of at least one token");
-  XL_CHECK(s.length >= 0, kExitUsage, "--length must not be negative");
-  XL_CHECK(s.tgt_len >= 1, kExitUsage, "--tgt-len must be at least 1");
-  XL_CHECK(s.mem_len >= 0, kExitUsage, "--mem-len must not be negative");
-  XL_CHECK(s.sampling.top_k >= 0, kExitUsage, "--top-k must not be negative");
-  XL_CHECK(s.sampling.top_p > 0 && s.sampling.top_p <= 1, kExitUsage, "--top-p must be in (0, 1]");
+  XL_CHECK(s.cmem_len == 0 || model->config.compressive(), kExitUsage,
+           "--cmem-len " << s.cmem_len << ": the model has no compression network (it was not trained with --cmem-rate)");
+  // The settings were checked where they were read (options/generate_options.cpp).
+  TORCH_CHECK(!prompt.empty() && s.length >= 0 && s.tgt_len >= 1 && s.mem_len >= 0 && s.sampling.top_k >= 0 &&
+                  s.sampling.top_p > 0 && s.sampling.top_p <= 1,
+              "generate: unchecked settings");
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -191,7 +191,10 @@ std::vector<int32_t> generate(model::TransformerXL& model, const std::vector<int
   // No key is more positions back than the prompt and the new tokens: a longer memory changes
   // nothing but the size of its positional keys and buffers (--mem-len 1000000: 7 GB).
   opts.mem_len = std::min<int64_t>(s.mem_len, static_cast<int64_t>(prompt.size()) + s.length);
-  opts.cache_kv = true;  // one stream: each new token projects itself only, not the whole memory again
+  opts.cmem_len = s.cmem_len;
+  // One stream: each new token projects itself only, not the whole memory again (a compressed
+  // memory is made from the memory's inputs, which then stay).
+  opts.cache_kv = s.cmem_len == 0;
   model::Memory memory = model->new_memory();
   compute::AutocastScope autocast(s.precision, device);
 

@@ -37,6 +37,7 @@ struct GenerateSettings {
   int64_t length = 200;   // tokens to generate
   int64_t tgt_len = 128;  // segment length for feeding the prompt
   int64_t mem_len = 512;  // memory (context) kept while generating
+  int64_t cmem_len = 0;   // compressed memory kept (a model with cmem_rate)
   SampleSettings sampling;
 };
 

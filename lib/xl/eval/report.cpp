@@ -38,9 +38,11 @@ struct Column {
 std::vector<Column> columns(const EvalRow& row) {
   const auto& r = row.result;
   const Metric metric(row.vocab_type);
-  return {{"split", 6, row.split},
-          {"tgt_len", 7, std::to_string(row.tgt_len)},
-          {"mem_len", 7, std::to_string(row.mem_len)},
+  std::vector<Column> c = {{"split", 6, row.split},
+                           {"tgt_len", 7, std::to_string(row.tgt_len)},
+                           {"mem_len", 7, std::to_string(row.mem_len)}};
+  if (row.cmem_len) c.push_back({"cmem_len", 8, std::to_string(*row.cmem_len)});
+  std::vector<Column> rest = {
           {"clamp_len", 9, std::to_string(row.clamp_len)},
           {"same_length", 11, row.same_length ? "1" : "0"},
           {"warmup", 6, row.warmup ? "1" : "0"},
@@ -51,6 +53,8 @@ std::vector<Column> columns(const EvalRow& row) {
           {"seconds", 9, fixed(r.seconds, 2)},
           {"peak_rss_mb", 11, fixed(row.peak_rss_mb, 1)},
           {"kept", 4, row.kept ? "1" : "0"}};
+  c.insert(c.end(), rest.begin(), rest.end());
+  return c;
 }
 
 }  // namespace
@@ -61,6 +65,7 @@ nlohmann::json EvalRow::to_json() const {
   j["split"] = split;
   j["tgt_len"] = tgt_len;
   j["mem_len"] = mem_len;
+  if (cmem_len) j["cmem_len"] = *cmem_len;
   j["clamp_len"] = clamp_len;
   j["same_length"] = same_length;
   j["warmup"] = warmup;
@@ -75,13 +80,6 @@ nlohmann::json EvalRow::to_json() const {
   j["kv_cache"] = result.kv_cached;
   if (kept) j["kept"] = true;
   return j;
-}
-
-RowFormat parse_row_format(const std::string& name) {
-  if (name == "jsonl") return RowFormat::kJsonl;
-  if (name == "md") return RowFormat::kMarkdown;
-  if (name == "tsv") return RowFormat::kTsv;
-  XL_FAIL(kExitUsage, "--format: unknown format '" << name << "' (use jsonl, md or tsv)");
 }
 
 void RowWriter::write(const EvalRow& row) {
@@ -148,6 +146,7 @@ void PerTokenFile::write_group(const std::string& name, const EvalRow& row) {
   h5::write_attr(group, "split", row.split);
   h5::write_attr(group, "tgt_len", row.tgt_len);
   h5::write_attr(group, "mem_len", row.mem_len);
+  if (row.cmem_len) h5::write_attr(group, "cmem_len", *row.cmem_len);
   h5::write_attr(group, "clamp_len", row.clamp_len);
   h5::write_attr(group, "same_length", int64_t{row.same_length});
   h5::write_attr(group, "warmup", int64_t{row.warmup});

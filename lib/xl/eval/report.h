@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct EvalRow {
   std::string split;
   int64_t tgt_len = 0;
   int64_t mem_len = 0;
+  std::optional<int64_t> cmem_len;  // a Compressive Transformer's compressed memory (else no column)
   int64_t clamp_len = 0;     // in force (0: off)
   bool same_length = false;  // in force
   bool warmup = false;
@@ -37,7 +39,6 @@ struct EvalRow {
 };
 
 enum class RowFormat { kJsonl, kMarkdown, kTsv };
-RowFormat parse_row_format(const std::string& name);  // 64 on anything else
 
 // Writes rows as they come (Markdown cells have fixed widths, so a table streams too).
 class RowWriter {

@@ -217,6 +217,16 @@ void checkpoint_text(std::ostream& os, const nlohmann::json& k) {
     for (const auto& key : keys) os << " " << key << " " << short_value(mc[key]);
     os << "\n";
   }
+  const auto& tc = k["train_config"];
+  if (tc.is_object()) {
+    // The run's segments and memories, and how phase 1 drew its layers and heads.
+    os << "  run:";
+    for (const char* key : {"tgt_len", "mem_len", "cmem_len", "batch_size", "skip_schedule", "sch_beta"})
+      if (tc.contains(key) && !(std::string(key) == "cmem_len" && tc[key] == 0)) os << " " << key << " " << short_value(tc[key]);
+    if (tc.value("cmem_len", 0) > 0)
+      for (const char* key : {"cmem_ar_weight", "cmem_ae_weight", "cmem_lr"}) os << " " << key << " " << short_value(tc[key]);
+    os << "\n";
+  }
   os << "  parameters: " << k["parameters"].get<int64_t>() << "\n";
   os << "groups:\n";
   for (const char* g : {"model", "optimizer", "rng", "memory", "analysis"}) {

@@ -11,7 +11,7 @@ namespace xl::model {
   X(n_token) X(n_layer) X(d_model) X(n_head) X(d_head) X(d_inner) X(d_embed) X(dropout) X(dropatt)         \
   X(pre_lnorm) X(untie_r) X(clamp_len) X(same_length) X(cutoffs) X(div_val) X(tie_weight) X(tie_projs)     \
   X(init_std) X(proj_init_std) X(heads_per_layer) X(attention) X(mgk_keys) X(mgk_estep) X(persistent_mem) X(ff)     \
-  X(adaptive_span) X(span_max) X(span_ramp) X(span_loss)
+  X(adaptive_span) X(span_max) X(span_ramp) X(span_loss) X(cmem_rate) X(cmem_fn)
 
 nlohmann::json ModelConfig::to_json() const {
   nlohmann::json j;
@@ -115,6 +115,14 @@ void ModelConfig::validate(const SettingOrigins& origins) const {
   if (span_max < 0) bad("span_max", "must not be negative");
   if (span_ramp < 1) bad("span_ramp", "must be at least 1");
   if (span_loss < 0) bad("span_loss", "must not be negative");
+  if (cmem_rate < 0) bad("cmem_rate", "must not be negative (0: no compressed memory)");
+  if (cmem_fn != "conv" && cmem_fn != "dilated" && cmem_fn != "max" && cmem_fn != "mean")
+    bad("cmem_fn", "must be conv, dilated, max or mean");
+  if (cmem_rate > 0 && adaptive_span)
+    bad("cmem_rate", "cannot go with adaptive_span, which sizes each layer's memory as it learns (nothing would leave it in order)");
+  if (cmem_rate > 0 && same_length)
+    bad("cmem_rate", "cannot go with same_length, which gives every query mem_len keys (a compressed memory adds more)");
+  if (cmem_rate > 64) bad("cmem_rate", "must be at most 64");
   // Sizes a file may claim: no dimension beyond what any model here could use.
   const int64_t limit = int64_t{1} << 24;
   for (auto [key, v] : {std::pair<const char*, int64_t>{"n_token", n_token}, {"n_layer", n_layer}, {"d_model", d_model},

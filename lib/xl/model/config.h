@@ -45,10 +45,16 @@ struct ModelConfig {
   int64_t span_max = 0;            // S: the longest span a head may learn (0: a new training sets mem + tgt len)
   int64_t span_ramp = 32;          // R: the mask falls from 1 to 0 over R positions
   double span_loss = 2e-6;         // the loss term's coefficient: span_loss * S * mean(z) per layer
+  // Compressive Transformer (Rae et al. 2020; model/compression.h): each layer compresses the
+  // inputs that leave its memory, cmem_rate at a time, with cmem_fn (conv, dilated, max or mean)
+  // into a compressed memory that a run's cmem_len sizes. 0: none (Transformer-XL's memory alone).
+  int64_t cmem_rate = 0;
+  std::string cmem_fn = "conv";
 
   bool is_mgk() const { return attention == "mgk" || attention == "smgk"; }
   // Anything but Transformer-XL's own attention: the variant path (model/attention_variants).
   bool has_variant() const { return is_mgk() || persistent_mem > 0 || adaptive_span; }
+  bool compressive() const { return cmem_rate > 0; }
 
   int64_t embed_dim() const { return d_embed > 0 ? d_embed : d_model; }
   int64_t heads_in_layer(int64_t layer) const {

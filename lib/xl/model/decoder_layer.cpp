@@ -54,8 +54,8 @@ torch::Tensor PositionwiseFFImpl::forward(const torch::Tensor& x) {
     h = kernels::linear_relu_dropout(x_in, in->weight, in->bias, dropout, train);
   } else {
     // The product is this call's alone: bias and ReLU in place, in one pass, and no second buffer
-    // (the tiny model's feed-forward: 3.2 -> 3.0 ms for the ReLU in place; its first product
-    // 1.63 -> 1.49 ms for the bias in the ReLU's pass).
+    // (each saves a pass over the feed-forward's widest activation; measured: bench/HISTORY.md,
+    // "Code comments' numbers").
     h = kernels::linear(x_in, in->weight);
     add_bias_relu_(h, in->bias);
   }

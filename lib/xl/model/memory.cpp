@@ -1,5 +1,7 @@
 #include "xl/model/memory.h"
 
+#include <algorithm>
+
 #include "xl/util/error.h"
 
 namespace xl::model {
@@ -22,9 +24,21 @@ void Memory::reset() {
   position = 0;
 }
 
+LayerMemory LayerMemory::with_compressed(int64_t position) const {
+  const int64_t c = compressed_length();
+  if (c == 0) return *this;
+  LayerMemory all;
+  all.hidden = hidden.defined() ? torch::cat({compressed, hidden}, 1) : compressed;
+  const int64_t anchor = runs.empty() ? position : runs.front().start;
+  all.runs.push_back({anchor - c, c});
+  all.runs.insert(all.runs.end(), runs.begin(), runs.end());
+  return all;
+}
+
 int64_t Memory::batch_size() const {
   for (const auto& l : layers) {
     if (l.hidden.defined()) return l.hidden.size(0);
+    if (l.compressed.defined()) return l.compressed.size(0);
     if (!l.kv.empty()) return l.kv.rows().size(0);
   }
   return 0;
@@ -50,7 +64,9 @@ void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t posi
   torch::NoGradGuard no_grad;
   const int64_t seg = input.size(1), old = layer->length();
   if (mem_len <= 0) {  // careful: slicing [-0:] would keep everything
+    const torch::Tensor compressed = layer->compressed;
     *layer = LayerMemory();
+    layer->compressed = compressed;
     return;
   }
   const int64_t drop = std::max<int64_t>(0, old + seg - mem_len);
@@ -75,10 +91,42 @@ void Memory::append(LayerMemory* layer, const torch::Tensor& input, int64_t posi
   drop_runs(&runs, drop);
 }
 
-void Memory::trim(int64_t mem_len) {
+std::pair<torch::Tensor, torch::Tensor> Memory::append_compressing(
+    LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len, int64_t cmem_len, int64_t rate,
+    const std::function<torch::Tensor(const torch::Tensor&)>& compress) {
+  const int64_t old = layer->length(), seg = input.size(1);
+  const int64_t leaving = std::max<int64_t>(0, old + seg - std::max<int64_t>(mem_len, 0));
+  const int64_t whole = leaving / rate * rate;
+  XL_CHECK(old == 0 || layer->hidden.defined(), kExitSoftware, "a compressed memory needs the memory's inputs, not its projections");
+  torch::Tensor dropped;
+  if (whole > 0) {
+    const torch::Tensor in = input.detach();
+    dropped = whole <= old ? layer->hidden.slice(1, 0, whole)
+                           : (old > 0 ? torch::cat({layer->hidden, in.slice(1, 0, whole - old)}, 1) : in.slice(1, 0, whole));
+    dropped = dropped.contiguous();
+  }
+  append(layer, input, position, old + seg - whole);
+  if (whole == 0) return {};
+  const torch::Tensor made = compress(dropped);
+  if (cmem_len > 0) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor all = layer->compressed.defined() ? torch::cat({layer->compressed, made.detach()}, 1) : made.detach();
+    const int64_t keep = std::min<int64_t>(all.size(1), cmem_len);
+    layer->compressed = all.slice(1, all.size(1) - keep).contiguous();
+  }
+  return {dropped, made};
+}
+
+void Memory::trim(int64_t mem_len, int64_t cmem_len) {
   for (auto& l : layers) {
-    if (mem_len <= 0) l = LayerMemory();
-    else if (l.length() > mem_len) {
+    if (cmem_len == 0) l.compressed = torch::Tensor();
+    else if (cmem_len > 0 && l.compressed_length() > cmem_len)
+      l.compressed = l.compressed.slice(1, l.compressed_length() - cmem_len).contiguous();
+    if (mem_len <= 0) {
+      const torch::Tensor compressed = l.compressed;
+      l = LayerMemory();
+      l.compressed = compressed;
+    } else if (l.length() > mem_len) {
       const int64_t drop = l.length() - mem_len;
       if (l.hidden.defined()) l.hidden = l.hidden.slice(1, drop).contiguous();
       l.kv = l.kv.newest(mem_len);
@@ -90,6 +138,7 @@ void Memory::trim(int64_t mem_len) {
 void Memory::to(const torch::Device& device) {
   for (auto& l : layers) {
     if (l.hidden.defined()) l.hidden = l.hidden.to(device);
+    if (l.compressed.defined()) l.compressed = l.compressed.to(device);
     if (!l.kv.empty() && l.kv.rows().device() != device) l.kv = RowWindow::of(l.kv.rows().to(device));
   }
 }
@@ -105,6 +154,7 @@ Memory Memory::rows(int64_t begin, int64_t end) const {
   Memory m = *this;
   for (auto& l : m.layers) {
     if (l.hidden.defined()) l.hidden = l.hidden.slice(0, begin, end);
+    if (l.compressed.defined()) l.compressed = l.compressed.slice(0, begin, end);
     l.kv = l.kv.streams(begin, end);
   }
   return m;
@@ -113,14 +163,17 @@ Memory Memory::rows(int64_t begin, int64_t end) const {
 Memory Memory::concat_rows(const std::vector<Memory>& parts) {
   Memory m = parts.at(0);
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    std::vector<torch::Tensor> h, kv;
+    std::vector<torch::Tensor> h, kv, c;
     for (const auto& p : parts) {
       if (p.layers[l].hidden.defined()) h.push_back(p.layers[l].hidden);
       if (!p.layers[l].kv.empty()) kv.push_back(p.layers[l].kv.rows());
+      if (p.layers[l].compressed.defined()) c.push_back(p.layers[l].compressed);
     }
-    TORCH_CHECK((h.empty() || h.size() == parts.size()) && (kv.empty() || kv.size() == parts.size()),
+    TORCH_CHECK((h.empty() || h.size() == parts.size()) && (kv.empty() || kv.size() == parts.size()) &&
+                    (c.empty() || c.size() == parts.size()),
                 "layer ", l, "'s memories differ in what they keep");
     m.layers[l].hidden = h.empty() ? torch::Tensor() : torch::cat(h, 0);
+    m.layers[l].compressed = c.empty() ? torch::Tensor() : torch::cat(c, 0);
     m.layers[l].kv = kv.empty() ? RowWindow() : RowWindow::of(torch::cat(kv, 0));
   }
   return m;
@@ -141,6 +194,11 @@ Memory memory_from(const checkpoint::TensorList& list, const std::string& prefix
     const std::string lp = prefix + "l" + std::to_string(l) + ".";
     auto hidden = checkpoint::find_tensor(list, lp + "hidden");
     auto runs = checkpoint::find_tensor(list, lp + "runs");
+    auto compressed = checkpoint::find_tensor(list, lp + "compressed");
+    if (compressed.defined()) {
+      if (compressed.dim() != 3) bad("l" + std::to_string(l) + ".compressed");
+      m.layers[static_cast<size_t>(l)].compressed = compressed;
+    }
     if (!hidden.defined()) continue;
     if (hidden.dim() != 3 || !runs.defined() || runs.dim() != 2 || runs.size(1) != 2 || runs.scalar_type() != torch::kLong)
       bad("l" + std::to_string(l));
@@ -179,8 +237,9 @@ void Memory::to_tensors(checkpoint::TensorList* out) const {
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerMemory& lm = layers[l];
     XL_CHECK(lm.hidden.defined() || lm.kv.empty(), kExitSoftware, "a memory that keeps only projections cannot be saved");
-    if (!lm.hidden.defined()) continue;
     const std::string lp = "l" + std::to_string(l) + ".";
+    if (lm.compressed.defined()) out->emplace_back(lp + "compressed", lm.compressed);
+    if (!lm.hidden.defined()) continue;
     auto runs = torch::empty({static_cast<int64_t>(lm.runs.size()), 2}, torch::kLong);
     auto r = runs.accessor<int64_t, 2>();
     for (size_t i = 0; i < lm.runs.size(); ++i) {

@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xl/checkpoint/tensor_list.h"
@@ -30,8 +32,18 @@ struct LayerMemory {
   // (ForwardOptions::cache_kv) so that each segment projects only its own tokens; empty when not
   // kept. A memory that keeps them cannot be trained on or saved.
   RowWindow kv;
+  // [B, C, d_model], detached, oldest first: the compressed memory of a Compressive Transformer
+  // (model/compression.h), each slot made from cmem_rate inputs that left `hidden`; undefined
+  // when empty. Attention reads it before the memory, each slot one position further back than
+  // the one after it: the newest lies one position before the memory's oldest slot (before the
+  // segment when the memory is empty), as Rae et al. and both public ports have it.
+  torch::Tensor compressed;
 
   int64_t length() const;
+  int64_t compressed_length() const { return compressed.defined() ? compressed.size(1) : 0; }
+  // The keys attention reads, compressed memory included: `hidden` and `runs` with the compressed
+  // slots as an older run before them (this memory itself when it has none).
+  LayerMemory with_compressed(int64_t position) const;
   // Tokens between the newest slot and the current segment: 0 when written by the previous segment.
   int64_t gap(int64_t position) const;
 };
@@ -48,8 +60,16 @@ struct Memory {
   // memory and the input together (the attention's): they are kept in place of the input.
   static void append(LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len,
                      const RowWindow& kv_all = {});
-  // Keeps each layer's newest `mem_len` slots.
-  void trim(int64_t mem_len);
+  // The same, for a Compressive Transformer: the oldest inputs the memory drops, in whole groups of
+  // `rate` (a remainder stays in the memory until its group is whole), are compressed by
+  // `compress` into slots appended to the layer's compressed memory, which keeps its newest
+  // `cmem_len`. Returns those dropped inputs [B, n * rate, d] (detached) and their compression
+  // [B, n, d] (with its graph, for the training losses); both undefined when none left.
+  static std::pair<torch::Tensor, torch::Tensor> append_compressing(
+      LayerMemory* layer, const torch::Tensor& input, int64_t position, int64_t mem_len, int64_t cmem_len, int64_t rate,
+      const std::function<torch::Tensor(const torch::Tensor&)>& compress);
+  // Keeps each layer's newest `mem_len` slots (and `cmem_len` compressed ones; -1: all).
+  void trim(int64_t mem_len, int64_t cmem_len = -1);
   // The same memory on `device`.
   void to(const torch::Device& device);
   // Mean over layers of the memory gap, in tokens.
@@ -62,7 +82,8 @@ struct Memory {
   static Memory concat_rows(const std::vector<Memory>& parts);
 
   // As named tensors for a checkpoint: "position", and per layer l with a memory "l<l>.hidden"
-  // [B, M, d_model] and "l<l>.runs" [R, 2] (start, length), all streams of the batch together.
+  // [B, M, d_model] and "l<l>.runs" [R, 2] (start, length), with a compressed one
+  // "l<l>.compressed" [B, C, d_model], all streams of the batch together.
   void to_tensors(checkpoint::TensorList* out) const;
   // Back from them (also from checkpoints of xl 0.1, which kept one memory per batch chunk as
   // "c<c>.*"); 65 naming `file` when the entries do not describe a memory of n_layer layers.

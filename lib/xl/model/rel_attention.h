@@ -77,8 +77,8 @@ class RelMultiHeadAttnImpl : public torch::nn::Module {
   torch::Tensor positional_keys(const kernels::KeyBlock& blk, int64_t t, AttentionPass& pass, const torch::TensorOptions& opts);
   // Those of every distance, kept without dropout or autograd while r_net's weight is unchanged
   // (TensorSnapshot): generation would
-  // project up to mem_len + 1 distances for every token, evaluation T + M every segment (~10% of
-  // base's at mem_len 3,800).
+  // project up to mem_len + 1 distances for every token, evaluation T + M every segment, a share of
+  // a long-memory evaluation worth keeping (measured: bench/HISTORY.md, long-memory evaluation).
   struct PositionalKeys {
     std::array<int64_t, 4> what;  // top distance, clamp_len, dtype, autocast dtype
     TensorSnapshot weight;        // r_net's

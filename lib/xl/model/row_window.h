@@ -2,8 +2,8 @@
 // ...]): appending t rows writes only those rows, and dropping the oldest only moves the window's
 // start; the rows move to the front of a new buffer when the room runs out. Evaluation keeps its
 // memory's key/value projections so. Copying all of them into a new tensor every segment (with the
-// memory's inputs beside them) ran base evaluation at mem_len 3,800 at 451/417 tok/s against
-// 504/493 this way, in twice the memory, and cost generation a copy of the memory per token.
+// memory's inputs beside them) ran long-memory evaluation slower and in twice the memory, and cost
+// generation a copy of the memory per token (measured: bench/HISTORY.md, long-memory evaluation).
 //
 // Windows are values whose copies share the buffer. A window grows in place only into rows that no
 // other window has grown into, so two memories derived from one state never write the same rows.

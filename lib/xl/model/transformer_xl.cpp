@@ -25,6 +25,14 @@ TransformerXLImpl::TransformerXLImpl(const ModelConfig& cfg, std::optional<uint6
   }
   crit = register_module("crit", AdaptiveLogSoftmax(cfg, word_emb));
   register_module("pos_emb", PositionalEmbedding(sinusoid_.inv_freq()));
+  // Registered last, and started without random draws: the other weights are a Transformer-XL's.
+  if (cfg.compressive()) {
+    compress = register_module("compress", torch::nn::ModuleList());
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      compress_list.push_back(Compression(cfg.cmem_fn, cfg.cmem_rate, cfg.d_model));
+      compress->push_back(compress_list.back());
+    }
+  }
   if (seed) reset_parameters(*seed);
 }
 
@@ -62,6 +70,7 @@ void TransformerXLImpl::reset_parameters(uint64_t seed) {
   for (auto& item : named_parameters(true)) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
+    if (name.rfind("compress.", 0) == 0) continue;  // Compression::reset_parameters, below
     auto ends_with = [&](const std::string& tail) { return parse::ends_with(name, tail); };
     if (name.find("layer_norm.weight") != std::string::npos) normal(p, 1.0, config.init_std);
     // The variants' (attention_variants.h): as the MGK and all-attention code start them.
@@ -80,6 +89,7 @@ void TransformerXLImpl::reset_parameters(uint64_t seed) {
       normal(p, 0.0, config.proj_init_std);
     else normal(p, 0.0, config.init_std);
   }
+  for (auto& c : compress_list) c->reset_parameters();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> TransformerXLImpl::named_tensors() const {
@@ -124,6 +134,7 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
   torch::Tensor h = compute::upcast(word_emb(input));
   if (train && config.dropout > 0) h = kernels::fused_dropout(h, config.dropout, true);
   const std::vector<int64_t> kept = memory_lengths(opts.mem_len);
+  const bool compressing = config.compressive() && opts.cmem_len > 0;
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const size_t li = static_cast<size_t>(l);
     // Skip-Retain: a skipped layer passes its input through and keeps its old memory.
@@ -133,16 +144,37 @@ torch::Tensor TransformerXLImpl::hidden(const torch::Tensor& input, Memory& memo
     const auto& perm = opts.perms.empty() ? no_perm : opts.perms[li];
     torch::Tensor mask_row;
     if (opts.head_mask.defined()) mask_row = opts.head_mask[l].narrow(0, 0, config.heads_in_layer(l));
-    // The attention's key/value projections, when kept (a memory that keeps them has nothing else).
+    LayerMemory& layer_memory = memory.layers[li];
+    // The attention's key/value projections, when kept (a memory that keeps them has nothing else;
+    // a compressed memory needs the inputs).
     RowWindow kv;
-    const bool keep_kv = cache_kv || !memory.layers[li].kv.empty();
-    torch::Tensor out = layer_list[li](h, memory.layers[li], pass, u, v, perm, mask_row, keep_kv ? &kv : nullptr);
-    Memory::append(&memory.layers[li], h, memory.position, kept[li], kv);
+    const bool keep_kv = !compressing && layer_memory.compressed_length() == 0 && (cache_kv || !layer_memory.kv.empty());
+    torch::Tensor out =
+        layer_memory.compressed_length() > 0
+            ? layer_list[li](h, layer_memory.with_compressed(memory.position), pass, u, v, perm, mask_row, nullptr)
+            : layer_list[li](h, layer_memory, pass, u, v, perm, mask_row, keep_kv ? &kv : nullptr);
+    if (compressing) {
+      Compression& compression = compress_list[li];
+      auto [old, made] = Memory::append_compressing(&layer_memory, h, memory.position, kept[li], opts.cmem_len,
+                                                    config.cmem_rate, [&](const torch::Tensor& x) { return compression(x); });
+      if (opts.losses && train && old.defined() && compression->learned()) add_compression_losses(l, h, old, made, opts.losses);
+    } else {
+      Memory::append(&layer_memory, h, memory.position, kept[li], kv);
+    }
     h = out;
   }
   memory.position += t;
   if (train && config.dropout > 0) h = kernels::fused_dropout(h, config.dropout, true);
   return h;
+}
+
+void TransformerXLImpl::add_compression_losses(int64_t l, const torch::Tensor& w, const torch::Tensor& old,
+                                               const torch::Tensor& compressed, CompressionLosses* losses) {
+  const size_t li = static_cast<size_t>(l);
+  auto add = [](torch::Tensor& sum, const torch::Tensor& term) { sum = sum.defined() ? sum + term : term; };
+  if (layer_list[li]->dec_attn->n_head > 0)
+    add(losses->attention_reconstruction, attention_reconstruction_loss(*layer_list[li]->dec_attn, w, old, compressed));
+  add(losses->auto_encoding, auto_encoding_loss(*compress_list[li], old, compressed));
 }
 
 torch::Tensor TransformerXLImpl::span_loss(const std::vector<bool>& skip) const {

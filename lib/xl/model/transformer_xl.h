@@ -1,4 +1,4 @@
-// The Transformer-XL language model (Dai et al. 2019; conventions in the README), with the
+// The Transformer-XL language model (Dai et al. 2019; conventions in doc/conventions.md), with the
 // training-time options of the Skip Cross-head Transformer-XL: skipped layers (Skip-Retain), head
 // permutations (SCH) and a head mask. Parameter names follow the PyTorch Transformer-XL.
 #pragma once
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "xl/model/adaptive.h"
+#include "xl/model/compression.h"
 #include "xl/model/config.h"
 #include "xl/model/decoder_layer.h"
 #include "xl/model/memory.h"
@@ -17,8 +18,17 @@
 
 namespace xl::model {
 
+// The Compressive Transformer's training losses of one forward pass, summed over the layers that
+// compressed something (0-d, with their graph into the compression networks); undefined: none.
+struct CompressionLosses {
+  torch::Tensor attention_reconstruction, auto_encoding;
+};
+
 struct ForwardOptions {
   int64_t mem_len = 0;                        // memory kept for the next segment
+  int64_t cmem_len = 0;                       // compressed memory kept (a model with cmem_rate; 0: none)
+  // In training with a learned compression: where the training losses go (null: not computed).
+  CompressionLosses* losses = nullptr;
   std::vector<bool> skip;                     // per layer; empty: none skipped
   std::vector<std::vector<int64_t>> perms;    // per layer SCH permutation; empty: none
   torch::Tensor head_mask;                    // [n_layer, n_head] (1 keeps a head) or undefined
@@ -31,8 +41,8 @@ struct ForwardOptions {
 class TransformerXLImpl : public torch::nn::Module {
  public:
   // Its weights from reset_parameters(seed), or (no seed) left as LibTorch's modules make them, for
-  // weights about to be loaded: the draws took 2.2 s at the wt103 shape, and `xl-generate -n 1` of a
-  // base checkpoint 2.2 s with them, 1.5 s without (Zen 4, 2026-11-27).
+  // weights about to be loaded: drawing weights the checkpoint then overwrites was a large part of a
+  // short tool's start-up (measured: bench/HISTORY.md, "Building a model draws nothing").
   explicit TransformerXLImpl(const ModelConfig& cfg, std::optional<uint64_t> seed = 1);
 
   // input, target: [B, T] token ids. Returns the negative log-likelihood of each target [B, T] and
@@ -71,8 +81,14 @@ class TransformerXLImpl : public torch::nn::Module {
   std::vector<DecoderLayer> layer_list;
   AdaptiveLogSoftmax crit{nullptr};
   torch::Tensor r_w_bias, r_r_bias;  // shared [n_head, d_head] unless per-layer
+  torch::nn::ModuleList compress{nullptr};  // one Compression per layer (cmem_rate > 0)
+  std::vector<Compression> compress_list;
 
  private:
+  // Layer l's training losses for the compression of `old` (its memory's dropped inputs) into
+  // `compressed`, added to `losses`; w is the layer's input.
+  void add_compression_losses(int64_t l, const torch::Tensor& w, const torch::Tensor& old, const torch::Tensor& compressed,
+                              CompressionLosses* losses);
   SinusoidTable sinusoid_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, torch::Tensor> mask_cache_;
 };

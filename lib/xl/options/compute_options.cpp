@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "xl/compute/device.h"
+#include "xl/compute/parallel.h"
 #include "xl/compute/precision.h"
 #include "xl/util/error.h"
 #include "xl/util/parse.h"
@@ -55,6 +56,15 @@ Compute compute_settings(const cli::Options& cli) {
     c.attention_probs_budget = memory_budget(cli, "attention-probs-budget");
   }
   return c;
+}
+
+Placement place(const Compute& c) {
+  compute::set_threads(c.threads);
+  Placement p;
+  p.device = compute::parse_device(c.device);
+  p.precision = compute::resolve_precision(c.precision, p.device);
+  p.seed = c.seed;
+  return p;
 }
 
 const char* const kMemoryBudgetHelp = "auto: a quarter of the memory this process may use, at most 4G";

@@ -1,10 +1,13 @@
 // --threads, --seed, --device, --precision and --attention-probs(-budget): how and where a tool computes,
 // defined once for every tool.
 #pragma once
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 
 #include "xl/cli/options.h"
+#include "xl/compute/precision.h"
 
 namespace xl::options {
 
@@ -25,6 +28,15 @@ struct Compute {
   int64_t attention_probs_budget = 4000000000;  // --attention-probs-budget, bytes
 };
 Compute compute_settings(const cli::Options& cli);
+
+// Where a tool that computes on one device computes, resolved once: its thread count applied, its
+// device found (66 when a GPU is asked for and there is none) and its precision for that device.
+struct Placement {
+  torch::Device device = torch::kCPU;
+  compute::Precision precision = compute::Precision::kFp32;
+  uint64_t seed = 1;
+};
+Placement place(const Compute& c);
 
 // A memory budget option (--attention-probs-budget, --kv-cache-budget) in bytes: a size with K/M/G,
 // or auto, a quarter of the memory this process may use (its cgroup's limit where lower than the

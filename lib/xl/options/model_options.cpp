@@ -56,6 +56,11 @@ void add_model_options(cli::Options& cli, ModelDefaults d) {
       ("span-max", value(m.span_max, d), "adaptive span: the longest span (0: mem-len + tgt-len)")
       ("span-ramp", value(m.span_ramp, d), "adaptive span: width of the mask's ramp")
       ("span-loss", real(m.span_loss, d), "adaptive span: loss coefficient per position of span");
+  // A compressed memory is a new model's choice: an imported Transformer-XL has none.
+  if (d != ModelDefaults::kShown) return;
+  cli.add("Compressive memory (Rae et al.; --cmem-len sizes it)")
+      ("cmem-rate", value(m.cmem_rate, d), "compress the inputs that leave each layer's memory this many at a time (0: no compressed memory)")
+      ("cmem-fn", value(m.cmem_fn, d), "the compression: conv (kernel = stride = rate), dilated, max or mean (pooling)");
 }
 
 GivenModel given_model(const cli::Options& cli) {
@@ -92,6 +97,8 @@ GivenModel given_model(const cli::Options& cli) {
   take("span-max", m.span_max);
   take("span-ramp", m.span_ramp);
   take("span-loss", m.span_loss);
+  take("cmem-rate", m.cmem_rate);
+  take("cmem-fn", m.cmem_fn);
   if (cli.has("cutoffs")) {
     m.cutoffs = cli.int_list("cutoffs");
     if (cli.given("cutoffs")) g.fields.insert("cutoffs");

@@ -1,5 +1,6 @@
 #include "xl/options/train_options.h"
 
+#include "xl/compute/parallel.h"
 #include "xl/options/compute_options.h"
 #include "xl/options/model_options.h"
 #include "xl/train/distributed.h"
@@ -45,6 +46,11 @@ void add_training_options(cli::Options& cli, Phase phase) {
       ("skipped-layers-in-adam", po::value<std::string>()->default_value(d.skipped_layers_in_adam),
        "freeze: a skipped layer's weights and Adam state stay; step: Adam steps it with a zero gradient (the paper's code)")
       ("sch-beta", cli::real_value(d.sch_beta), "stochastic cross-head attention probability (0: off; phase 2 keeps phase 1's unless given)");
+  cli.add("Compressive memory (Rae et al.; --cmem-len sizes it)")
+      ("cmem-len", po::value<int64_t>()->default_value(d.cmem_len), "compressed memory slots per layer (needs a model with --cmem-rate; 0: none)")
+      ("cmem-ar-weight", cli::real_value(d.cmem_ar_weight), "weight of the attention-reconstruction loss (trains the compression network alone)")
+      ("cmem-ae-weight", cli::real_value(d.cmem_ae_weight), "weight of the auto-encoding loss (the compression network and its decoder)")
+      ("cmem-lr", cli::real_value(d.cmem_lr), "the compression network's learning rate (0: --lr)");
   if (phase == Phase::kTwo) {
     cli.add("Phase 2")
         ("init", po::value<std::string>(), "phase-1 checkpoint, pruned or imported model to start from (required; - reads a pipe)")
@@ -72,6 +78,8 @@ void add_training_options(cli::Options& cli, Phase phase) {
        "or continue (train on, write again at the next save; the last save must succeed)")
       ("log-interval", po::value<int64_t>()->default_value(d.log_interval), "log every N steps")
       ("metrics", po::value<std::string>()->default_value(""), "write JSON Lines events to FILE")
+      ("tensorboard", po::value<std::string>()->default_value(""),
+       "also write the train and valid metrics as TensorBoard event files into DIR (a resumed run or phase 2 continues its curves)")
       ("progress", po::value<std::string>()->default_value("auto"), "auto (live line on a terminal), always or never")
       ("resume", po::bool_switch(), "continue the run whose latest checkpoint is -o")
       ("start-or-resume", po::bool_switch(),
@@ -105,6 +113,7 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
     r.resume = io::is_file(r.output);
   }
   r.metrics = cli.get<std::string>("metrics");
+  r.tensorboard = cli.get<std::string>("tensorboard");
   r.progress = cli.get<std::string>("progress");
   train::TrainConfig& t = r.train;
   t.phase = phase == Phase::kOne ? "phase1" : "phase2";
@@ -125,6 +134,10 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.adam_beta2 = cli.get<double>("adam-beta2");
   t.adam_eps = cli.get<double>("adam-eps");
   t.sch_beta = cli.get<double>("sch-beta");
+  t.cmem_len = cli.get<int64_t>("cmem-len");
+  t.cmem_ar_weight = cli.get<double>("cmem-ar-weight");
+  t.cmem_ae_weight = cli.get<double>("cmem-ae-weight");
+  t.cmem_lr = cli.get<double>("cmem-lr");
   t.max_steps = cli.get<int64_t>("max-steps");
   t.max_tokens = static_cast<int64_t>(cli.count("max-tokens"));
   t.time_budget = cli.duration("time-budget");
@@ -140,6 +153,7 @@ train::TrainRequest training_request(const cli::Options& cli, Phase phase, int a
   t.on_save_error = cli.get<std::string>("on-save-error");
   t.log_interval = cli.get<int64_t>("log-interval");
   const Compute compute = compute_settings(cli);
+  compute::set_threads(compute.threads);
   t.seed = compute.seed;
   t.precision = compute.precision;
   r.device = compute.device;

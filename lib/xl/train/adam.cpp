@@ -56,8 +56,8 @@ const bool kHaveAvx2 = compute::kernel_vector_units().avx2_fma;
 // The squares of n floats summed in double in eight running sums (element i into sum i % 8, the
 // tail into sum 0), added pairwise at the end: the same bits on every CPU and thread count. A
 // float's square is exact in double, so a fused multiply-add rounds once, as the product and sum
-// do. The scalar loop's sums lived on the stack and its SSE2 code waited on them (a 148M-parameter
-// model's norm took 50 ms on 2 threads of an Intel Xeon, 2026-11-28).
+// do. The scalar loop's sums lived on the stack and its SSE2 code waited on them, which made the
+// norm of a large model slow (measured: bench/HISTORY.md, "The gradient norm and the column split").
 double sum_squares_scalar(const float* g, int64_t n) {
   double lane[8] = {};
   int64_t i = 0;
@@ -134,6 +134,11 @@ Adam::Adam(std::vector<std::pair<std::string, torch::Tensor>> params, AdamOption
   }
 }
 
+void Adam::scale_lr(const std::function<bool(const std::string&)>& which, double factor) {
+  for (Slot& s : slots_)
+    if (which(s.name)) s.lr_scale = factor;
+}
+
 int Adam::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   int updated = 0;
@@ -158,7 +163,7 @@ int Adam::step(double lr, double grad_scale) {
     const double bc2 = 1 - std::pow(opts_.beta2, static_cast<double>(s.steps));
     if (fusable(s.param, g)) {
       scalars[i] = {float(opts_.beta1), float(1 - opts_.beta1), float(opts_.beta2), float(1 - opts_.beta2),
-                    float(std::sqrt(bc2)), float(opts_.eps), float(lr / bc1), float(grad_scale)};
+                    float(std::sqrt(bc2)), float(opts_.eps), float(lr * s.lr_scale / bc1), float(grad_scale)};
       grads[i] = g;
       fused[i] = 1;
       continue;
@@ -168,7 +173,7 @@ int Adam::step(double lr, double grad_scale) {
     rest_m.push_back(s.exp_avg);
     rest_v.push_back(s.exp_avg_sq);
     rest_sqrt_bc2.emplace_back(std::sqrt(bc2));
-    rest_step.emplace_back(-lr / bc1);
+    rest_step.emplace_back(-lr * s.lr_scale / bc1);
   }
   if (!rest_p.empty()) {
     if (grad_scale != 1) rest_g = at::_foreach_mul(rest_g, grad_scale);

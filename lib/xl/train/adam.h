@@ -8,6 +8,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,9 @@ class Adam {
   // factor, applied in the update's own pass instead of a pass over all gradients before it);
   // returns how many parameters were updated.
   int step(double lr, double grad_scale = 1);
+  // The parameters `which` names learn at `factor` times the learning rate step() is given (a
+  // Compressive Transformer's compression network at --cmem-lr).
+  void scale_lr(const std::function<bool(const std::string&)>& which, double factor);
   // Sets every gradient to undefined (cheaper than zeroing, and marks "no gradient" for skips).
   void clear_grads();
   // Global L2 norm of all gradients (0 when none has one).
@@ -44,6 +48,7 @@ class Adam {
     std::string name;
     torch::Tensor param, exp_avg, exp_avg_sq;
     int64_t steps = 0;
+    double lr_scale = 1;
   };
   std::vector<Slot> slots_;
   AdamOptions opts_;

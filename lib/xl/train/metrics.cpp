@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <utility>
+#include <vector>
 
 #include "xl/util/clock.h"
 #include "xl/util/error.h"
@@ -33,6 +35,20 @@ void prepare_to_append(const std::string& path) {
   XL_CHECK(!ec, kExitCantCreat, path << ": cannot cut the line a killed run left unfinished: " << ec.message());
 }
 
+// The numbers of a metrics event as TensorBoard scalars: EVENT/FIELD, an array's entries
+// EVENT/FIELD/I; the step is the event's, not a scalar.
+std::vector<std::pair<std::string, double>> scalars_of(const std::string& event, const nlohmann::json& fields) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [name, value] : fields.items()) {
+    if (name == "step") continue;
+    if (value.is_number()) out.emplace_back(event + "/" + name, value.get<double>());
+    if (value.is_array())
+      for (size_t i = 0; i < value.size(); ++i)
+        if (value[i].is_number()) out.emplace_back(event + "/" + name + "/" + std::to_string(i), value[i].get<double>());
+  }
+  return out;
+}
+
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool append, bool force)
@@ -46,7 +62,15 @@ MetricsLog::MetricsLog(const std::string& path, const std::string& tool, bool ap
   XL_CHECK(*out_, kExitCantCreat, "cannot create " << path << ": " << std::strerror(errno));
 }
 
+void MetricsLog::add_tensorboard(const std::string& dir, int64_t purge_from) {
+  events_ = std::make_unique<tensorboard::EventFile>(dir, purge_from);
+}
+
 void MetricsLog::write(const std::string& event, nlohmann::json fields) {
+  if (events_ && failure_.empty() && (event == "train" || event == "valid") && fields.contains("step")) {
+    events_->scalars(fields["step"].get<int64_t>(), scalars_of(event, fields));
+    if (!events_->failure().empty()) failure_ = events_->failure();
+  }
   if (!out_) return;
   nlohmann::json j = {{"t", utc_now_ms()}, {"tool", tool_}, {"event", event}};
   j.update(fields);
@@ -55,6 +79,19 @@ void MetricsLog::write(const std::string& event, nlohmann::json fields) {
   if (out_->good()) return;
   failure_ = path_ + ": write error: " + std::strerror(errno);
   out_.reset();
+}
+
+int64_t tensorboard_purge_step(const std::string& dir, int64_t start_step, bool continues, bool may_replace) {
+  if (continues || start_step > 0) return start_step + 1;
+  bool holds_events = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    holds_events = holds_events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  if (!holds_events) return -1;
+  XL_CHECK(may_replace, kExitCantCreat,
+           dir << ": holds the TensorBoard events of another run (use -f to start its curves again, or --resume to "
+                  "continue that run)");
+  return 0;
 }
 
 }  // namespace xl::train

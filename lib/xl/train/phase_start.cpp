@@ -14,7 +14,7 @@ namespace {
 
 // Settings that fix the data stream and the memories: a resumed run may not change them.
 const char* kFrozenOnResume[] = {"tgt_len", "mem_len", "batch_size", "batch_chunk", "train_split", "seed",
-                                 "skip_schedule", "skip_p", "sch_beta"};
+                                 "skip_schedule", "skip_p", "sch_beta", "cmem_len"};
 // Budgets belong to one invocation of one phase: phase 2 does not inherit phase 1's.
 const char* kBudgets[] = {"max_steps", "max_tokens", "time_budget", "budget_from"};
 // Model settings phase 2 may change; the others describe the architecture the weights belong to.
@@ -98,6 +98,8 @@ void begin_phase(PhaseStart* p) {
   p->state.phases.push_back(r);
   if (p->model.same_length && p->config.mem_len == 0)
     p->notes.push_back("same-length is off: with mem-len 0 there is no memory whose length to keep");
+  XL_CHECK(p->config.cmem_len == 0 || p->model.compressive(), kExitUsage,
+           "--cmem-len " << p->config.cmem_len << " needs a model with a compression network: give --cmem-rate");
 }
 
 // A word vocab without --cutoffs gets one softmax over every word. When its products outweigh the
@@ -305,6 +307,8 @@ PhaseStart resume_run(const TrainRequest& req, const checkpoint::Checkpoint& lat
                          << " was trained on (" << describe(*p.state.train_data)
                          << "): resume with that tokens file (the run's data cursor and memories are positions in it)");
   if (data) p.state.train_data = data;
+  XL_CHECK(p.config.cmem_len == 0 || p.model.compressive(), kExitUsage,
+           "--cmem-len " << p.config.cmem_len << " needs a model with a compression network: give --cmem-rate");
   XL_CHECK(p.state.current() && p.state.current()->phase == p.config.phase, kExitDataErr,
            file << ": the run state does not record its " << p.config.phase << " (written by an older xl?)");
   p.schedule = p.config.schedule(p.config.schedule_steps);

@@ -13,7 +13,7 @@ namespace xl::train {
   X(skipped_layers_in_adam) X(max_steps) X(max_tokens) X(time_budget) X(budget_from)               \
   X(stop_min_delta) X(stop_window) X(log_interval) X(eval_interval) X(eval_tgt_len) X(eval_mem_len) \
   X(eval_batch_size) X(eval_max_tokens) X(save_every) X(on_save_error)      \
-  X(seed) X(precision)
+  X(seed) X(precision) X(cmem_len) X(cmem_ar_weight) X(cmem_ae_weight) X(cmem_lr)
 
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j;
@@ -82,6 +82,10 @@ void TrainConfig::validate(const SettingOrigins& origins) const {
   if (max_steps < 0) bad("max-steps", "must not be negative");
   if (max_tokens < 0) bad("max-tokens", "must not be negative");
   if (time_budget < 0) bad("time-budget", "must not be negative");
+  if (cmem_len < 0) bad("cmem-len", "must not be negative");
+  if (cmem_ar_weight < 0) bad("cmem-ar-weight", "must not be negative");
+  if (cmem_ae_weight < 0) bad("cmem-ae-weight", "must not be negative");
+  if (cmem_lr < 0) bad("cmem-lr", "must not be negative (0: --lr)");
 }
 
 }  // namespace xl::train

@@ -34,6 +34,13 @@ struct TrainConfig {
   double skip_p = 0.1;                // p of the uniform/no-first/no-last/no-first-last schedules
   double sch_beta = 0.1;
   std::string skipped_layers_in_adam = "freeze";  // freeze | step (the paper's code: zero gradients)
+  // Compressive memory (a model with cmem_rate > 0): its length, the training losses' weights (the
+  // attention-reconstruction and auto-encoding losses train the compression network alone) and
+  // the compression network's learning rate (0: lr).
+  int64_t cmem_len = 0;
+  double cmem_ar_weight = 1.0;
+  double cmem_ae_weight = 0.0;
+  double cmem_lr = 0.0;
   // Budgets and stopping.
   int64_t max_steps = 0;              // 0: no step limit
   int64_t max_tokens = 0;

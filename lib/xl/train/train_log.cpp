@@ -1,6 +1,7 @@
 #include "xl/train/train_log.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "xl/util/parse.h"
@@ -19,6 +20,11 @@ void TrainWindow::add(double loss, double seconds, int64_t tokens, double grad_n
   for (size_t l = 0; l < crossed.size() && l < crossings_.size(); ++l) crossings_[l] += crossed[l];
 }
 
+void TrainWindow::add_compression_losses(double attention_reconstruction, double auto_encoding) {
+  if (!std::isnan(attention_reconstruction)) ar_ += attention_reconstruction, ++ar_steps_;
+  if (!std::isnan(auto_encoding)) ae_ += auto_encoding, ++ae_steps_;
+}
+
 nlohmann::json TrainWindow::event(const eval::Metric& metric, bool skip_rates, bool sch_rates) const {
   const double n = static_cast<double>(steps_);
   auto rates = [&](const std::vector<int64_t>& counts) {
@@ -33,12 +39,14 @@ nlohmann::json TrainWindow::event(const eval::Metric& metric, bool skip_rates, b
     ev["mean_memory_age"] = age_ / n;
   }
   if (sch_rates) ev["sch_rate"] = rates(crossings_);
+  if (ar_steps_ > 0) ev["cmem_ar_loss"] = ar_ / static_cast<double>(ar_steps_);
+  if (ae_steps_ > 0) ev["cmem_ae_loss"] = ae_ / static_cast<double>(ae_steps_);
   return ev;
 }
 
 void TrainWindow::clear() {
-  loss_ = seconds_ = norm_ = age_ = 0;
-  steps_ = tokens_ = 0;
+  loss_ = seconds_ = norm_ = age_ = ar_ = ae_ = 0;
+  steps_ = tokens_ = ar_steps_ = ae_steps_ = 0;
   std::fill(skips_.begin(), skips_.end(), 0);
   std::fill(crossings_.begin(), crossings_.end(), 0);
 }

@@ -20,17 +20,22 @@ class TrainWindow {
   // other's keys and values (cross-head attention fired).
   void add(double loss, double seconds, int64_t tokens, double grad_norm, double memory_age,
            const std::vector<bool>& skipped, const std::vector<bool>& crossed);
+  // A Compressive Transformer's training losses of the step just added (NaN: not computed).
+  void add_compression_losses(double attention_reconstruction, double auto_encoding);
   int64_t steps() const { return steps_; }
   double mean_loss() const { return loss_ / static_cast<double>(steps_); }
   double tokens_per_s() const { return static_cast<double>(tokens_) / seconds_; }
   double seconds_per_step() const { return seconds_ / static_cast<double>(steps_); }
   // loss, the metric, grad_norm, tok_per_s, ms_per_batch; with `skip_rates` also each layer's
-  // skip rate and the mean memory age; with `sch_rates` each layer's cross-head rate.
+  // skip rate and the mean memory age; with `sch_rates` each layer's cross-head rate; with a
+  // compressed memory's losses their means (cmem_ar_loss, cmem_ae_loss).
   nlohmann::json event(const eval::Metric& metric, bool skip_rates, bool sch_rates) const;
   void clear();
 
  private:
   double loss_ = 0, seconds_ = 0, norm_ = 0, age_ = 0;
+  double ar_ = 0, ae_ = 0;
+  int64_t ar_steps_ = 0, ae_steps_ = 0;
   int64_t steps_ = 0, tokens_ = 0;
   std::vector<int64_t> skips_, crossings_;
 };

@@ -25,6 +25,7 @@ struct TrainRequest {
   std::set<std::string> given;      // the TrainConfig fields given
   SettingOrigins origins;           // where each setting given came from: the command line or a config file
   std::string metrics;              // JSON Lines file ("" for none)
+  std::string tensorboard;          // TensorBoard directory ("" for none)
   std::string progress = "auto";
   std::string device = "auto";      // --device
   std::string attention_probs = "auto";      // --attention-probs: auto, keep or recompute

@@ -4,7 +4,7 @@
 // on the CPU in float32, or with bf16 products (product_operands.h): one GEMM for the segment's q
 // and kv and one for the memory's kv, and in backward one GEMM each for dx and dW (the memory's
 // share added into W_kv's rows). As separate linear maps over views of W, autograd cleared and added
-// full-size copies of dW and added the two dx (the base model: ~1% of a training step). Elsewhere:
+// full-size copies of dW and added the two dx, passes that bought nothing. Elsewhere:
 // those linear maps and a concatenation.
 #pragma once
 #include <torch/torch.h>
@@ -22,8 +22,8 @@ struct AttentionInputs {
 // empty: M = 0. u and v (Transformer-XL's content and positional biases, q_width elements each,
 // e.g. [H, dh]), given together or not at all: the queries come back as q + u and q + v, written
 // by the pass that splits the product's rows, and backward sums the biases' gradients in the pass
-// that gathers the queries' (biased_queries' work without passes of its own: at the tiny model's
-// shape, with q + u and q + v, forward 1.93 -> 1.84 ms and backward 3.04 -> 2.83 ms on a Zen 4).
+// that gathers the queries' (biased_queries' work without passes of its own, which made both the
+// forward and the backward faster; measured: bench/HISTORY.md, "Three changes then took passes").
 AttentionInputs attention_inputs(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& weight,
                                  int64_t q_width, const torch::Tensor& u = {}, const torch::Tensor& v = {});
 

@@ -55,9 +55,9 @@ torch::Tensor product(const torch::Tensor& a_in, const torch::Tensor& b_in) {
       l.sgemm(&b.op, &a.op, &p, &m, &k, &one, bp + i * sb, &b.ld, ap + i * sa, &a.ld, &zero, cp + i * sc, &p);
   };
   const int threads = at::get_num_threads();
-  // Small products only: there the BLAS threads' synchronisation dominates (tiny eval: 60 -> 41 ms of
-  // bmm per step); large ones run as fast on BLAS's threads, without a GEMM buffer per calling thread
-  // (base eval: +100 MB peak RSS when split).
+  // Small products only: there the BLAS threads' synchronisation dominates; large ones run as fast
+  // on BLAS's threads, without a GEMM buffer per calling thread (which split would cost memory;
+  // measured: bench/HISTORY.md, "Code comments' numbers").
   constexpr int64_t kSplitMaxMacs = int64_t{1} << 22;
   if (threads > 1 && n >= threads && l.set_threads && int64_t{m} * p * k <= kSplitMaxMacs) {
     compute::SingleThreadedBlas single;

@@ -30,7 +30,8 @@ struct AttentionExtras {
   // coef (q . k) - coef / 2 |q|^2 - coef / 2 |k|^2, the product per block and the squared lengths
   // per row as it reads them (with bf16 products, of the rounded rows the products read), and
   // backward adds their gradients to the rows' own: no [B, T, H] or [B, H, K] terms pass through
-  // autograd (as tensor ops, MGK's tiny training ran 3-9% slower: bench/HISTORY.md).
+  // autograd (as tensor ops they made MGK's training slower: bench/HISTORY.md, "MGK's Gaussians
+  // inside the kernel").
   // Components may read q_u itself as their query (MGK) or one key tensor all (sMGK): backward then
   // sums their gradients in one buffer instead of autograd adding one per component.
   struct Component {

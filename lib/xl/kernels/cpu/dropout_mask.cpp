@@ -78,8 +78,9 @@ __attribute__((target("avx2"))) void mask_avx2(const float* x, const float* r, f
   mask_scalar<float>(x, r, y, i, n, first, k, scale, op);
 }
 
-// The same hash on 16 lanes: 1.4x the AVX2 loop on a Zen 4, whose AVX-512 units are 256 bits wide
-// (2026-11-25); the same bits, down to the sign of a dropped negative (x times a zero).
+// The same hash on 16 lanes, faster than the AVX2 loop even where the AVX-512 units are 256 bits
+// wide (measured: bench/HISTORY.md, "Vector loops"); the same bits, down to the sign of a dropped
+// negative (x times a zero).
 // GCC 12 takes the AVX-512 headers' deliberately undefined vectors for uninitialised ones (its bug
 // 105593, fixed in 13).
 #if defined(__GNUC__) && !defined(__clang__)

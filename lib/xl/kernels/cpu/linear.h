@@ -1,7 +1,8 @@
 // The model's affine maps y = x W^T + b on the CPU through the library's GEMM choice (blas.h), so
 // that the smaller models' products run on the faster library: LibTorch 1.13 sends every
-// torch::linear to OpenBLAS, which at the tiny model's shapes (2048 rows, K = 128 to 512) ran at
-// 0.7-0.85x of oneDNN's speed on two threads (tiny training 1.06x as fast through here).
+// torch::linear to OpenBLAS, which at the tiny model's shapes (2048 rows, K = 128 to 512) ran
+// slower than oneDNN, and tiny training runs faster through here (measured: bench/HISTORY.md,
+// "The product rules").
 // Differentiable; the input gradient is computed only when the input needs one (the memory's rows
 // do not). Under CPU autocast in bf16 where the CPU has bf16 products (from 9 rows of x on:
 // takes_bf16_operands), the products take operands rounded to bf16 and sum in fp32, and y stays

@@ -9,13 +9,14 @@ namespace xl::kernels {
 // Whether a product over `rows` rows of activations (of queries, in the attention) takes bf16
 // operands here: with bf16 products (cpu_bf16_products), from 9 rows on. Up to 8 rows (generation:
 // a token per stream) rounding the weight, or a head's keys, took longer than the bf16 product
-// saved (linear() over 1 to 8 rows with weights of 512 x 2,048, 2,048 x 512 and 512 x 1,536:
-// 1.2-6.3x as long as float32, a Zen 4, 2026-12-02), so those run in float32, as precise or more.
+// saved (measured: bench/HISTORY.md, "Products over few rows"), so those run in float32, as
+// precise or more.
 bool takes_bf16_operands(int64_t rows);
 
 // t [rows, cols] (float32, unit column stride) as a product's operand: t itself, or with bf16 a
-// contiguous bf16 copy rounded on all threads in xl's rounding (blas.h): LibTorch's conversion took
-// 9% of the base model's bf16 training step.
+// contiguous bf16 copy rounded on all threads in xl's rounding (blas.h): LibTorch's conversion,
+// on one thread, was a large share of the base model's bf16 training step (bench/HISTORY.md,
+// "bf16 products in xl's CPU kernels").
 torch::Tensor product_operand(const torch::Tensor& t, bool bf16);
 
 // Row-major C = op(A) op(B) + beta C on operands from product_operand (both float32 or both bf16;

@@ -1,7 +1,8 @@
 // The pieces of the attention's key/value projections [B, K, parts, H, dh] that the variants read
 // (keys and values together, the keys alone, MGK's extra keys), as views whose gradients land in
 // one buffer. Taken apart by narrow and select, each view's backward filled a zeroed copy of the
-// whole projections and autograd summed the copies: about 6% of MGK's tiny training step.
+// whole projections and autograd summed the copies: a visible share of MGK's training step
+// (measured: bench/HISTORY.md, "The projections' parts").
 #pragma once
 #include <torch/torch.h>
 

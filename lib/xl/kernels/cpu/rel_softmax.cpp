@@ -257,8 +257,8 @@ namespace {
 // writes each block's masked gradient through the same shift into a zeroed table with rows P + 1
 // apart, so the overlapping entries (a query's future) land in the pad column and nothing overlaps.
 // Autograd's own pad, as_strided and masked_fill made about eight score-sized passes, forward and
-// backward, where this makes four (on the H200 theirs took 25 of a bf16 training step's 184 ms,
-// profiled with synchronous kernels).
+// backward, where this makes four (on a GPU theirs were a large share of a bf16 training step:
+// bench/HISTORY.md, "GPU runs", the profile).
 class PositionalBias : public torch::autograd::Function<PositionalBias> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::TensorList bds,

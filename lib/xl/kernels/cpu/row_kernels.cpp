@@ -6,55 +6,17 @@
 #include <cmath>
 #include <limits>
 
-#include "xl/compute/blas.h"
-
 // The element loops below are written to vectorize; -O2 alone does not if-convert them.
 #ifndef __clang__  // clang has no per-file optimize pragma (and vectorizes these at -O2)
 #pragma GCC optimize("O3")
 #endif
 
+#include "xl/compute/vector_math.h"
+
 namespace xl::kernels::rows {
 namespace {
 
-const bool kHaveAvx2 = compute::kernel_vector_units().avx2_fma;
-const bool kHaveAvx512 = compute::kernel_vector_units().avx512;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-template <typename T>
-T dot_plain(const T* a, const T* b, int64_t n) {
-  T s = 0;
-  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float horizontal_sum(__m256 s) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-  return _mm_cvtss_f32(h);
-}
-
-__attribute__((target("avx2,fma"))) float horizontal_max(__m256 s) {
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-  return _mm_cvtss_f32(h);
-}
-
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
-  }
-  for (; j + 8 <= n; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-  float r = horizontal_sum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  for (; j < n; ++j) r += a[j] * b[j];
-  return r;
-}
+using namespace compute::vec;
 
 __attribute__((target("avx2,fma"))) float masked_scores_avx2(const float* a, const float* b, const bool* hidden,
                                                               float* s, int64_t n, float scale) {
@@ -76,29 +38,6 @@ __attribute__((target("avx2,fma"))) float masked_scores_avx2(const float* a, con
   return m;
 }
 
-// exp's range reduction and its Cephes polynomial, for every vector width.
-constexpr float kExpLow = -87.3f, kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 = kLn2Hi + kLn2Lo
-constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-
-// exp(v) by range reduction to r = v - k ln2, |r| <= ln2/2, and the Cephes polynomial for exp(r)
-// (relative error ~1e-7, as LibTorch's vectorized exp); below -87.3 (float's smallest normal) the
-// result is 0, which makes masked -inf entries exact zeros.
-__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 v) {
-  const __m256 keep = _mm256_cmp_ps(v, _mm256_set1_ps(kExpLow), _CMP_GE_OQ);
-  v = _mm256_max_ps(v, _mm256_set1_ps(kExpLow));
-  const __m256 k =
-      _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Hi), v);
-  v = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Lo), v);
-  __m256 y = _mm256_set1_ps(kExpPoly[0]);
-  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(kExpPoly[i]));
-  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(v, v), v), _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
-}
-
 // exp(x - max) in place, times w when w is given (weighted_softmax), returns the sum.
 template <bool kWeighted>
 __attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, const float* w, int64_t n, float max) {
@@ -116,58 +55,7 @@ __attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, const float* w,
   return s;
 }
 
-__attribute__((target("avx2,fma"))) float log_sum_exp_avx2(const float* x, int64_t n) {
-  __m256 vmax = _mm256_set1_ps(kNegInf);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + j));
-  float m = horizontal_max(vmax);
-  for (; j < n; ++j) m = std::max(m, x[j]);
-  if (!std::isfinite(m)) return m;  // all -inf (or an inf/nan): exp would give nan
-  const __m256 shift = _mm256_set1_ps(m);
-  __m256 sum = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= n; j += 8) sum = _mm256_add_ps(sum, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), shift)));
-  float s = horizontal_sum(sum);
-  for (; j < n; ++j) s += std::exp(x[j] - m);
-  return m + std::log(s);
-}
-
-__attribute__((target("avx2,fma"))) void exp_shifted_avx2(const float* x, float* y, int64_t n, float shift,
-                                                           float scale) {
-  const __m256 vshift = _mm256_set1_ps(shift), vscale = _mm256_set1_ps(scale);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(y + j, _mm256_mul_ps(vscale, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), vshift))));
-  for (; j < n; ++j) y[j] = scale * std::exp(x[j] - shift);
-}
-
-// AVX-512 versions of the exponential's loops: exp512 gives exp256's bits lane for lane (scalef
-// multiplies by the same exact power of two), and rows end in masked lanes instead of scalar
-// loops. On a Zen 4, whose AVX-512 units are 256 bits wide, exp_sum ran 1.6x the AVX2 loop
-// (2026-11-25); CPUs with full-width units (Zen 5, Intel Xeons) gain more.
-// GCC 12 takes the AVX-512 headers' deliberately undefined vectors for uninitialised ones (its bug
-// 105593, fixed in 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define XL_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-
-XL_AVX512 inline __m512 exp512(__m512 v) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(kExpLow), _CMP_GE_OQ);
-  v = _mm512_max_ps(v, _mm512_set1_ps(kExpLow));
-  const __m512 k =
-      _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), v);
-  v = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), v);
-  __m512 y = _mm512_set1_ps(kExpPoly[0]);
-  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(kExpPoly[i]));
-  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(v, v), v), _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(keep, y, k);
-}
-
-// The lanes [0, n) of a row's last (partial) vector.
-inline __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+XL_AVX512_BEGIN
 
 XL_AVX512 float masked_scores_avx512(const float* a, const float* b, const bool* hidden, float* s, int64_t n,
                                      float scale) {
@@ -218,34 +106,6 @@ XL_AVX512 void squared_lengths_avx512(const float* x, int64_t ld, int64_t count,
   }
 }
 
-XL_AVX512 float log_sum_exp_avx512(const float* x, int64_t n) {
-  const __m512 ninf = _mm512_set1_ps(kNegInf);
-  __m512 vmax = ninf;
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
-    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, lanes, x + j));
-  }
-  const float m = _mm512_reduce_max_ps(vmax);
-  if (!std::isfinite(m)) return m;  // all -inf (or an inf/nan): exp would give nan
-  const __m512 shift = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
-    sum = _mm512_add_ps(sum, exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, lanes, x + j), shift)));
-  }
-  return m + std::log(_mm512_reduce_add_ps(sum));
-}
-
-XL_AVX512 void exp_shifted_avx512(const float* x, float* y, int64_t n, float shift, float scale) {
-  const __m512 vshift = _mm512_set1_ps(shift), vscale = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 lanes = n - j >= 16 ? static_cast<__mmask16>(0xffff) : first_lanes(n - j);
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + j);
-    _mm512_mask_storeu_ps(y + j, lanes, _mm512_mul_ps(vscale, exp512(_mm512_sub_ps(v, vshift))));
-  }
-}
-
-// Mixture logits (see row_kernels.h), 16 keys a vector.
 XL_AVX512 float mixture_logits_avx512(const float* const* x, const float* coef, const float* row,
                                       const float* const* col, int64_t m_count, const float* bd, const bool* hidden,
                                       float* u, float* w, float* const* resp, int64_t n, bool hard, float scale) {
@@ -309,27 +169,7 @@ XL_AVX512 float mixture_grad_avx512(const float* g, const float* resp, int64_t p
   return _mm512_reduce_add_ps(sum);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#undef XL_AVX512
-
-template <typename T>
-T log_sum_exp_plain(const T* x, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
-  if (!std::isfinite(m)) return m;
-  // One running float sum over a word-level row (267,735 terms) drifted 4x as far from double as
-  // LibTorch's log-softmax; the vector loops' 8 or 16 partial sums do not.
-  double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
-  return m + static_cast<T>(std::log(s));
-}
-
-template <typename T>
-void exp_shifted_plain(const T* x, T* y, int64_t n, T shift, T scale) {
-  for (int64_t j = 0; j < n; ++j) y[j] = scale * std::exp(x[j] - shift);
-}
+XL_AVX512_END
 
 // The first w (<= 8) floats at p; functions, not lambdas: clang gives lambdas no target attribute.
 __attribute__((target("avx2,fma"))) inline __m256 load_upto8(const float* p, int64_t w) {
@@ -355,8 +195,8 @@ __attribute__((target("avx2,fma"))) inline __m256i lanes_upto8(int64_t w) {
 
 // dots and weighted_rows (see row_kernels.h), AVX2, over blocks of up to 64 floats of each row:
 // F full lanes of 8 held in registers (F fixed per instance, so they stay there) and a masked tail.
-// Masked loads only where the row ends: on a Zen 4, single-query scores over rows 3,280 bytes
-// apart (10 heads of 41), from memory, took 1.6x as long with every lane masked.
+// Masked loads only where the row ends: single-query scores over rows from memory ran markedly
+// slower with every lane masked (measured: bench/HISTORY.md, "A single query's attention on row kernels").
 template <int F>
 __attribute__((target("avx2,fma"))) void dots_block(const float* q, const float* x, int64_t ld, int64_t count, float* s,
                                                     int64_t tail, bool first) {
@@ -575,135 +415,9 @@ __attribute__((target_clones("avx2", "default"))) void scale_f(float* x, int64_t
   for (int64_t j = 0; j < n; ++j) x[j] *= f;
 }
 
-// Mean and 1/sqrt(variance + eps) of a row: the mean first, then the centred squares (no
-// cancellation when the mean is large against the spread).
-template <typename T>
-void stats_plain(const T* s, int64_t d, double eps, T* mean, T* rstd) {
-  T sum = 0;
-  for (int64_t j = 0; j < d; ++j) sum += s[j];
-  const T m = sum / static_cast<T>(d);
-  T sq = 0;
-  for (int64_t j = 0; j < d; ++j) sq += (s[j] - m) * (s[j] - m);
-  *mean = m;
-  *rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq / static_cast<T>(d)) + eps));
-}
-
-__attribute__((target("avx2,fma"))) void stats_avx2(const float* s, int64_t d, double eps, float* mean, float* rstd) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= d; j += 16) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s + j));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s + j + 8));
-  }
-  for (; j + 8 <= d; j += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s + j));
-  float sum = horizontal_sum(_mm256_add_ps(a0, a1));
-  for (; j < d; ++j) sum += s[j];
-  const float m = sum / static_cast<float>(d);
-  const __m256 vm = _mm256_set1_ps(m);
-  a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (j = 0; j + 16 <= d; j += 16) {
-    const __m256 c0 = _mm256_sub_ps(_mm256_loadu_ps(s + j), vm), c1 = _mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vm);
-    a0 = _mm256_fmadd_ps(c0, c0, a0);
-    a1 = _mm256_fmadd_ps(c1, c1, a1);
-  }
-  for (; j + 8 <= d; j += 8) {
-    const __m256 c = _mm256_sub_ps(_mm256_loadu_ps(s + j), vm);
-    a0 = _mm256_fmadd_ps(c, c, a0);
-  }
-  float sq = horizontal_sum(_mm256_add_ps(a0, a1));
-  for (; j < d; ++j) sq += (s[j] - m) * (s[j] - m);
-  *mean = m;
-  *rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sq / static_cast<float>(d)) + eps));
-}
-
-void ln_stats(const float* s, int64_t d, double eps, float* mean, float* rstd) {
-  if (kHaveAvx2) stats_avx2(s, d, eps, mean, rstd);
-  else stats_plain(s, d, eps, mean, rstd);
-}
-void ln_stats(const double* s, int64_t d, double eps, double* mean, double* rstd) { stats_plain(s, d, eps, mean, rstd); }
-
-// y = (s - mean) * rstd * w + b
-template <typename T>
-__attribute__((always_inline)) inline void normalize_plain(const T* __restrict__ s, const T* __restrict__ w,
-                                                           const T* __restrict__ b, T* __restrict__ y, int64_t d,
-                                                           T mean, T rstd) {
-  for (int64_t j = 0; j < d; ++j) y[j] = (s[j] - mean) * rstd * w[j] + b[j];
-}
-__attribute__((target_clones("avx2", "default"))) void ln_normalize(const float* s, const float* w, const float* b,
-                                                                 float* y, int64_t d, float mean, float rstd) {
-  normalize_plain(s, w, b, y, d, mean, rstd);
-}
-void ln_normalize(const double* s, const double* w, const double* b, double* y, int64_t d, double mean, double rstd) {
-  normalize_plain(s, w, b, y, d, mean, rstd);
-}
-
-// Backward's row sums: sum_j g_j and sum_j g_j (s_j - mean), g = dy * w.
-template <typename T>
-void grad_sums_plain(const T* dy, const T* w, const T* s, int64_t d, T mean, T* g_sum, T* gc_sum) {
-  T a = 0, c = 0;
-  for (int64_t j = 0; j < d; ++j) {
-    const T g = dy[j] * w[j];
-    a += g;
-    c += g * (s[j] - mean);
-  }
-  *g_sum = a, *gc_sum = c;
-}
-
-__attribute__((target("avx2,fma"))) void grad_sums_avx2(const float* dy, const float* w, const float* s, int64_t d,
-                                                        float mean, float* g_sum, float* gc_sum) {
-  const __m256 vm = _mm256_set1_ps(mean);
-  __m256 a = _mm256_setzero_ps(), c = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= d; j += 8) {
-    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + j), _mm256_loadu_ps(w + j));
-    a = _mm256_add_ps(a, g);
-    c = _mm256_fmadd_ps(g, _mm256_sub_ps(_mm256_loadu_ps(s + j), vm), c);
-  }
-  float sa = horizontal_sum(a), sc = horizontal_sum(c);
-  for (; j < d; ++j) {
-    const float g = dy[j] * w[j];
-    sa += g;
-    sc += g * (s[j] - mean);
-  }
-  *g_sum = sa, *gc_sum = sc;
-}
-
-void ln_grad_sums(const float* dy, const float* w, const float* s, int64_t d, float mean, float* g_sum, float* gc_sum) {
-  if (kHaveAvx2) grad_sums_avx2(dy, w, s, d, mean, g_sum, gc_sum);
-  else grad_sums_plain(dy, w, s, d, mean, g_sum, gc_sum);
-}
-void ln_grad_sums(const double* dy, const double* w, const double* s, int64_t d, double mean, double* g_sum,
-               double* gc_sum) {
-  grad_sums_plain(dy, w, s, d, mean, g_sum, gc_sum);
-}
-
-// ds = rstd (g - mean(g) - xhat mean(g xhat)) with xhat = (s - mean) rstd; dw += dy xhat, db += dy.
-// (restrict: with six pointers the compiler's alias checks would exceed its limit and it would not vectorize.)
-template <typename T>
-__attribute__((always_inline)) inline void grad_row_plain(const T* __restrict__ dy, const T* __restrict__ w,
-                                                          const T* __restrict__ s, T* __restrict__ ds,
-                                                          T* __restrict__ dw, T* __restrict__ db, int64_t d, T mean,
-                                                          T rstd, T g_mean, T gx_mean) {
-  for (int64_t j = 0; j < d; ++j) {
-    const T xhat = (s[j] - mean) * rstd;
-    ds[j] = rstd * (dy[j] * w[j] - g_mean - xhat * gx_mean);
-    dw[j] += dy[j] * xhat;
-    db[j] += dy[j];
-  }
-}
-__attribute__((target_clones("avx2", "default"))) void ln_grad_row(const float* dy, const float* w, const float* s,
-                                                                float* ds, float* dw, float* db, int64_t d, float mean,
-                                                                float rstd, float g_mean, float gx_mean) {
-  grad_row_plain(dy, w, s, ds, dw, db, d, mean, rstd, g_mean, gx_mean);
-}
-void ln_grad_row(const double* dy, const double* w, const double* s, double* ds, double* dw, double* db, int64_t d,
-              double mean, double rstd, double g_mean, double gx_mean) {
-  grad_row_plain(dy, w, s, ds, dw, db, d, mean, rstd, g_mean, gx_mean);
-}
-
 }  // namespace
 
-float dot(const float* a, const float* b, int64_t n) { return kHaveAvx2 ? dot_avx2(a, b, n) : dot_plain(a, b, n); }
+float dot(const float* a, const float* b, int64_t n) { return compute::vec::dot(a, b, n); }
 double dot(const double* a, const double* b, int64_t n) { return dot_plain(a, b, n); }
 
 void add_scale(const float* a, const float* b, float* s, int64_t n, float scale) { add_scale_f(a, b, s, n, scale); }
@@ -779,12 +493,6 @@ void weighted_softmax(float* x, const float* w, int64_t n, float max) {
   scale_f(x, n, 1.0f / exp_sum<true>(x, w, n, max));
 }
 
-float log_sum_exp(const float* x, int64_t n) {
-  if (kHaveAvx512) return log_sum_exp_avx512(x, n);
-  return kHaveAvx2 ? log_sum_exp_avx2(x, n) : log_sum_exp_plain(x, n);
-}
-double log_sum_exp(const double* x, int64_t n) { return log_sum_exp_plain(x, n); }
-
 void squared_lengths(const float* x, int64_t ld, int64_t count, float* s, int64_t n) {
   if (kHaveAvx512) return squared_lengths_avx512(x, ld, count, s, n);
   for (int64_t r = 0; r < count; ++r) s[r] = dot(x + r * ld, x + r * ld, n);
@@ -797,42 +505,6 @@ void dots(const float* q, const float* x, int64_t ld, int64_t count, float* s, i
 void weighted_rows(const float* p, const float* x, int64_t ld, int64_t count, float* y, int64_t n) {
   if (kHaveAvx2) weighted_rows_avx2(p, x, ld, count, y, n);
   else weighted_rows_plain(p, x, ld, count, y, n);
-}
-
-void exp_shifted(const float* x, float* y, int64_t n, float shift, float scale) {
-  if (kHaveAvx512) exp_shifted_avx512(x, y, n, shift, scale);
-  else if (kHaveAvx2) exp_shifted_avx2(x, y, n, shift, scale);
-  else exp_shifted_plain(x, y, n, shift, scale);
-}
-void exp_shifted(const double* x, double* y, int64_t n, double shift, double scale) {
-  exp_shifted_plain(x, y, n, shift, scale);
-}
-
-void layer_norm(const float* s, const float* w, const float* b, float* y, int64_t n, double eps, float* mean,
-                float* rstd) {
-  ln_stats(s, n, eps, mean, rstd);
-  ln_normalize(s, w, b, y, n, *mean, *rstd);
-}
-void layer_norm(const double* s, const double* w, const double* b, double* y, int64_t n, double eps, double* mean,
-                double* rstd) {
-  ln_stats(s, n, eps, mean, rstd);
-  ln_normalize(s, w, b, y, n, *mean, *rstd);
-}
-
-template <typename T>
-void layer_norm_grad_of(const T* dy, const T* w, const T* s, T mean, T rstd, T* ds, T* dw, T* db, int64_t n) {
-  T g_sum, gc_sum;
-  ln_grad_sums(dy, w, s, n, mean, &g_sum, &gc_sum);
-  const T inv_n = T(1) / static_cast<T>(n);
-  ln_grad_row(dy, w, s, ds, dw, db, n, mean, rstd, g_sum * inv_n, gc_sum * rstd * inv_n);
-}
-void layer_norm_grad(const float* dy, const float* w, const float* s, float mean, float rstd, float* ds, float* dw,
-                     float* db, int64_t n) {
-  layer_norm_grad_of(dy, w, s, mean, rstd, ds, dw, db, n);
-}
-void layer_norm_grad(const double* dy, const double* w, const double* s, double mean, double rstd, double* ds,
-                     double* dw, double* db, int64_t n) {
-  layer_norm_grad_of(dy, w, s, mean, rstd, ds, dw, db, n);
 }
 
 }  // namespace xl::kernels::rows

@@ -43,8 +43,8 @@ float masked_scores(const float* a, const float* b, const bool* hidden, float* s
 // sum_m exp(y_m[j] - best[j]) (hard E-step: w = 1, the logit max_m y_m + scale bd); the first
 // M - 1 responsibilities exp(y_m - best) / w (hard: 1 for the first component at the maximum,
 // else 0) into resp[m] unless resp is null. Returns max_j u[j]; w may be x[0]. Leaving log w to
-// weighted_softmax saves a logarithm and a pass a score: the row kernels' share of MGK's tiny
-// evaluation fell from 21% of its samples to 16% (Zen 4, 2026-12-02).
+// weighted_softmax saves a logarithm and a pass a score, which shrank the row kernels' share of
+// MGK's evaluation (measured: bench/HISTORY.md, "The mixture's logarithm left to the softmax").
 float mixture_logits(const float* const* x, const float* coef, const float* row, const float* const* col,
                      int64_t m_count, const float* bd, const bool* hidden, float* u, float* w, float* const* resp,
                      int64_t n, bool hard, float scale);

@@ -19,10 +19,10 @@ namespace xl::kernels {
 // autograd on, dh <= 64, the backward's shared memory, and deterministic algorithms off (its sums
 // are atomic; xl's GPU training turns them on unless XL_DETERMINISTIC=0). By default it runs in
 // evaluation (autograd off) on segments of at most kFlashMaxQueries, where it was measured as fast
-// as LibTorch's kernel with the positional bias or faster, in less memory (an H200, the enwik8
-// model in bf16, memory full: tgt 128 beside mem 512 1.17x, mem 1,024 0.98x; at tgt 256 to 512
-// LibTorch's is 1.2-1.9x faster; scripts/gpu-run.sh kernels). Training it runs only when asked
-// for, as it measured slower there (0.56x, in 35% less memory). XL_KERNELS=own: wherever it can
+// as LibTorch's kernel with the positional bias or faster, in less memory; on longer segments
+// LibTorch's is faster (scripts/gpu-run.sh kernels). Training it runs only when asked for, as it
+// measured slower there, though in less memory (measured: bench/HISTORY.md, "GPU runs", the flash
+// kernel). XL_KERNELS=own: wherever it can
 // run, training included; library or generic: never.
 constexpr int64_t kFlashMaxQueries = 128;
 bool flash_rel_attention_applies(const torch::Tensor& q, size_t key_blocks, bool attention_dropout);

@@ -1,10 +1,9 @@
 // PyTorch's fused attention (scaled_dot_product_attention; on NVIDIA GPUs its memory-efficient
 // kernel, which takes an additive bias and returns the bias's gradient) for relative attention:
 // the shifted, masked positional scores are the bias, and the score-sized probabilities are
-// neither written out nor kept for the backward. Measured on an H200 (bench/gpu_attention.py, one
-// layer's attention core, forward and backward, at the enwik8 shape: batch 30, 8 heads of 64,
-// 512 queries, 1,024 keys): in bf16 4.3-4.7 ms and 0.55 GB against the explicit path's 5.6-6.1 ms
-// and 1.9 GB; in fp32 no faster (7.8-8.6 ms against 7.7-8.2), so fp32 keeps the explicit path.
+// neither written out nor kept for the backward. In bf16 it is faster than the explicit path and
+// takes a fraction of its memory; in fp32 it is no faster, so fp32 keeps the explicit path
+// (measured with bench/gpu_attention.py: bench/HISTORY.md, "GPU runs", the fused attention).
 #pragma once
 #include <torch/torch.h>
 
