@@ -8,10 +8,10 @@ source "$(dirname "$0")/common.bash"
 
 nvcc=${NVCC:-$(command -v nvcc || true)}
 [ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
-[ -n "$nvcc" ] && [ -x "$nvcc" ] || {
+if [ -z "$nvcc" ] || [ ! -x "$nvcc" ]; then
   echo "skipped: no nvcc (set NVCC, or put CUDA's bin/ on PATH)"
   exit 77
-}
+fi
 "$nvcc" --version | tail -1
 
 sources=("$XL_SOURCE_DIR"/lib/xl/kernels/cuda/*.cu)
