@@ -74,16 +74,25 @@ stderr_is_one_line "is a pipe, which several ranks cannot each read" "pipe it to
 step "torchrun starts the same 2 ranks"
 # Debian's torchrun (PyTorch 1.13 on Python 3.11) cannot parse its default --redirects/--tee
 # values ("0"); "1" (stdout) works around it.
-if /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
+# torchrun's store must speak the tools' LibTorch's protocol: a Python whose torch is of the same
+# release (XL_TORCH_PYTHON names one; Debian's /usr/bin/python3 matches Debian's LibTorch).
+libtorch=$(xl-train-phase1 --version | sed -n 's/.*LibTorch \([0-9]*\.[0-9]*\).*/\1/p')
+TORCHRUN_PY=
+for py in ${XL_TORCH_PYTHON:-} /usr/bin/python3; do
+  v=$("$py" -c 'import torch.distributed.run, torch; print(".".join(torch.__version__.split(".")[:2]))' 2>/dev/null) || continue
+  [ "$v" = "$libtorch" ] && TORCHRUN_PY=$py && break
+done
+[ -n "$TORCHRUN_PY" ] || echo "  (no Python with torch $libtorch for torchrun: XL_TORCH_PYTHON names one; step skipped)"
+if [ -n "$TORCHRUN_PY" ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --master_port "$port" --redirects 1 --tee 1 \
+  "$TORCHRUN_PY" -m torch.distributed.run --nproc_per_node 2 --master_port "$port" --redirects 1 --tee 1 \
     --no_python "$(command -v xl-train-phase1)" -c dp.ini --threads 1 -q --max-steps 50 tokens.h5 -o torchrun1.h5 \
     >torchrun.out 2>&1 || fail "torchrun failed: $(tail -5 torchrun.out)"
   h5diff -q two1.h5 torchrun1.h5 /model /model >/dev/null || fail "torchrun's ranks trained another model than --nproc-per-node's"
   # torchrun --max_restarts starts the ranks again when one dies; its agent keeps the store, and
   # the new ranks read the dead ones' Gloo addresses from it and waited on them for good.
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --max_restarts 1 --master_port "$port" --redirects 1 \
+  "$TORCHRUN_PY" -m torch.distributed.run --nproc_per_node 2 --max_restarts 1 --master_port "$port" --redirects 1 \
     --tee 1 --no_python "$(command -v xl-train-phase1)" -c dp.ini --threads 1 -q --max-steps 3000 --schedule-steps 3000 \
     --save-every 20 --eval-interval 0 --metrics restarted.jsonl --start-or-resume tokens.h5 -o restarted.h5 >restarted.out 2>&1 &
   job=$!
