@@ -37,6 +37,10 @@ fi
 nvcc_release=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
 mkdir -p "$dir"
 python=$dir/venv/bin/python
+# LibTorch's CMake takes its architectures from TORCH_CUDA_ARCH_LIST, else asks the GPU (there is
+# none here) and falls back to a list nvcc 13 refuses: the same ones as xl's, as X.Y, for the
+# configure step and for every re-configure a build runs (a new file, a changed CMakeLists.txt).
+export TORCH_CUDA_ARCH_LIST=$(echo "$archs" | sed 's/\([0-9]\)\([0-9]\)/\1.\2/g')
 
 if wants venv; then
   stage "Debian packages (scripts/setup-deps.sh)"
@@ -67,10 +71,7 @@ if wants configure; then
   torch_root=$("$python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  # LibTorch's CMake takes its architectures from TORCH_CUDA_ARCH_LIST, else asks the GPU (there is
-  # none here): the same ones as xl's, as X.Y.
-  TORCH_CUDA_ARCH_LIST=$(echo "$archs" | sed 's/\([0-9]\)\([0-9]\)/\1.\2/g') \
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$torch_root" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$archs" \
     >"$dir/cmake.log" 2>&1 || { tail -40 "$dir/cmake.log" >&2; echo "build-cuda: cmake failed: $dir/cmake.log" >&2; exit 1; }
   grep -E "^-- xl: CUDA" "$dir/cmake.log"

@@ -444,6 +444,9 @@ std::unique_ptr<Communicator> Communicator::connect(const DistConfig& config, co
   // checkpoint piped to a reader that quit is then a write error (74), not a silent death.
   signal(SIGPIPE, SIG_IGN);
   joining = true;
+  // LibTorch 2's c10d logs each failed connection try and each lost peer to stderr, with
+  // backtraces; a rank says what went wrong in its own one line, so that log is fatal-only.
+  FLAGS_caffe2_log_level = 3;
   const bool serve = config.rank == 0 && !agent_hosts_store();
   c10::intrusive_ptr<c10d::Store> store, beat_store;
   try {
