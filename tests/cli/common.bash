@@ -142,6 +142,15 @@ EOF
 
 # training_corpus: the path of 150 KB of text to train on: the enwik8 head from ../shared/data
 # when it is there, else a generated mixed text.
+# small_model_ini FILE [SETTING...]: a model small enough for steps of a few milliseconds (3
+# layers of 32, segments and memories of 16, 4 streams), then the test's own settings, a line each.
+small_model_ini() {
+  local file=$1
+  shift
+  printf '%s\n' "n-layer = 3" "d-model = 32" "n-head = 2" "d-head = 16" "d-inner = 64" "tgt-len = 16" \
+    "mem-len = 16" "batch-size = 4" "lr = 0.002" "$@" >"$file"
+}
+
 training_corpus() {
   local p
   p=$(shared_data enwik8/enwik8.head-150000)

@@ -7,23 +7,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 corpus=$(training_corpus)
 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
-cat > small.ini <<'INI'
-n-layer = 3
-d-model = 32
-n-head = 2
-d-head = 16
-d-inner = 64
-tgt-len = 16
-mem-len = 16
-batch-size = 4
-lr = 0.002
-schedule-steps = 400
-eval-interval = 10
-eval-max-tokens = 2000
-log-interval = 5
-skip-schedule = linear
-sch-beta = 0.3
-INI
+small_model_ini small.ini "schedule-steps = 400" "eval-interval = 10" "eval-max-tokens = 2000" \
+  "log-interval = 5" "skip-schedule = linear" "sch-beta = 0.3"
 T="xl-train-phase1 -c small.ini --threads 1 -q"
 C="--cmem-len 32 --cmem-rate 3 --cmem-fn conv"
 

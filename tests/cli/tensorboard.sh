@@ -11,23 +11,8 @@ $READER self-test >/dev/null || fail "tb_events.py's CRC-32C is wrong"
 
 corpus=$(training_corpus)
 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
-cat > small.ini <<'INI'
-n-layer = 3
-d-model = 32
-n-head = 2
-d-head = 16
-d-inner = 64
-tgt-len = 16
-mem-len = 16
-batch-size = 4
-lr = 0.002
-schedule-steps = 100000
-eval-interval = 5
-eval-max-tokens = 2000
-log-interval = 1
-skip-schedule = linear
-sch-beta = 0.3
-INI
+small_model_ini small.ini "schedule-steps = 100000" "eval-interval = 5" "eval-max-tokens = 2000" \
+  "log-interval = 1" "skip-schedule = linear" "sch-beta = 0.3"
 T="xl-train-phase1 -c small.ini --threads 1"
 
 step "phase 1, killed (SIGKILL) and resumed, then phase 2, into one directory"

@@ -7,22 +7,8 @@ source "$(dirname "$0")/common.bash"
 corpus=$(training_corpus)
 xl-tokenize --mode byte --split 0.9,0.05,0.05 "$corpus" -o tokens.h5 -q
 
-# A model small enough for steps of a few milliseconds.
-cat > small.ini <<'INI'
-n-layer = 3
-d-model = 32
-n-head = 2
-d-head = 16
-d-inner = 64
-tgt-len = 16
-mem-len = 16
-batch-size = 4
-lr = 0.002
-schedule-steps = 400
-eval-interval = 0
-eval-max-tokens = 2000
-log-interval = 10
-INI
+small_model_ini small.ini "schedule-steps = 400" "eval-interval = 0" "eval-max-tokens = 2000" \
+  "log-interval = 10"
 T="xl-train-phase1 -c small.ini --threads 1"
 
 step "the loss falls"
